@@ -1,0 +1,21 @@
+# CUDA language setup. Kernels are built for the GPU present ("native") and
+# for sm_90 (H100/H200) where there is none, unless CMAKE_CUDA_ARCHITECTURES
+# is given.
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  set(_smprof_arch 90)
+  find_program(_smprof_nvsmi nvidia-smi)
+  if(_smprof_nvsmi)
+    execute_process(COMMAND ${_smprof_nvsmi} -L OUTPUT_VARIABLE _gpus RESULT_VARIABLE _rc ERROR_QUIET)
+    if(_rc EQUAL 0 AND _gpus MATCHES "GPU [0-9]")
+      set(_smprof_arch native)
+    endif()
+  endif()
+  set(CMAKE_CUDA_ARCHITECTURES ${_smprof_arch} CACHE STRING "CUDA architectures")
+endif()
+if(NOT CMAKE_CUDA_COMPILER AND EXISTS ${CUDAToolkit_NVCC_EXECUTABLE})
+  set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})
+endif()
+enable_language(CUDA)
+set(CMAKE_CUDA_STANDARD 17)
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+message(STATUS "smprof: CUDA architectures: ${CMAKE_CUDA_ARCHITECTURES}")

@@ -1,0 +1,35 @@
+// Entry points of libsmprof_inject.so: the only exported symbols (exports.map).
+//
+// CUDA_INJECTION64_PATH: the driver dlopens the library during cuInit and
+// calls InitializeInjection.
+// LD_PRELOAD: the constructor runs in every process of the run, CUDA or not,
+// so it does nothing heavy: when CUDA_INJECTION64_PATH is free it points it at
+// this library, and the driver calls InitializeInjection at cuInit as above
+// (processes that never use CUDA never pay for CUPTI). When another tool owns
+// CUDA_INJECTION64_PATH, it starts right away.
+#include <dlfcn.h>
+
+#include <cstdlib>
+
+#include "injector/profiler.h"
+
+extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
+  smprof::injector::Start();
+  return 1;  // never fail the application's cuInit
+}
+
+namespace {
+
+__attribute__((constructor)) void SmprofPreload() {
+  if (std::getenv("SMPROF_RUN_ID") == nullptr) return;
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&InitializeInjection), &info) == 0 || info.dli_fname == nullptr) return;
+  const char* injection = std::getenv("CUDA_INJECTION64_PATH");
+  if (injection == nullptr || *injection == '\0') {
+    setenv("CUDA_INJECTION64_PATH", info.dli_fname, 1);
+  } else {
+    smprof::injector::Start();
+  }
+}
+
+}  // namespace

@@ -1,0 +1,139 @@
+#include "injector/harvest.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+namespace smprof::injector {
+namespace {
+
+// CUPTI's start/end and %globaltimer share a clock but not a sampling point:
+// events may sit a tick outside the record's interval.
+constexpr uint64_t kSlackNs = 2000;
+
+uint64_t Distance(uint64_t t, const KernelRecord& r) {
+  if (t + kSlackNs < r.start_ns) return r.start_ns - t;
+  if (t > r.end_ns + kSlackNs) return t - r.end_ns;
+  return 0;
+}
+
+}  // namespace
+
+void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes,
+                  std::vector<WarpSegment>* out, DecodeStats* stats) {
+  const uint32_t capacity = chunk_bytes / sizeof(wire::Event);
+  for (uint32_t c = 0; c < num_chunks; ++c) {
+    const uint8_t* base = chunks + static_cast<uint64_t>(c) * chunk_bytes;
+    wire::ChunkHeader header;
+    std::memcpy(&header, base, sizeof(header));
+    ++stats->chunks;
+    if (header.magic != wire::kChunkMagic) {
+      ++stats->malformed_chunks;
+      continue;
+    }
+    WarpSegment segment;
+    segment.grid_id = header.grid_id;
+    segment.anchor = header.anchor;
+    segment.block[0] = header.block_x;
+    segment.block[1] = header.block_y;
+    segment.block[2] = header.block_z;
+    segment.sm = header.sm;
+    segment.warp = header.warp;
+    bool ended = false;
+    for (uint32_t i = wire::kChunkHeaderSlots; i < capacity; ++i) {
+      wire::Event e;
+      std::memcpy(&e, base + static_cast<uint64_t>(i) * sizeof(wire::Event), sizeof(e));
+      if (e.time_ns == 0 && e.name_offset == 0 && e.info == 0) {
+        ended = true;
+        continue;
+      }
+      const uint32_t kind = e.info & wire::kEventKindMask;
+      if (ended || e.time_ns == 0 || kind == 0 || (e.info & ~wire::kEventKindMask) != 0) {
+        ++stats->malformed_events;
+        continue;
+      }
+      segment.events.push_back(e);
+    }
+    stats->events += segment.events.size();
+    if (!segment.events.empty()) out->push_back(std::move(segment));
+  }
+}
+
+std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
+                                  const std::vector<KernelRecord>& records,
+                                  const std::function<bool(const std::string&)>& selected,
+                                  const std::function<bool(const KernelRecord&)>& keep_empty,
+                                  MatchStats* stats) {
+  std::unordered_map<uint64_t, std::vector<size_t>> by_grid;  // grid id -> record indexes
+  for (size_t i = 0; i < records.size(); ++i) by_grid[records[i].grid_id].push_back(i);
+
+  std::vector<Launch> launches(records.size());
+  std::vector<bool> keep(records.size(), false);
+  for (size_t i = 0; i < records.size(); ++i) {
+    launches[i].record = records[i];
+    keep[i] = selected(records[i].name) && keep_empty(records[i]);
+  }
+  std::map<uint64_t, Launch> synthetic;  // grid id -> launch without a record
+
+  for (const WarpSegment& segment : segments) {
+    auto it = by_grid.find(segment.grid_id);
+    if (it == by_grid.end()) {
+      Launch& launch = synthetic[segment.grid_id];
+      KernelRecord& r = launch.record;
+      if (launch.warps.empty()) {
+        r.grid_id = segment.grid_id;
+        r.start_ns = UINT64_MAX;
+        launch.flags = wire::kLaunchNoActivity;
+      }
+      launch.warps.push_back({&segment, segment.events});
+      for (const wire::Event& e : segment.events) {
+        r.start_ns = std::min(r.start_ns, e.time_ns);
+        r.end_ns = std::max(r.end_ns, e.time_ns);
+      }
+      launch.event_count += segment.events.size();
+      stats->unattributed += segment.events.size();
+      continue;
+    }
+    const std::vector<size_t>& candidates = it->second;
+    // Events of one segment usually belong to one launch: assign runs.
+    size_t current = SIZE_MAX;
+    for (const wire::Event& e : segment.events) {
+      size_t best = candidates.front();
+      uint64_t best_distance = UINT64_MAX;
+      for (size_t idx : candidates) {
+        const uint64_t d = Distance(e.time_ns, records[idx]);
+        if (d < best_distance) {
+          best = idx;
+          best_distance = d;
+        }
+      }
+      Launch& launch = launches[best];
+      if (!selected(records[best].name)) {
+        ++stats->filtered;
+        continue;
+      }
+      if (best != current || launch.warps.empty() || launch.warps.back().segment != &segment) {
+        launch.warps.push_back({&segment, {}});
+        current = best;
+      }
+      launch.warps.back().events.push_back(e);
+      ++launch.event_count;
+      keep[best] = true;
+    }
+  }
+
+  std::vector<Launch> result;
+  for (size_t i = 0; i < launches.size(); ++i) {
+    if (keep[i]) result.push_back(std::move(launches[i]));
+  }
+  for (auto& [grid, launch] : synthetic) result.push_back(std::move(launch));
+  for (const Launch& l : result) stats->events += l.event_count;
+  std::stable_sort(result.begin(), result.end(), [](const Launch& a, const Launch& b) {
+    return std::tie(a.record.start_ns, a.record.correlation_id) < std::tie(b.record.start_ns, b.record.correlation_id);
+  });
+  return result;
+}
+
+}  // namespace smprof::injector

@@ -1,0 +1,949 @@
+#include "injector/profiler.h"
+
+#include <cuda.h>
+#include <cupti.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/names.h"
+#include "common/transport.h"
+#include "injector/config.h"
+#include "injector/harvest.h"
+#include "injector/log.h"
+#include "injector/shipper.h"
+#include "smprof/wire.h"
+
+namespace smprof::injector {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Small helpers
+// ---------------------------------------------------------------------------
+
+// smprof's own driver and CUPTI calls re-enter the callback: ignore them.
+thread_local int t_in_smprof = 0;
+struct InSmprof {
+  InSmprof() { ++t_in_smprof; }
+  ~InSmprof() { --t_in_smprof; }
+};
+
+// Each error site logs its first few failures, then every 1000th.
+bool CheckCu(CUresult r, const char* what) {
+  if (r == CUDA_SUCCESS) return true;
+  static std::mutex mu;
+  static auto* counts = new std::unordered_map<const char*, uint64_t>();
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    n = ++(*counts)[what];
+  }
+  if (n <= 3 || n % 1000 == 0) {
+    const char* name = nullptr;
+    cuGetErrorName(r, &name);
+    Log().error("{} failed: {} (occurrence {})", what, name ? name : "unknown error", n);
+  }
+  return false;
+}
+#define SMPROF_CU(call) CheckCu((call), #call)
+
+bool CheckCupti(CUptiResult r, const char* what) {
+  if (r == CUPTI_SUCCESS) return true;
+  const char* text = nullptr;
+  cuptiGetResultString(r, &text);
+  Log().error("{} failed: {}", what, text ? text : "unknown CUPTI error");
+  return false;
+}
+
+// Lets smprof's memory operations run while the application captures a graph
+// in global mode on this thread (gpu-facts: relaxed mode keeps the capture valid).
+class RelaxedCapture {
+ public:
+  RelaxedCapture() { cuThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCapture() { cuThreadExchangeStreamCaptureMode(&mode_); }
+
+ private:
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+};
+
+class ScopedContext {
+ public:
+  explicit ScopedContext(CUcontext ctx) {
+    CUcontext current = nullptr;
+    cuCtxGetCurrent(&current);
+    ok_ = current == ctx || (pushed_ = cuCtxPushCurrent(ctx) == CUDA_SUCCESS);
+  }
+  ~ScopedContext() {
+    CUcontext popped;
+    if (pushed_) cuCtxPopCurrent(&popped);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  bool pushed_ = false;
+  bool ok_ = false;
+};
+
+uint64_t Warps(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz) {
+  return (uint64_t{bx} * by * bz + 31) / 32 * gx * gy * gz;
+}
+
+uint64_t GpuNow() {
+  uint64_t t = 0;
+  cuptiGetTimestamp(&t);
+  return t;
+}
+
+uint64_t RealtimeNow() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+constexpr int kAbi = static_cast<int>(wire::kArenaAbiVersion);
+
+std::string ArenaSymbol(int version) {
+  return "_ZN6smprof6detail7g_arenaILi" + std::to_string(version) + "EEE";
+}
+
+std::string ReadCmdline() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  std::replace(s.begin(), s.end(), '\0', ' ');
+  return s;
+}
+
+class ProducerSink : public MessageSink {
+ public:
+  explicit ProducerSink(transport::Producer* producer) : producer_(producer) {}
+  bool Send(const void* data, uint32_t size, uint64_t events) override {
+    return producer_->Send(data, size, events);
+  }
+
+ private:
+  transport::Producer* producer_;
+};
+
+// ---------------------------------------------------------------------------
+// CUPTI kernel activity: the records that name launches and separate replays
+// ---------------------------------------------------------------------------
+
+class ActivityStore {
+ public:
+  // Only kernels of opted-in modules are kept; the rest are never needed.
+  void Track(const std::string& mangled) {
+    std::lock_guard<std::mutex> lock(mu_);
+    tracked_.insert(mangled);
+  }
+
+  void Add(const CUpti_ActivityKernel10& k) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (k.name == nullptr || tracked_.count(k.name) == 0) return;
+    if (records_.size() >= kMaxRecords) {
+      ++dropped_;
+      return;
+    }
+    KernelRecord r;
+    r.grid_id = static_cast<uint64_t>(k.gridId);
+    r.start_ns = k.start;
+    r.end_ns = k.end;
+    r.correlation_id = k.correlationId;
+    r.stream_id = k.streamId;
+    r.device = k.deviceId;
+    r.context_id = k.contextId;
+    r.graph_id = k.graphId;
+    r.grid[0] = k.gridX, r.grid[1] = k.gridY, r.grid[2] = k.gridZ;
+    r.block[0] = k.blockX, r.block[1] = k.blockY, r.block[2] = k.blockZ;
+    r.dynamic_smem = k.dynamicSharedMemory;
+    r.static_smem = k.staticSharedMemory;
+    r.registers = k.registersPerThread;
+    r.name = k.name;
+    records_.push_back(std::move(r));
+  }
+
+  // Removes and returns the records of a context that ended by `until`.
+  std::vector<KernelRecord> Take(uint32_t context_id, uint64_t until) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<KernelRecord> taken;
+    auto keep = std::stable_partition(records_.begin(), records_.end(), [&](const KernelRecord& r) {
+      return !(r.context_id == context_id && r.end_ns <= until);
+    });
+    taken.assign(std::make_move_iterator(keep), std::make_move_iterator(records_.end()));
+    records_.erase(keep, records_.end());
+    return taken;
+  }
+
+  uint64_t dropped() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return dropped_;
+  }
+
+ private:
+  static constexpr size_t kMaxRecords = 4u << 20;
+  mutable std::mutex mu_;
+  std::unordered_set<std::string> tracked_;
+  std::vector<KernelRecord> records_;
+  uint64_t dropped_ = 0;
+};
+
+constexpr size_t kActivityBufferBytes = 8u << 20;
+
+void CUPTIAPI OnBufferRequested(uint8_t** buffer, size_t* size, size_t* max_records);
+void CUPTIAPI OnBufferCompleted(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t size, size_t valid);
+
+// ---------------------------------------------------------------------------
+// Per-context state: the arena and what ran on it since the last harvest
+// ---------------------------------------------------------------------------
+
+struct ContextState {
+  CUcontext ctx = nullptr;
+  uint32_t device = 0;
+  uint32_t context_id = 0;
+  bool failed = false;
+  bool destroyed = false;
+
+  CUdeviceptr arena = 0;
+  wire::ArenaRef ref{};  // what modules get (arena filled in last)
+  CUstream stream = nullptr;  // private, non-blocking
+  CUevent poll_event = nullptr;
+  uint32_t* poll_host = nullptr;  // pinned copy of ArenaHeader::next_chunk
+  bool poll_issued = false;
+  std::chrono::steady_clock::time_point last_poll{};
+
+  // Held shared by launches of profiled kernels (API enter..exit) and
+  // exclusively by a harvest.
+  std::shared_timed_mutex gate;
+
+  std::mutex mu;  // guards the fields below; never held across a driver call
+  std::vector<CUstream> busy_streams;  // streams with profiled work since the last harvest
+  bool unqueryable_work = false;       // per-thread default streams of other threads
+  uint64_t pending = 0;                // profiled launches since the last harvest
+  double projected_chunks = 0;         // chunks the launches since the last harvest may claim
+  std::unordered_set<uint64_t> profiled_correlations;
+  std::unordered_set<CUmodule> published;
+  std::unordered_map<uint64_t, std::string> names;  // device address -> marker name
+};
+
+struct FunctionInfo {
+  bool opted_in = false;
+  bool selected = false;
+  CUmodule module = nullptr;
+};
+
+struct FunctionKey {
+  CUcontext ctx;
+  CUfunction f;
+  bool operator==(const FunctionKey& o) const { return ctx == o.ctx && f == o.f; }
+};
+struct FunctionKeyHash {
+  size_t operator()(const FunctionKey& k) const {
+    return std::hash<void*>()(k.ctx) * 31 + std::hash<void*>()(k.f);
+  }
+};
+
+// ---------------------------------------------------------------------------
+// The profiler
+// ---------------------------------------------------------------------------
+
+class Profiler {
+ public:
+  Config config;
+  std::unique_ptr<transport::Producer> producer;
+  std::unique_ptr<ProducerSink> sink;
+  std::unique_ptr<Shipper> shipper;
+  std::mutex ship_mu;  // guards shipper and stats
+  wire::StatsMsg stats{};
+  ActivityStore activity;
+  std::atomic<bool> shutting_down{false};
+  std::atomic<bool> activity_enabled{false};
+  CUpti_SubscriberHandle subscriber = nullptr;
+  pid_t pid = 0;
+
+  std::mutex mu;  // guards the maps below; never held across a driver call
+  std::unordered_map<CUcontext, ContextState*> contexts;  // leaky: states are never freed
+  std::unordered_map<FunctionKey, FunctionInfo, FunctionKeyHash> functions;
+  std::unordered_map<std::string, bool> selection;  // mangled name -> selected
+  // Chunks per warp each kernel claimed at its last harvest: sizes the
+  // projected fill that triggers a drain before launches overrun the arena.
+  std::unordered_map<std::string, double> chunks_per_warp;
+
+  double ChunksPerWarp(const char* mangled) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = chunks_per_warp.find(mangled ? mangled : "");
+    return it == chunks_per_warp.end() ? 1.0 : it->second;
+  }
+
+  bool Selected(const std::string& mangled) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = selection.find(mangled);
+      if (it != selection.end()) return it->second;
+    }
+    const bool selected = config.kernels.selects_all() || config.kernels.Matches(Demangle(mangled));
+    std::lock_guard<std::mutex> lock(mu);
+    selection.emplace(mangled, selected);
+    return selected;
+  }
+
+  ContextState* FindContext(CUcontext ctx) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = contexts.find(ctx);
+    return it == contexts.end() ? nullptr : it->second;
+  }
+
+  FunctionInfo LookupFunction(CUcontext ctx, CUfunction f, const char* symbol);
+  ContextState* ContextFor(CUcontext ctx);
+  bool CreateArena(ContextState* cs);
+  bool Publish(ContextState* cs, CUmodule module);
+  void Poll(ContextState* cs);
+  bool NeedsDrain(ContextState* cs, double chunks);
+  void NoteLaunch(ContextState* cs, CUstream stream, bool per_thread_stream, uint64_t correlation, double chunks);
+  void Harvest(ContextState* cs, wire::HarvestReason reason, bool force);
+  std::string ReadName(ContextState* cs, uint64_t address);
+  void EnableActivity();
+  void SendStats();
+};
+
+Profiler* g_profiler = nullptr;  // leaky singleton, set once by Start()
+thread_local ContextState* t_gate_held = nullptr;  // launch gate held between API enter and exit
+
+void CUPTIAPI OnBufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kActivityBufferBytes));
+  *size = *buffer ? kActivityBufferBytes : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI OnBufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* record = nullptr;
+  while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && g_profiler != nullptr) {
+      g_profiler->activity.Add(*reinterpret_cast<const CUpti_ActivityKernel10*>(record));
+    }
+  }
+  std::free(buffer);
+}
+
+void Profiler::EnableActivity() {
+  if (activity_enabled.exchange(true)) return;
+  CheckCupti(cuptiActivityRegisterCallbacks(OnBufferRequested, OnBufferCompleted),
+             "cuptiActivityRegisterCallbacks");
+  CheckCupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
+             "cuptiActivityEnable(CONCURRENT_KERNEL)");
+}
+
+FunctionInfo Profiler::LookupFunction(CUcontext ctx, CUfunction f, const char* symbol) {
+  const FunctionKey key{ctx, f};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = functions.find(key);
+    if (it != functions.end()) return it->second;
+  }
+  FunctionInfo info;
+  // Runtime launches hand CUPTI a CUkernel (gpu-facts): cuFuncGetModule then
+  // fails with INVALID_HANDLE and the context's CUfunction is needed first.
+  CUmodule module = nullptr;
+  if (cuFuncGetModule(&module, f) != CUDA_SUCCESS) {
+    CUfunction func = nullptr;
+    if (cuKernelGetFunction(&func, reinterpret_cast<CUkernel>(f)) != CUDA_SUCCESS ||
+        cuFuncGetModule(&module, func) != CUDA_SUCCESS) {
+      module = nullptr;
+    }
+  }
+  if (module != nullptr) {
+    CUdeviceptr ptr = 0;
+    size_t bytes = 0;
+    const CUresult r = cuModuleGetGlobal(&ptr, &bytes, module, ArenaSymbol(kAbi).c_str());
+    if (r == CUDA_SUCCESS && bytes == sizeof(wire::ArenaRef)) {
+      info.opted_in = true;
+    } else if (r == CUDA_SUCCESS) {
+      Log().error("kernel {} has an smprof arena of {} bytes, expected {}: rebuild it against this smprof",
+                  symbol ? symbol : "?", bytes, sizeof(wire::ArenaRef));
+    } else {
+      for (int v = 1; v <= 16; ++v) {
+        if (v == kAbi) continue;
+        if (cuModuleGetGlobal(&ptr, &bytes, module, ArenaSymbol(v).c_str()) == CUDA_SUCCESS) {
+          Log().warn("kernel {} was built with smprof device ABI v{}, this injector speaks v{}: rebuild it",
+                     symbol ? symbol : "?", v, kAbi);
+          break;
+        }
+      }
+    }
+  }
+  info.module = module;
+  if (info.opted_in) {
+    const std::string mangled = symbol ? symbol : "";
+    info.selected = Selected(mangled);
+    activity.Track(mangled);
+    Log().debug("kernel {} opted in, {}", Demangle(mangled), info.selected ? "selected" : "not selected");
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  functions.emplace(key, info);
+  return info;
+}
+
+ContextState* Profiler::ContextFor(CUcontext ctx) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = contexts.find(ctx);
+    if (it != contexts.end()) return it->second->failed || it->second->destroyed ? nullptr : it->second;
+  }
+  auto* cs = new ContextState();
+  cs->ctx = ctx;
+  cs->failed = !CreateArena(cs);
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, inserted] = contexts.emplace(ctx, cs);
+  if (!inserted) return it->second->failed ? nullptr : it->second;  // another thread won; `cs` leaks (rare)
+  return cs->failed ? nullptr : cs;
+}
+
+bool Profiler::CreateArena(ContextState* cs) {
+  RelaxedCapture relaxed;
+  CUdevice dev;
+  if (!SMPROF_CU(cuCtxGetDevice(&dev))) return false;
+  int ordinal = 0, sms = 0, threads = 0, major = 0, minor = 0;
+  cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+  cuDeviceGetAttribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev);
+  cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  ordinal = static_cast<int>(dev);
+  char name[256] = {};
+  cuDeviceGetName(name, sizeof(name), dev);
+  cs->device = static_cast<uint32_t>(ordinal);
+  cuptiGetContextId(cs->ctx, &cs->context_id);
+
+  // %smid may exceed the SM count where SMs are fused off; leave headroom.
+  const uint32_t sm_slots = std::max(2u * static_cast<uint32_t>(sms), 64u);
+  const uint32_t warps_per_sm = std::max(static_cast<uint32_t>(threads) / 32u, 64u);
+  const uint64_t slots_offset = sizeof(wire::ArenaHeader);
+  const uint64_t slots_bytes = uint64_t{sm_slots} * warps_per_sm * sizeof(wire::WarpSlot);
+  const uint64_t chunk = config.chunk_bytes;
+  const uint64_t chunks_offset = (slots_offset + slots_bytes + chunk - 1) / chunk * chunk;
+  if (config.buffer_bytes < chunks_offset + 64 * chunk) {
+    Log().error("SMPROF_BUFFER_MB={} is too small for {} SMs: use at least {} MB", config.buffer_bytes >> 20,
+                sms, ((chunks_offset + 64 * chunk) >> 20) + 1);
+    return false;
+  }
+  const uint64_t num_chunks = std::min<uint64_t>((config.buffer_bytes - chunks_offset) / chunk, 0x7fffffffu);
+
+  if (!SMPROF_CU(cuStreamCreate(&cs->stream, CU_STREAM_NON_BLOCKING)) ||
+      !SMPROF_CU(cuEventCreate(&cs->poll_event, CU_EVENT_DISABLE_TIMING)) ||
+      !SMPROF_CU(cuMemHostAlloc(reinterpret_cast<void**>(&cs->poll_host), 64, 0)) ||
+      !SMPROF_CU(cuMemAlloc(&cs->arena, config.buffer_bytes))) {
+    Log().error("could not allocate {} MB of device memory for profiling on GPU {}: lower SMPROF_BUFFER_MB",
+                config.buffer_bytes >> 20, ordinal);
+    return false;
+  }
+  *cs->poll_host = 0;
+  wire::ArenaHeader header{};
+  header.magic = wire::kArenaMagic;
+  header.abi_version = wire::kArenaAbiVersion;
+  header.chunk_bytes = static_cast<uint32_t>(chunk);
+  header.num_chunks = static_cast<uint32_t>(num_chunks);
+  header.slots_offset = slots_offset;
+  header.chunks_offset = chunks_offset;
+  header.sm_slots = sm_slots;
+  header.warps_per_sm = warps_per_sm;
+  if (!SMPROF_CU(cuMemsetD8Async(cs->arena, 0, config.buffer_bytes, cs->stream)) ||
+      !SMPROF_CU(cuMemcpyHtoDAsync(cs->arena, &header, sizeof(header), cs->stream)) ||
+      !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
+    return false;
+  }
+  cs->ref.arena = cs->arena;
+  cs->ref.slots = cs->arena + slots_offset;
+  cs->ref.chunks = cs->arena + chunks_offset;
+  cs->ref.num_chunks = header.num_chunks;
+  cs->ref.chunk_shift = static_cast<uint32_t>(__builtin_ctzll(chunk));
+  cs->ref.sm_slots = sm_slots;
+  cs->ref.warps_per_sm = warps_per_sm;
+  cs->ref.warp_mask = config.warp_mask;
+  EnableActivity();
+  {
+    std::lock_guard<std::mutex> lock(ship_mu);
+    shipper->SendDevice(cs->device, static_cast<uint32_t>(sms), static_cast<uint32_t>(major),
+                        static_cast<uint32_t>(minor), name);
+  }
+  Log().info("GPU {} ({}): {} MB arena, {} chunks of {} bytes", ordinal, name, config.buffer_bytes >> 20,
+             num_chunks, chunk);
+  return true;
+}
+
+bool Profiler::Publish(ContextState* cs, CUmodule module) {
+  {
+    std::lock_guard<std::mutex> lock(cs->mu);
+    if (cs->published.count(module)) return true;
+  }
+  RelaxedCapture relaxed;
+  CUdeviceptr global = 0;
+  size_t bytes = 0;
+  if (!SMPROF_CU(cuModuleGetGlobal(&global, &bytes, module, ArenaSymbol(kAbi).c_str()))) return false;
+  // Everything but `arena` first, then `arena`: a kernel of this module that
+  // is already running sees either nothing or a complete reference.
+  const size_t rest = sizeof(wire::ArenaRef) - sizeof(uint64_t);
+  if (!SMPROF_CU(cuMemcpyHtoDAsync(global + sizeof(uint64_t), reinterpret_cast<const char*>(&cs->ref) + 8, rest,
+                                   cs->stream)) ||
+      !SMPROF_CU(cuStreamSynchronize(cs->stream)) ||
+      !SMPROF_CU(cuMemcpyHtoDAsync(global, &cs->ref.arena, sizeof(uint64_t), cs->stream)) ||
+      !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(cs->mu);
+  cs->published.insert(module);
+  return true;
+}
+
+// Asynchronously samples the arena fill level, at most every 100 us; the
+// sample is read by NeedsDrain at the next launch.
+void Profiler::Poll(ContextState* cs) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - cs->last_poll < std::chrono::microseconds(100)) return;
+  if (cs->poll_issued && cuEventQuery(cs->poll_event) != CUDA_SUCCESS) return;
+  cs->last_poll = now;
+  RelaxedCapture relaxed;
+  cs->poll_issued =
+      SMPROF_CU(cuMemcpyDtoHAsync(cs->poll_host, cs->arena + offsetof(wire::ArenaHeader, next_chunk), 4, cs->stream)) &&
+      SMPROF_CU(cuEventRecord(cs->poll_event, cs->stream));
+}
+
+// High-water test before a launch of about `chunks` chunks: the sampled fill
+// lags behind queued launches, so the projection from the launches since the
+// last harvest counts too.
+bool Profiler::NeedsDrain(ContextState* cs, double chunks) {
+  const double limit = static_cast<double>(cs->ref.num_chunks) * config.high_water_percent / 100.0;
+  const uint32_t sampled = __atomic_load_n(cs->poll_host, __ATOMIC_RELAXED);
+  std::lock_guard<std::mutex> lock(cs->mu);
+  if (cs->pending == 0) return false;
+  return sampled >= limit || cs->projected_chunks + chunks > limit;
+}
+
+void Profiler::NoteLaunch(ContextState* cs, CUstream stream, bool per_thread_stream, uint64_t correlation,
+                          double chunks) {
+  std::lock_guard<std::mutex> lock(cs->mu);
+  ++cs->pending;
+  cs->projected_chunks += chunks;
+  if (correlation != 0) cs->profiled_correlations.insert(correlation);
+  if (per_thread_stream) {
+    cs->unqueryable_work = true;
+  } else if (std::find(cs->busy_streams.begin(), cs->busy_streams.end(), stream) == cs->busy_streams.end()) {
+    cs->busy_streams.push_back(stream);
+  }
+}
+
+std::string Profiler::ReadName(ContextState* cs, uint64_t address) {
+  {
+    std::lock_guard<std::mutex> lock(cs->mu);
+    auto it = cs->names.find(address);
+    if (it != cs->names.end()) return it->second;
+  }
+  std::string name;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (cuMemGetAddressRange(&base, &size, address) == CUDA_SUCCESS && address >= base && address < base + size) {
+    constexpr size_t kStep = 256, kMax = 64u << 10;
+    std::vector<char> buf(kStep);
+    for (uint64_t at = address; at < base + size && name.size() < kMax; at += kStep) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kStep, base + size - at));
+      if (!SMPROF_CU(cuMemcpyDtoHAsync(buf.data(), at, n, cs->stream)) ||
+          !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
+        break;
+      }
+      const char* end = static_cast<const char*>(std::memchr(buf.data(), '\0', n));
+      name.append(buf.data(), end ? static_cast<size_t>(end - buf.data()) : n);
+      if (end) break;
+    }
+  }
+  if (name.empty()) name = fmt::format("<unreadable name at 0x{:x}>", address);
+  std::lock_guard<std::mutex> lock(cs->mu);
+  cs->names.emplace(address, name);
+  return name;
+}
+
+// Reads and resets the arena when no kernel of the context can be writing it.
+// `force` waits for the streams with profiled work; otherwise the harvest is
+// skipped unless they are already idle.
+void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, bool force) {
+  {
+    std::lock_guard<std::mutex> lock(cs->mu);
+    if (cs->pending == 0 || cs->failed || cs->destroyed) return;
+  }
+  ScopedContext scoped(cs->ctx);
+  if (!scoped.ok()) return;
+  RelaxedCapture relaxed;
+  std::unique_lock<std::shared_timed_mutex> gate(cs->gate, std::defer_lock);
+  if (!gate.try_lock_for(force ? std::chrono::seconds(10) : std::chrono::milliseconds(20))) {
+    Log().debug("harvest skipped on GPU {}: launches in progress", cs->device);
+    return;
+  }
+  std::vector<CUstream> streams;
+  bool unqueryable;
+  std::unordered_set<uint64_t> correlations;
+  {
+    std::lock_guard<std::mutex> lock(cs->mu);
+    streams = cs->busy_streams;
+    unqueryable = cs->unqueryable_work;
+  }
+  if (force) {
+    if (unqueryable) {
+      if (!SMPROF_CU(cuCtxSynchronize())) return;
+    } else {
+      for (CUstream s : streams) {
+        if (!SMPROF_CU(cuStreamSynchronize(s))) return;
+      }
+    }
+  } else {
+    if (unqueryable && reason != wire::kHarvestSync) return;
+    for (CUstream s : streams) {
+      if (cuStreamQuery(s) != CUDA_SUCCESS) return;  // still running: a later sync will harvest
+    }
+  }
+  const uint64_t harvest_time = GpuNow();
+  wire::ArenaHeader header{};
+  if (!SMPROF_CU(cuMemcpyDtoHAsync(&header, cs->arena, sizeof(header), cs->stream)) ||
+      !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
+    return;
+  }
+  const uint32_t chunk_bytes = 1u << cs->ref.chunk_shift;
+  const uint32_t used = std::min(header.next_chunk, cs->ref.num_chunks);
+  std::vector<uint8_t> data(static_cast<size_t>(used) * chunk_bytes);
+  const uint64_t slots_bytes = cs->ref.chunks - cs->ref.slots;
+  if ((used > 0 && !SMPROF_CU(cuMemcpyDtoHAsync(data.data(), cs->ref.chunks, data.size(), cs->stream))) ||
+      (used > 0 && !SMPROF_CU(cuMemsetD8Async(cs->ref.chunks, 0, data.size(), cs->stream))) ||
+      !SMPROF_CU(cuMemsetD8Async(cs->ref.slots, 0, slots_bytes, cs->stream)) ||
+      !SMPROF_CU(cuMemsetD8Async(cs->arena + offsetof(wire::ArenaHeader, next_chunk), 0,
+                                 sizeof(wire::ArenaHeader) - offsetof(wire::ArenaHeader, next_chunk), cs->stream)) ||
+      !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
+    cs->failed = true;  // the arena may be half reset: stop using it
+    Log().error("profiling stops on GPU {}: the profile buffer could not be read back", cs->device);
+    return;
+  }
+  __atomic_store_n(cs->poll_host, 0u, __ATOMIC_RELAXED);
+  {
+    std::lock_guard<std::mutex> lock(cs->mu);
+    cs->busy_streams.clear();
+    cs->unqueryable_work = false;
+    cs->pending = 0;
+    cs->projected_chunks = 0;
+    correlations.swap(cs->profiled_correlations);
+  }
+  gate.unlock();
+
+  CheckCupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+  std::vector<KernelRecord> records = activity.Take(cs->context_id, harvest_time);
+
+  std::vector<WarpSegment> segments;
+  DecodeStats decode;
+  DecodeChunks(data.data(), used, chunk_bytes, &segments, &decode);
+  MatchStats match;
+  std::vector<Launch> launches = MatchLaunches(
+      segments, records, [this](const std::string& n) { return Selected(n); },
+      [&](const KernelRecord& r) { return correlations.count(r.correlation_id) > 0; }, &match);
+
+  // Names are read from device memory, so before a module unload completes.
+  std::unordered_map<uint64_t, std::string> names;
+  for (const Launch& l : launches) {
+    for (const LaunchEvents& w : l.warps) {
+      for (const wire::Event& e : w.events) {
+        const uint64_t address = w.segment->anchor + static_cast<int64_t>(e.name_offset);
+        if (!names.count(address)) names.emplace(address, ReadName(cs, address));
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Launch& l : launches) {
+      const double warps = static_cast<double>(Warps(l.record.grid[0], l.record.grid[1], l.record.grid[2],
+                                                     l.record.block[0], l.record.block[1], l.record.block[2]));
+      if (warps > 0 && !l.record.name.empty()) chunks_per_warp[l.record.name] = l.warps.size() / warps;
+    }
+  }
+  std::lock_guard<std::mutex> lock(ship_mu);
+  shipper->SendLaunches(
+      launches, reason == wire::kHarvestHighWater ? uint32_t{wire::kLaunchForcedDrain} : 0u,
+      [&](uint64_t address) { return names[address]; },
+      [](const std::string& mangled) { return mangled.empty() ? std::string("<unknown kernel>") : Demangle(mangled); });
+  shipper->SendHarvest(harvest_time, cs->device, reason, header.dropped_events, header.unplaced_events);
+  stats.harvests += 1;
+  stats.forced_drains += reason == wire::kHarvestHighWater ? 1 : 0;
+  stats.events_dropped_device += header.dropped_events;
+  stats.events_unplaced_device += header.unplaced_events;
+  stats.events_filtered += match.filtered;
+  stats.events_unattributed += match.unattributed;
+  stats.events_malformed += decode.malformed_events;
+  Log().debug("harvest on GPU {} ({}): {} chunks, {} launches, {} events, {} dropped", cs->device,
+              static_cast<int>(reason), used, launches.size(), match.events, header.dropped_events);
+  SendStats();
+}
+
+void Profiler::SendStats() {
+  const ShipperCounters& c = shipper->counters();
+  stats.launches_profiled = c.launches;
+  stats.events_recorded = c.events;
+  stats.messages_dropped = c.messages_dropped;
+  stats.events_dropped_transport = c.events_dropped;
+  shipper->SendStats(stats);
+}
+
+// ---------------------------------------------------------------------------
+// Callbacks
+// ---------------------------------------------------------------------------
+
+bool IsPerThread(CUpti_CallbackId cbid, CUstream stream) {
+  if (stream == CU_STREAM_PER_THREAD) return true;
+  if (stream != nullptr) return false;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsCapturing(CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// Launch API enter: make the kernel's module see the arena, drain if the
+// arena is nearly full, then hold the gate until API exit.
+void OnLaunchEnter(Profiler& p, const CUpti_CallbackData* cb, CUpti_CallbackId cbid, CUfunction f,
+                   CUstream stream, uint64_t warps) {
+  ContextState* cs = nullptr;
+  bool selected = true;
+  double chunks = 0;
+  if (f != nullptr) {
+    const FunctionInfo info = p.LookupFunction(cb->context, f, cb->symbolName);
+    if (!info.opted_in) return;
+    cs = p.ContextFor(cb->context);
+    if (cs == nullptr || !p.Publish(cs, info.module)) return;
+    selected = info.selected;
+    chunks = static_cast<double>(warps) * p.ChunksPerWarp(cb->symbolName);
+  } else {  // graph launch: any captured kernel may record
+    cs = p.FindContext(cb->context);
+    if (cs == nullptr || cs->failed || cs->destroyed) return;
+  }
+  const bool capturing = IsCapturing(stream);
+  if (!capturing) {
+    if (p.NeedsDrain(cs, chunks)) p.Harvest(cs, wire::kHarvestHighWater, true);
+    p.Poll(cs);
+  }
+  if (t_gate_held == nullptr) {
+    cs->gate.lock_shared();
+    t_gate_held = cs;
+  }
+  if (!capturing) {
+    p.NoteLaunch(cs, stream, IsPerThread(cbid, stream), f != nullptr && selected ? cb->correlationId : 0, chunks);
+  }
+}
+
+void OnLaunchExit() {
+  if (t_gate_held != nullptr) {
+    t_gate_held->gate.unlock_shared();
+    t_gate_held = nullptr;
+  }
+}
+
+void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  Profiler* p = g_profiler;
+  if (p == nullptr || t_in_smprof > 0) return;
+  if (p->shutting_down.load(std::memory_order_relaxed) || getpid() != p->pid) {
+    OnLaunchExit();
+    return;
+  }
+  InSmprof guard;
+  if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+    const auto* rd = static_cast<const CUpti_ResourceData*>(data);
+    ContextState* cs = p->FindContext(rd->context);
+    if (cs == nullptr) return;
+    if (cbid == CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING) {
+      p->Harvest(cs, wire::kHarvestModuleUnload, true);
+      // Handles of the unloading module may be reused by the next one.
+      std::lock_guard<std::mutex> lock(p->mu);
+      for (auto it = p->functions.begin(); it != p->functions.end();) {
+        it = it->first.ctx == rd->context ? p->functions.erase(it) : std::next(it);
+      }
+      std::lock_guard<std::mutex> cs_lock(cs->mu);
+      cs->published.clear();
+      cs->names.clear();
+    } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
+      p->Harvest(cs, wire::kHarvestContextDestroy, true);
+      cs->destroyed = true;
+      std::lock_guard<std::mutex> lock(p->mu);
+      for (auto it = p->functions.begin(); it != p->functions.end();) {
+        it = it->first.ctx == rd->context ? p->functions.erase(it) : std::next(it);
+      }
+      p->contexts.erase(rd->context);
+    }
+    return;
+  }
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+  const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  const bool enter = cb->callbackSite == CUPTI_API_ENTER;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
+      const auto* a = static_cast<const cuLaunchKernel_params*>(cb->functionParams);
+      enter ? OnLaunchEnter(*p, cb, cbid, a->f, a->hStream,
+                            Warps(a->gridDimX, a->gridDimY, a->gridDimZ, a->blockDimX, a->blockDimY, a->blockDimZ))
+            : OnLaunchExit();
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
+      const auto* a = static_cast<const cuLaunchCooperativeKernel_params*>(cb->functionParams);
+      enter ? OnLaunchEnter(*p, cb, cbid, a->f, a->hStream,
+                            Warps(a->gridDimX, a->gridDimY, a->gridDimZ, a->blockDimX, a->blockDimY, a->blockDimZ))
+            : OnLaunchExit();
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
+      const auto* a = static_cast<const cuLaunchKernelEx_params*>(cb->functionParams);
+      const CUlaunchConfig* c = a->config;
+      enter ? OnLaunchEnter(*p, cb, cbid, a->f, c ? c->hStream : nullptr,
+                            c ? Warps(c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ)
+                              : 0)
+            : OnLaunchExit();
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz: {
+      const auto* a = static_cast<const cuGraphLaunch_params*>(cb->functionParams);
+      enter ? OnLaunchEnter(*p, cb, cbid, nullptr, a->hStream, 0) : OnLaunchExit();
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize:
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds:
+      if (!enter) {
+        if (ContextState* cs = p->FindContext(cb->context)) p->Harvest(cs, wire::kHarvestSync, false);
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+bool Subscribe(Profiler& p) {
+  const CUptiResult r = cuptiSubscribe(&p.subscriber, reinterpret_cast<CUpti_CallbackFunc>(OnCallback), nullptr);
+  if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+    Log().error("another CUDA tool (nsys, ncu, compute-sanitizer or a framework profiler) holds CUPTI; "
+                "this run is not profiled. Run without the other tool to profile with smprof.");
+    return false;
+  }
+  if (!CheckCupti(r, "cuptiSubscribe")) return false;
+  const CUpti_CallbackId driver_ids[] = {
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,           CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,         CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,            CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,         CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2,
+      CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,      CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,       CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2,
+      CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds,     CUPTI_DRIVER_TRACE_CBID_cuMemcpy,
+      CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds,
+  };
+  bool ok = true;
+  for (CUpti_CallbackId id : driver_ids) {
+    ok &= CheckCupti(cuptiEnableCallback(1, p.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id), "cuptiEnableCallback");
+  }
+  ok &= CheckCupti(cuptiEnableCallback(1, p.subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                       CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING),
+                   "cuptiEnableCallback(module unload)");
+  ok &= CheckCupti(cuptiEnableCallback(1, p.subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                       CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING),
+                   "cuptiEnableCallback(context destroy)");
+  if (!ok) cuptiUnsubscribe(p.subscriber);
+  return ok;
+}
+
+void ShutdownAtExit() { Shutdown(); }
+
+}  // namespace
+
+bool Start() {
+  static std::atomic<bool> started{false};
+  if (started.exchange(true)) return g_profiler != nullptr;
+  InSmprof guard;
+  auto* p = new Profiler();
+  std::vector<std::string> errors;
+  p->config = LoadConfig([](const char* n) { return std::getenv(n); }, &errors);
+  if (!SetLogLevel(p->config.log_level)) {
+    errors.push_back("SMPROF_LOG_LEVEL='" + p->config.log_level +
+                     "' is not one of trace, debug, info, warn, error, off; using warn");
+  }
+  for (const std::string& e : errors) Log().error("{}", e);
+  if (!p->config.kernels_valid) return false;
+  if (p->config.run_id.empty()) {
+    Log().warn("SMPROF_RUN_ID is not set, so no collector is listening: start the application with "
+               "`smprof-run ./app`; running unprofiled");
+    return false;
+  }
+  transport::ProducerOptions options;
+  options.ring_bytes = p->config.shm_bytes;
+  std::string error;
+  p->producer = transport::Producer::Attach(p->config.run_id, options, &error);
+  if (!p->producer) {
+    Log().error("cannot reach the smprof collector: {}; running unprofiled", error);
+    return false;
+  }
+  p->sink = std::make_unique<ProducerSink>(p->producer.get());
+  p->shipper = std::make_unique<Shipper>(p->sink.get());
+  p->pid = getpid();
+  p->shipper->SendProcess(static_cast<uint32_t>(p->pid), static_cast<uint32_t>(getppid()), RealtimeNow(), GpuNow(),
+                          ReadCmdline());
+  if (!Subscribe(*p)) {
+    p->producer->Detach();
+    return false;
+  }
+  g_profiler = p;
+  std::atexit(ShutdownAtExit);
+  Log().info("profiling (run {}, kernels '{}')", p->config.run_id, p->config.kernels.spec());
+  return true;
+}
+
+void Shutdown() {
+  Profiler* p = g_profiler;
+  if (p == nullptr || getpid() != p->pid || p->shutting_down.exchange(true)) return;
+  InSmprof guard;
+  std::vector<ContextState*> contexts;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    for (auto& [ctx, cs] : p->contexts) contexts.push_back(cs);
+  }
+  for (ContextState* cs : contexts) {
+    if (!cs->destroyed) p->Harvest(cs, wire::kHarvestExit, true);
+  }
+  {
+    std::lock_guard<std::mutex> lock(p->ship_mu);
+    p->SendStats();
+  }
+  if (uint64_t lost = p->activity.dropped()) {
+    Log().warn("{} CUPTI kernel records were not kept (store full); their events appear without launch details",
+               lost);
+  }
+  p->producer->Detach();
+}
+
+}  // namespace smprof::injector

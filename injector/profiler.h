@@ -1,0 +1,32 @@
+// The injector's CUPTI subscriber: sees launches, provides arenas, harvests.
+//
+// Lifecycle: Start() (from InitializeInjection or the LD_PRELOAD constructor)
+// reads the configuration, attaches to the run's transport, subscribes to
+// CUPTI and registers Shutdown() with atexit. Everything lives in a leaky
+// singleton so no static destructor can run under a late callback.
+//
+// Callback hot-path rules (see profiler.cc):
+//   - a thread-local re-entrancy guard: smprof's own driver calls re-enter the
+//     callback and must be ignored;
+//   - per launch: one cached function lookup; no allocation after the first
+//     launch of a function in a context;
+//   - smprof holds no mutex of its own across a CUPTI or driver call, except
+//     each context's launch gate (a shared_timed_mutex): launches of profiled
+//     kernels hold it shared from API enter to API exit, a harvest takes it
+//     exclusively with a timeout (and skips the harvest if it cannot), so no
+//     kernel can start while the arena is being read and zeroed;
+//   - no synchronisation of the application's streams on the normal path:
+//     harvests happen where the application already synchronised, after
+//     checking (cuStreamQuery) that every stream with profiled work is idle.
+//     Only a forced drain (arena past its high-water mark), a module unload,
+//     context destruction and process exit wait for those streams.
+#pragma once
+
+namespace smprof::injector {
+
+// Returns false when profiling is off for this process (reason logged).
+bool Start();
+// Final harvest and detach; idempotent. Registered with atexit by Start().
+void Shutdown();
+
+}  // namespace smprof::injector

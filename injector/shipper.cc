@@ -1,0 +1,147 @@
+#include "injector/shipper.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace smprof::injector {
+namespace {
+
+constexpr uint32_t kMaxStringBytes = 64u << 10;
+
+template <typename Msg>
+Msg Zeroed() {
+  Msg m;
+  std::memset(&m, 0, sizeof(m));
+  return m;
+}
+
+uint32_t ClampedLength(const std::string& s) {
+  return static_cast<uint32_t>(std::min<size_t>(s.size(), kMaxStringBytes));
+}
+
+}  // namespace
+
+void Shipper::Send(uint32_t type, const void* fixed, uint32_t fixed_size, const void* tail, uint32_t tail_size,
+                   uint64_t events) {
+  const uint32_t size = wire::PaddedSize(fixed_size + tail_size);
+  buffer_.assign(size, 0);
+  std::memcpy(buffer_.data(), fixed, fixed_size);
+  if (tail_size > 0) std::memcpy(buffer_.data() + fixed_size, tail, tail_size);
+  wire::MsgHeader header{type, size};
+  std::memcpy(buffer_.data(), &header, sizeof(header));
+  if (sink_->Send(buffer_.data(), size, events)) {
+    counters_.events += events;
+  } else {
+    ++counters_.messages_dropped;
+    counters_.events_dropped += events;
+  }
+}
+
+void Shipper::SendProcess(uint32_t pid, uint32_t ppid, uint64_t host_realtime_ns, uint64_t gpu_time_ns,
+                          const std::string& cmdline) {
+  auto m = Zeroed<wire::ProcessMsg>();
+  m.pid = pid;
+  m.ppid = ppid;
+  m.host_realtime_ns = host_realtime_ns;
+  m.gpu_time_ns = gpu_time_ns;
+  m.cmdline_len = ClampedLength(cmdline);
+  Send(wire::kMsgProcess, &m, sizeof(m), cmdline.data(), m.cmdline_len, 0);
+}
+
+void Shipper::SendDevice(uint32_t device, uint32_t sm_count, uint32_t cc_major, uint32_t cc_minor,
+                         const std::string& name) {
+  if (std::find(devices_sent_.begin(), devices_sent_.end(), device) != devices_sent_.end()) return;
+  devices_sent_.push_back(device);
+  auto m = Zeroed<wire::DeviceMsg>();
+  m.device = device;
+  m.sm_count = sm_count;
+  m.cc_major = cc_major;
+  m.cc_minor = cc_minor;
+  m.name_len = ClampedLength(name);
+  Send(wire::kMsgDevice, &m, sizeof(m), name.data(), m.name_len, 0);
+}
+
+uint32_t Shipper::InternName(const std::string& name) {
+  auto it = name_ids_.find(name);
+  if (it != name_ids_.end()) return it->second;
+  const uint32_t id = static_cast<uint32_t>(name_ids_.size() + 1);
+  name_ids_.emplace(name, id);
+  auto m = Zeroed<wire::NameMsg>();
+  m.name_id = id;
+  m.name_len = ClampedLength(name);
+  Send(wire::kMsgName, &m, sizeof(m), name.data(), m.name_len, 0);
+  return id;
+}
+
+void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_flags,
+                           const std::function<std::string(uint64_t)>& name_of,
+                           const std::function<std::string(const std::string&)>& kernel_name) {
+  address_ids_.clear();  // addresses are only stable while modules stay loaded
+  std::vector<wire::WireEvent> events;
+  for (const Launch& launch : launches) {
+    const KernelRecord& r = launch.record;
+    auto m = Zeroed<wire::LaunchMsg>();
+    m.launch_id = next_launch_id_++;
+    m.start_ns = r.start_ns;
+    m.end_ns = r.end_ns;
+    m.grid_id = r.grid_id;
+    m.correlation_id = r.correlation_id;
+    m.stream_id = r.stream_id;
+    m.device = r.device;
+    m.context_id = r.context_id;
+    m.graph_id = r.graph_id;
+    m.flags = launch.flags | extra_flags | (r.graph_id != 0 ? uint32_t{wire::kLaunchFromGraph} : 0u);
+    std::copy(r.grid, r.grid + 3, m.grid);
+    std::copy(r.block, r.block + 3, m.block);
+    m.dynamic_smem = r.dynamic_smem;
+    m.static_smem = r.static_smem;
+    m.registers = r.registers;
+    const std::string display =
+        (launch.flags & wire::kLaunchNoActivity) && r.name.empty()
+            ? "<kernel of grid " + std::to_string(r.grid_id) + ", no CUPTI record>"
+            : kernel_name(r.name);
+    m.name_len = ClampedLength(display);
+    Send(wire::kMsgLaunch, &m, sizeof(m), display.data(), m.name_len, 0);
+    ++counters_.launches;
+
+    for (const LaunchEvents& warp : launch.warps) {
+      const WarpSegment& seg = *warp.segment;
+      for (size_t first = 0; first < warp.events.size(); first += kMaxEventsPerMessage) {
+        const size_t count = std::min<size_t>(kMaxEventsPerMessage, warp.events.size() - first);
+        events.clear();
+        for (size_t i = first; i < first + count; ++i) {
+          const wire::Event& e = warp.events[i];
+          const uint64_t address = seg.anchor + static_cast<int64_t>(e.name_offset);
+          auto it = address_ids_.find(address);
+          if (it == address_ids_.end()) it = address_ids_.emplace(address, InternName(name_of(address))).first;
+          events.push_back({e.time_ns, it->second, e.info & wire::kEventKindMask});
+        }
+        auto w = Zeroed<wire::WarpEventsMsg>();
+        w.launch_id = m.launch_id;
+        std::copy(seg.block, seg.block + 3, w.block);
+        w.sm = seg.sm;
+        w.warp = seg.warp;
+        w.count = static_cast<uint32_t>(count);
+        Send(wire::kMsgWarpEvents, &w, sizeof(w), events.data(),
+             static_cast<uint32_t>(events.size() * sizeof(wire::WireEvent)), count);
+      }
+    }
+  }
+}
+
+void Shipper::SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason reason, uint64_t dropped,
+                          uint64_t unplaced) {
+  auto m = Zeroed<wire::HarvestMsg>();
+  m.time_ns = time_ns;
+  m.device = device;
+  m.reason = reason;
+  m.dropped_events = dropped;
+  m.unplaced_events = unplaced;
+  Send(wire::kMsgHarvest, &m, sizeof(m), nullptr, 0, 0);
+}
+
+void Shipper::SendStats(const wire::StatsMsg& stats) {
+  Send(wire::kMsgStats, &stats, sizeof(stats), nullptr, 0, 0);
+}
+
+}  // namespace smprof::injector

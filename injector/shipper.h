@@ -1,0 +1,74 @@
+// Shipper: turns harvested launches into transport messages (wire.h).
+//
+// Owns the process-wide message state: launch ids (increasing with start
+// time across harvests), the interned marker names (a NameMsg precedes the
+// first use of each id), which devices were announced, and the counters of
+// what was shipped or lost on the way. Not thread-safe: the injector calls it
+// under its ship mutex.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "injector/harvest.h"
+#include "smprof/wire.h"
+
+namespace smprof::injector {
+
+class MessageSink {
+ public:
+  virtual ~MessageSink() = default;
+  // Returns false when the message was dropped (already counted by the sink).
+  virtual bool Send(const void* data, uint32_t size, uint64_t events) = 0;
+};
+
+struct ShipperCounters {
+  uint64_t launches = 0;
+  uint64_t events = 0;           // events in messages the sink accepted
+  uint64_t messages_dropped = 0;
+  uint64_t events_dropped = 0;   // events in messages the sink dropped
+};
+
+class Shipper {
+ public:
+  explicit Shipper(MessageSink* sink) : sink_(sink) {}
+
+  void SendProcess(uint32_t pid, uint32_t ppid, uint64_t host_realtime_ns, uint64_t gpu_time_ns,
+                   const std::string& cmdline);
+  // Announces a device once; later calls for the same ordinal do nothing.
+  void SendDevice(uint32_t device, uint32_t sm_count, uint32_t cc_major, uint32_t cc_minor,
+                  const std::string& name);
+
+  // `name_of(address)` returns the marker name stored at a device address.
+  // `kernel_name(mangled)` returns the display name of a kernel.
+  void SendLaunches(const std::vector<Launch>& launches, uint32_t extra_flags,
+                    const std::function<std::string(uint64_t)>& name_of,
+                    const std::function<std::string(const std::string&)>& kernel_name);
+
+  void SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason reason, uint64_t dropped,
+                   uint64_t unplaced);
+  void SendStats(const wire::StatsMsg& stats);
+
+  const ShipperCounters& counters() const { return counters_; }
+
+  // Events per WarpEventsMsg before a warp is split into several messages.
+  static constexpr uint32_t kMaxEventsPerMessage = 4096;
+
+ private:
+  uint32_t InternName(const std::string& name);
+  void Send(uint32_t type, const void* fixed, uint32_t fixed_size, const void* tail, uint32_t tail_size,
+            uint64_t events);
+
+  MessageSink* sink_;
+  ShipperCounters counters_;
+  uint64_t next_launch_id_ = 1;
+  std::unordered_map<std::string, uint32_t> name_ids_;
+  std::unordered_map<uint64_t, uint32_t> address_ids_;  // name address -> id, per harvest
+  std::vector<uint32_t> devices_sent_;
+  std::vector<uint8_t> buffer_;
+};
+
+}  // namespace smprof::injector

@@ -1,0 +1,68 @@
+// Test kernels that opt in to smprof. Every kernel records an exact,
+// documented number of events per warp so the GPU tests can check counts.
+#include <smprof/smprof.cuh>
+
+#include "tests/gpu/apps/kernels.h"
+
+namespace {
+
+__device__ void Spin(long long ns) {
+  const long long until = clock64() + ns * 2;  // ~2 cycles/ns at H100/H200 clocks; only needs to be long
+  while (clock64() < until) {
+  }
+}
+
+}  // namespace
+
+// Per warp: outer range, 3 "tick" instants, an inner BEGIN/END: 7 events.
+__global__ void marker_grid(int* out) {
+  SMPROF_RANGE("outer") {
+    for (int i = 0; i < 3; ++i) SMPROF_INSTANT("tick");
+    SMPROF_BEGIN("inner");
+    atomicAdd(out, 1);
+    SMPROF_END("inner");
+  }
+}
+
+// Per warp: `n` "step" instants, spread over about `spin_ns`.
+__global__ void count_kernel(int n, long long spin_ns) {
+  for (int i = 0; i < n; ++i) {
+    SMPROF_INSTANT("step");
+    Spin(spin_ns / n);
+  }
+}
+
+__global__ void gemm_like_a(int n) {
+  for (int i = 0; i < n; ++i) SMPROF_INSTANT("a_step");
+}
+
+__global__ void other_b(int n) {
+  for (int i = 0; i < n; ++i) SMPROF_INSTANT("b_step");
+}
+
+// Graph kernels: k1 records 5 instants per warp, k2 one range (2 events).
+__global__ void graph_k1() {
+  for (int i = 0; i < 5; ++i) SMPROF_INSTANT("g1");
+}
+__global__ void graph_k2() {
+  SMPROF_SCOPE("g2");
+  Spin(1000);
+}
+
+// Per warp: `n` instants; used to overflow or fill the buffer.
+__global__ void flood(int n, long long spin_ns) {
+  for (int i = 0; i < n; ++i) SMPROF_INSTANT("flood");
+  if (spin_ns > 0) Spin(spin_ns);
+}
+
+void LaunchMarkerGrid(int blocks, int threads, int* out, cudaStream_t s) { marker_grid<<<blocks, threads, 0, s>>>(out); }
+void LaunchCount(int blocks, int threads, int n, long long spin_ns, cudaStream_t s) {
+  count_kernel<<<blocks, threads, 0, s>>>(n, spin_ns);
+}
+void LaunchGemmLikeA(int n, cudaStream_t s) { gemm_like_a<<<2, 64, 0, s>>>(n); }
+void LaunchOtherB(int n, cudaStream_t s) { other_b<<<2, 64, 0, s>>>(n); }
+void LaunchGraphK1(cudaStream_t s) { graph_k1<<<2, 64, 0, s>>>(); }
+void LaunchGraphK2(cudaStream_t s) { graph_k2<<<3, 32, 0, s>>>(); }
+void LaunchFlood(int blocks, int threads, int n, long long spin_ns, cudaStream_t s) {
+  flood<<<blocks, threads, 0, s>>>(n, spin_ns);
+}

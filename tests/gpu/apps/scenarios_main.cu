@@ -1,0 +1,114 @@
+// The GPU tests' application: plain CUDA host code, one scenario per run.
+// It knows nothing about smprof; tests/gpu/gpu_scenarios_test.cc runs it
+// under smprof-run and checks the trace against the counts documented in
+// kernels_opted.cu.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "tests/gpu/apps/kernels.h"
+
+#define CHECK(call)                                                                                 \
+  do {                                                                                              \
+    cudaError_t err_ = (call);                                                                      \
+    if (err_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
+      std::exit(90);                                                                                \
+    }                                                                                               \
+  } while (0)
+
+namespace {
+
+int Basic() {  // marker_grid 4x128 (16 warps x 7 events) + a kernel of the plain module
+  int* out;
+  CHECK(cudaMalloc(&out, sizeof(int)));
+  CHECK(cudaMemset(out, 0, sizeof(int)));
+  LaunchMarkerGrid(4, 128, out, nullptr);
+  LaunchPlain(out, nullptr);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  int host = 0;
+  CHECK(cudaMemcpy(&host, out, sizeof(int), cudaMemcpyDeviceToHost));
+  return host == 4 * 128 * 2 ? 0 : 91;
+}
+
+int Streams() {  // 4 streams x 3 launches of count_kernel(n = 10..21), 2x64 threads (4 warps)
+  std::vector<cudaStream_t> streams(4);
+  for (auto& s : streams) CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int n = 10;
+  for (int round = 0; round < 3; ++round) {
+    for (auto& s : streams) LaunchCount(2, 64, n++, 300000, s);
+  }
+  CHECK(cudaGetLastError());
+  for (auto& s : streams) CHECK(cudaStreamSynchronize(s));
+  for (auto& s : streams) CHECK(cudaStreamDestroy(s));
+  return 0;
+}
+
+int Filter() {  // gemm_like_a(6) and other_b(9) twice each, 2x64 threads
+  for (int i = 0; i < 2; ++i) {
+    LaunchGemmLikeA(6, nullptr);
+    LaunchOtherB(9, nullptr);
+  }
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  return 0;
+}
+
+int Graph() {  // graph of graph_k1 (2x64: 4 warps x 5) -> graph_k2 (3x32: 3 warps x 2), replayed 3 times
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  LaunchGraphK1(s);
+  LaunchGraphK2(s);
+  CHECK(cudaStreamEndCapture(s, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaStreamDestroy(s));
+  return 0;
+}
+
+int Overflow() {  // 2 launches of flood(1000) on 264x256 threads: 2112 warps x 1000 events each
+  for (int i = 0; i < 2; ++i) {
+    LaunchFlood(264, 256, 1000, 0, nullptr);
+    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
+  }
+  return 0;
+}
+
+int HighWater() {  // 24 launches of flood(60) on 132x256 (1056 warps x 60), no sync until the end
+  for (int i = 0; i < 24; ++i) LaunchFlood(132, 256, 60, 2000000, nullptr);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  return 0;
+}
+
+int ExitNoSync(int code) {  // marker_grid, then exit without synchronising
+  int* out;
+  CHECK(cudaMalloc(&out, sizeof(int)));
+  LaunchMarkerGrid(4, 128, out, nullptr);
+  CHECK(cudaGetLastError());
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* scenario = argc > 1 ? argv[1] : "";
+  if (!std::strcmp(scenario, "basic")) return Basic();
+  if (!std::strcmp(scenario, "streams")) return Streams();
+  if (!std::strcmp(scenario, "filter")) return Filter();
+  if (!std::strcmp(scenario, "graph")) return Graph();
+  if (!std::strcmp(scenario, "overflow")) return Overflow();
+  if (!std::strcmp(scenario, "highwater")) return HighWater();
+  if (!std::strcmp(scenario, "exit7")) return ExitNoSync(7);
+  std::fprintf(stderr, "usage: %s basic|streams|filter|graph|overflow|highwater|exit7\n", argv[0]);
+  return 2;
+}

@@ -1,0 +1,272 @@
+// GPU tests: run tests/gpu/apps under the real smprof-run and check the trace
+// against the exact event counts documented in apps/kernels_opted.cu.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using nlohmann::json;
+
+std::string BuildDir() {
+  const char* d = std::getenv("SMPROF_BUILD_DIR");
+  return d ? d : ".";
+}
+
+bool HaveGpu() {
+  return std::system("nvidia-smi -L > /dev/null 2>&1") == 0;
+}
+
+#define REQUIRE_GPU() \
+  if (!HaveGpu()) GTEST_SKIP() << "no NVIDIA GPU here (nvidia-smi -L failed): GPU test skipped"
+
+struct Thread {
+  std::string name;
+  std::vector<json> events;  // X and i events
+};
+struct LaunchGroup {
+  std::string name;
+  std::map<int64_t, Thread> threads;
+  int Warps() const { return static_cast<int>(threads.size()) - 1; }  // minus the CUPTI kernel track
+};
+struct Run {
+  int exit_code = -1;
+  std::string stderr_text;
+  std::map<int64_t, LaunchGroup> launches;  // pid -> group, launch groups only
+  json summary_event;                       // the run summary instant's args
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs `smprof-run <args> -- smprof_gpu_scenarios <scenario>` and parses the trace.
+Run Profile(const std::string& scenario, const std::string& args = "", const std::string& app_prefix = "") {
+  char dir_template[] = "/tmp/smprof-gpu-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  const std::string trace = dir + "/trace.json";
+  const std::string err = dir + "/stderr.txt";
+  const std::string cmd = BuildDir() + "/bin/smprof-run -o " + trace + " " + args + " -- " + app_prefix + " " +
+                          BuildDir() + "/bin/smprof_gpu_scenarios " + scenario + " 2> " + err;
+  const int status = std::system(cmd.c_str());
+  Run run;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.stderr_text = Slurp(err);
+  std::string text = Slurp(trace);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ',')) text.pop_back();
+  if (!text.empty() && text.back() != ']') text += "]";
+  const json events = json::parse(text, nullptr, false);
+  EXPECT_TRUE(events.is_array()) << "trace " << trace << " does not parse";
+  if (!events.is_array()) return run;
+  std::map<int64_t, std::string> process_names;
+  for (const json& e : events) {
+    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name") {
+      process_names[e["pid"].get<int64_t>()] = e["args"]["name"].get<std::string>();
+    }
+  }
+  for (const auto& [pid, name] : process_names) {
+    if (!name.empty() && name[0] == '#') run.launches[pid].name = name;
+  }
+  for (const json& e : events) {
+    if (!e.contains("pid")) continue;
+    const int64_t pid = e["pid"].get<int64_t>();
+    const std::string ph = e.value("ph", "");
+    if (ph == "i" && e.value("name", "") .find("summary") != std::string::npos) run.summary_event = e["args"];
+    auto it = run.launches.find(pid);
+    if (it == run.launches.end()) continue;
+    Thread& t = it->second.threads[e.value("tid", int64_t{0})];
+    if (ph == "M" && e.value("name", "") == "thread_name") t.name = e["args"]["name"].get<std::string>();
+    if (ph == "X" || ph == "i") t.events.push_back(e);
+  }
+  return run;
+}
+
+int Count(const Thread& t, const std::string& ph, const std::string& name) {
+  int n = 0;
+  for (const json& e : t.events) n += e.value("ph", "") == ph && e.value("name", "") == name;
+  return n;
+}
+
+// The launch groups whose name contains `kernel`.
+std::vector<const LaunchGroup*> GroupsOf(const Run& run, const std::string& kernel) {
+  std::vector<const LaunchGroup*> out;
+  for (const auto& [pid, g] : run.launches) {
+    if (g.name.find(kernel) != std::string::npos) out.push_back(&g);
+  }
+  return out;
+}
+
+// The number after `label` in the stderr summary, e.g. "lost 0 events".
+long SummaryNumber(const Run& run, const std::string& pattern) {
+  std::smatch m;
+  if (!std::regex_search(run.stderr_text, m, std::regex(pattern))) return -1;
+  return std::stol(m[1]);
+}
+
+TEST(GpuScenarios, BasicCountsNamesAndUnoptedModule) {
+  REQUIRE_GPU();
+  const Run run = Profile("basic");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  ASSERT_EQ(run.launches.size(), 1u) << "only marker_grid opted in; plain_kernel must not appear";
+  const LaunchGroup& g = run.launches.begin()->second;
+  EXPECT_NE(g.name.find("marker_grid"), std::string::npos) << g.name;
+  EXPECT_NE(g.name.find("GPU"), std::string::npos);
+  EXPECT_NE(g.name.find("stream"), std::string::npos);
+  EXPECT_NE(g.name.find("grid(4,1,1) block(128,1,1)"), std::string::npos) << g.name;
+  ASSERT_EQ(g.Warps(), 16);
+  for (const auto& [tid, t] : g.threads) {
+    if (t.name.find("warp") == std::string::npos) {
+      EXPECT_EQ(Count(t, "X", "marker_grid(int*)"), 1) << "CUPTI kernel span on " << t.name;
+      continue;
+    }
+    EXPECT_EQ(Count(t, "X", "outer"), 1) << t.name;
+    EXPECT_EQ(Count(t, "X", "inner"), 1) << t.name;
+    EXPECT_EQ(Count(t, "i", "tick"), 3) << t.name;
+    EXPECT_EQ(t.events.size(), 5u) << t.name;
+    // inner nests in outer, ticks inside outer
+    const json* outer = nullptr;
+    for (const json& e : t.events) if (e["name"] == "outer") outer = &e;
+    ASSERT_NE(outer, nullptr);
+    const double o0 = (*outer)["ts"].get<double>(), o1 = o0 + (*outer)["dur"].get<double>();
+    for (const json& e : t.events) {
+      const double ts = e["ts"].get<double>();
+      EXPECT_GE(ts, o0) << e.dump();
+      EXPECT_LE(ts + e.value("dur", 0.0), o1 + 1e-9) << e.dump();
+    }
+  }
+  EXPECT_EQ(SummaryNumber(run, R"(profiled (\d+) launch)"), 1);
+  EXPECT_EQ(SummaryNumber(run, R"((\d+) events from)"), 16 * 7);
+  EXPECT_EQ(SummaryNumber(run, R"(lost (\d+) events)"), 0);
+}
+
+TEST(GpuScenarios, ConcurrentStreamsOfOneModuleAreAttributedExactly) {
+  REQUIRE_GPU();
+  const Run run = Profile("streams");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  const auto groups = GroupsOf(run, "count_kernel");
+  ASSERT_EQ(groups.size(), 12u);
+  std::multiset<int> counts;
+  std::set<std::string> streams;
+  for (const LaunchGroup* g : groups) {
+    ASSERT_EQ(g->Warps(), 4) << g->name;
+    int n = -1;
+    for (const auto& [tid, t] : g->threads) {
+      if (t.name.find("warp") == std::string::npos) continue;
+      const int c = Count(t, "i", "step");
+      if (n == -1) n = c;
+      EXPECT_EQ(c, n) << "warps of one launch disagree: events attributed to the wrong launch in " << g->name;
+    }
+    counts.insert(n);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(g->name, m, std::regex("stream (\\d+)")));
+    streams.insert(m[1]);
+  }
+  std::multiset<int> expected;
+  for (int n = 10; n < 22; ++n) expected.insert(n);
+  EXPECT_EQ(counts, expected);
+  EXPECT_EQ(streams.size(), 4u);
+  EXPECT_EQ(SummaryNumber(run, R"(lost (\d+) events)"), 0);
+}
+
+TEST(GpuScenarios, KernelFilterSelectsByDemangledName) {
+  REQUIRE_GPU();
+  const Run run = Profile("filter", "--kernels 'gemm*'");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(GroupsOf(run, "other_b").size(), 0u);
+  const auto groups = GroupsOf(run, "gemm_like_a");
+  ASSERT_EQ(groups.size(), 2u);
+  for (const LaunchGroup* g : groups) {
+    ASSERT_EQ(g->Warps(), 4);
+    for (const auto& [tid, t] : g->threads) {
+      if (t.name.find("warp") != std::string::npos) EXPECT_EQ(Count(t, "i", "a_step"), 6);
+    }
+  }
+  const Run excluded = Profile("filter", "--kernels '!gemm*'");
+  ASSERT_EQ(excluded.exit_code, 0) << excluded.stderr_text;
+  EXPECT_EQ(GroupsOf(excluded, "gemm_like_a").size(), 0u);
+  EXPECT_EQ(GroupsOf(excluded, "other_b").size(), 2u);
+}
+
+TEST(GpuScenarios, CapturedGraphReplaysKeepEveryEvent) {
+  REQUIRE_GPU();
+  const Run run = Profile("graph");
+  ASSERT_EQ(run.exit_code, 0) << "capture must keep working under smprof: " << run.stderr_text;
+  const auto k1 = GroupsOf(run, "graph_k1");
+  const auto k2 = GroupsOf(run, "graph_k2");
+  ASSERT_EQ(k1.size(), 3u);
+  ASSERT_EQ(k2.size(), 3u);
+  for (const LaunchGroup* g : k1) {
+    ASSERT_EQ(g->Warps(), 4) << g->name;
+    for (const auto& [tid, t] : g->threads)
+      if (t.name.find("warp") != std::string::npos) EXPECT_EQ(Count(t, "i", "g1"), 5) << g->name;
+  }
+  for (const LaunchGroup* g : k2) {
+    ASSERT_EQ(g->Warps(), 3) << g->name;
+    for (const auto& [tid, t] : g->threads)
+      if (t.name.find("warp") != std::string::npos) EXPECT_EQ(Count(t, "X", "g2"), 1) << g->name;
+  }
+  EXPECT_EQ(SummaryNumber(run, R"(lost (\d+) events)"), 0);
+}
+
+TEST(GpuScenarios, OverflowIsCountedExactly) {
+  REQUIRE_GPU();
+  const Run run = Profile("overflow", "--buffer-mb 1");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  const long events = SummaryNumber(run, R"((\d+) events from)");
+  const long lost = SummaryNumber(run, R"(lost (\d+) events)");
+  const long device = SummaryNumber(run, R"(device buffer (\d+))");
+  EXPECT_GT(lost, 0);
+  EXPECT_EQ(lost, device);
+  EXPECT_EQ(events + lost, 2L * 264 * 8 * 1000) << run.stderr_text;
+  int recorded = 0;
+  for (const auto& [pid, g] : run.launches)
+    for (const auto& [tid, t] : g.threads) recorded += Count(t, "i", "flood");
+  EXPECT_EQ(recorded, events);
+}
+
+TEST(GpuScenarios, HighWaterForcesDrainsInsteadOfDropping) {
+  REQUIRE_GPU();
+  const Run run = Profile("highwater", "--buffer-mb 2");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(SummaryNumber(run, R"(lost (\d+) events)"), 0) << run.stderr_text;
+  EXPECT_EQ(SummaryNumber(run, R"((\d+) events from)"), 12L * 528 * 20);
+  EXPECT_GE(run.summary_event.value("forced_drains", 0), 1) << run.summary_event.dump();
+  EXPECT_EQ(GroupsOf(run, "flood").size(), 12u);
+}
+
+TEST(GpuScenarios, NonZeroExitWithoutSyncKeepsEventsAndExitCode) {
+  REQUIRE_GPU();
+  const Run run = Profile("exit7");
+  EXPECT_EQ(run.exit_code, 7) << run.stderr_text;
+  const auto groups = GroupsOf(run, "marker_grid");
+  ASSERT_EQ(groups.size(), 1u) << "the exit harvest must ship the last launch";
+  EXPECT_EQ(groups[0]->Warps(), 16);
+}
+
+TEST(GpuScenarios, BadKernelPatternInInjectorRunsUnprofiled) {
+  REQUIRE_GPU();
+  // smprof-run rejects a bad pattern itself; the injector must cope when a
+  // process of the run sets one anyway: a clear error, and the app runs.
+  const Run run = Profile("basic", "", "env SMPROF_KERNELS='gemm['");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_NE(run.stderr_text.find("SMPROF_KERNELS"), std::string::npos) << run.stderr_text;
+  EXPECT_NE(run.stderr_text.find("profiling is off"), std::string::npos) << run.stderr_text;
+  EXPECT_EQ(run.launches.size(), 0u);
+}
+
+}  // namespace

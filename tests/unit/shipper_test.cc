@@ -1,0 +1,117 @@
+// Shipper: message framing, name interning, launch ids, splitting, loss counting.
+#include "injector/shipper.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace smprof::injector {
+namespace {
+
+class RecordingSink : public MessageSink {
+ public:
+  bool Send(const void* data, uint32_t size, uint64_t events) override {
+    if (reject_all) return false;
+    messages.emplace_back(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + size);
+    event_counts.push_back(events);
+    return true;
+  }
+  uint32_t TypeAt(size_t i) const {
+    wire::MsgHeader h;
+    std::memcpy(&h, messages[i].data(), sizeof(h));
+    return h.type;
+  }
+  template <typename T>
+  T As(size_t i) const {
+    T t;
+    std::memcpy(&t, messages[i].data(), sizeof(T));
+    return t;
+  }
+  bool reject_all = false;
+  std::vector<std::vector<uint8_t>> messages;
+  std::vector<uint64_t> event_counts;
+};
+
+Launch MakeLaunch(const WarpSegment* seg, uint64_t start, size_t events) {
+  Launch l;
+  l.record.start_ns = start;
+  l.record.end_ns = start + 100;
+  l.record.name = "_Z4gemmPf";
+  l.record.grid[0] = 3;
+  LaunchEvents w;
+  w.segment = seg;
+  for (size_t i = 0; i < events; ++i) w.events.push_back({start + i, static_cast<int32_t>(i % 2) * 8, 3});
+  l.warps.push_back(w);
+  l.event_count = events;
+  return l;
+}
+
+TEST(Shipper, FramesLaunchesNamesAndEvents) {
+  RecordingSink sink;
+  Shipper s(&sink);
+  WarpSegment seg;
+  seg.anchor = 0x1000;
+  seg.block[0] = 2;
+  seg.warp = 1;
+  const std::vector<Launch> launches = {MakeLaunch(&seg, 10, 3)};
+  s.SendLaunches(
+      launches, 0, [](uint64_t a) { return a == 0x1000 ? std::string("even") : std::string("odd"); },
+      [](const std::string&) { return std::string("gemm(float*)"); });
+  // launch, name "even", name "odd", warp events
+  ASSERT_EQ(sink.messages.size(), 4u);
+  EXPECT_EQ(sink.TypeAt(0), wire::kMsgLaunch);
+  EXPECT_EQ(sink.TypeAt(1), wire::kMsgName);
+  EXPECT_EQ(sink.TypeAt(2), wire::kMsgName);
+  EXPECT_EQ(sink.TypeAt(3), wire::kMsgWarpEvents);
+  for (const auto& m : sink.messages) EXPECT_EQ(m.size() % 8, 0u);
+  const auto launch = sink.As<wire::LaunchMsg>(0);
+  EXPECT_EQ(launch.launch_id, 1u);
+  EXPECT_EQ(launch.name_len, std::strlen("gemm(float*)"));
+  const auto warp = sink.As<wire::WarpEventsMsg>(3);
+  EXPECT_EQ(warp.count, 3u);
+  EXPECT_EQ(warp.block[0], 2u);
+  EXPECT_EQ(sink.event_counts[3], 3u);
+  wire::WireEvent e[3];
+  std::memcpy(e, sink.messages[3].data() + sizeof(wire::WarpEventsMsg), sizeof(e));
+  EXPECT_EQ(e[0].name_id, 1u);
+  EXPECT_EQ(e[1].name_id, 2u);
+  EXPECT_EQ(e[2].name_id, 1u);
+  EXPECT_EQ(s.counters().events, 3u);
+
+  // Launch ids keep increasing across harvests; known names are not resent.
+  s.SendLaunches(
+      launches, wire::kLaunchForcedDrain, [](uint64_t) { return std::string("even"); },
+      [](const std::string&) { return std::string("gemm(float*)"); });
+  EXPECT_EQ(sink.As<wire::LaunchMsg>(4).launch_id, 2u);
+  EXPECT_TRUE(sink.As<wire::LaunchMsg>(4).flags & wire::kLaunchForcedDrain);
+  EXPECT_EQ(sink.TypeAt(5), wire::kMsgWarpEvents);
+}
+
+TEST(Shipper, SplitsLargeWarpsAndCountsDrops) {
+  RecordingSink sink;
+  Shipper s(&sink);
+  WarpSegment seg;
+  const size_t n = Shipper::kMaxEventsPerMessage * 2 + 5;
+  const std::vector<Launch> launches = {MakeLaunch(&seg, 10, n)};
+  const auto name = [](uint64_t) { return std::string("x"); };
+  const auto kernel = [](const std::string& m) { return m; };
+  s.SendLaunches(launches, 0, name, kernel);
+  uint64_t total = 0;
+  int warp_messages = 0;
+  for (size_t i = 0; i < sink.messages.size(); ++i) {
+    if (sink.TypeAt(i) == wire::kMsgWarpEvents) {
+      ++warp_messages;
+      total += sink.As<wire::WarpEventsMsg>(i).count;
+    }
+  }
+  EXPECT_EQ(warp_messages, 3);
+  EXPECT_EQ(total, n);
+  sink.reject_all = true;
+  s.SendLaunches(launches, 0, name, kernel);
+  EXPECT_EQ(s.counters().events_dropped, n);
+  EXPECT_EQ(s.counters().events, n);
+  EXPECT_EQ(s.counters().messages_dropped, 4u);  // launch + 3 warp messages
+}
+
+}  // namespace
+}  // namespace smprof::injector
