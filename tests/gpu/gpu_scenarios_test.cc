@@ -29,8 +29,12 @@ bool HaveGpu() {
   return std::system("nvidia-smi -L > /dev/null 2>&1") == 0;
 }
 
-#define REQUIRE_GPU() \
-  if (!HaveGpu()) GTEST_SKIP() << "no NVIDIA GPU here (nvidia-smi -L failed): GPU test skipped"
+#define REQUIRE_GPU()                                                                  \
+  do {                                                                                 \
+    if (!HaveGpu()) {                                                                  \
+      GTEST_SKIP() << "no NVIDIA GPU here (nvidia-smi -L failed): GPU test skipped";   \
+    }                                                                                  \
+  } while (0)
 
 struct Thread {
   std::string name;
@@ -41,7 +45,7 @@ struct LaunchGroup {
   std::map<int64_t, Thread> threads;
   int Warps() const { return static_cast<int>(threads.size()) - 1; }  // minus the CUPTI kernel track
 };
-struct Run {
+struct ProfiledRun {
   int exit_code = -1;
   std::string stderr_text;
   std::map<int64_t, LaunchGroup> launches;  // pid -> group, launch groups only
@@ -56,7 +60,7 @@ std::string Slurp(const std::string& path) {
 }
 
 // Runs `smprof-run <args> -- smprof_gpu_scenarios <scenario>` and parses the trace.
-Run Profile(const std::string& scenario, const std::string& args = "", const std::string& app_prefix = "") {
+ProfiledRun Profile(const std::string& scenario, const std::string& args = "", const std::string& app_prefix = "") {
   char dir_template[] = "/tmp/smprof-gpu-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   const std::string trace = dir + "/trace.json";
@@ -64,7 +68,7 @@ Run Profile(const std::string& scenario, const std::string& args = "", const std
   const std::string cmd = BuildDir() + "/bin/smprof-run -o " + trace + " " + args + " -- " + app_prefix + " " +
                           BuildDir() + "/bin/smprof_gpu_scenarios " + scenario + " 2> " + err;
   const int status = std::system(cmd.c_str());
-  Run run;
+  ProfiledRun run;
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   run.stderr_text = Slurp(err);
   std::string text = Slurp(trace);
@@ -96,6 +100,8 @@ Run Profile(const std::string& scenario, const std::string& args = "", const std
   return run;
 }
 
+bool IsWarp(const Thread& t) { return t.name.find("warp") != std::string::npos; }
+
 int Count(const Thread& t, const std::string& ph, const std::string& name) {
   int n = 0;
   for (const json& e : t.events) n += e.value("ph", "") == ph && e.value("name", "") == name;
@@ -103,7 +109,7 @@ int Count(const Thread& t, const std::string& ph, const std::string& name) {
 }
 
 // The launch groups whose name contains `kernel`.
-std::vector<const LaunchGroup*> GroupsOf(const Run& run, const std::string& kernel) {
+std::vector<const LaunchGroup*> GroupsOf(const ProfiledRun& run, const std::string& kernel) {
   std::vector<const LaunchGroup*> out;
   for (const auto& [pid, g] : run.launches) {
     if (g.name.find(kernel) != std::string::npos) out.push_back(&g);
@@ -112,7 +118,7 @@ std::vector<const LaunchGroup*> GroupsOf(const Run& run, const std::string& kern
 }
 
 // The number after `label` in the stderr summary, e.g. "lost 0 events".
-long SummaryNumber(const Run& run, const std::string& pattern) {
+long SummaryNumber(const ProfiledRun& run, const std::string& pattern) {
   std::smatch m;
   if (!std::regex_search(run.stderr_text, m, std::regex(pattern))) return -1;
   return std::stol(m[1]);
@@ -120,7 +126,7 @@ long SummaryNumber(const Run& run, const std::string& pattern) {
 
 TEST(GpuScenarios, BasicCountsNamesAndUnoptedModule) {
   REQUIRE_GPU();
-  const Run run = Profile("basic");
+  const ProfiledRun run = Profile("basic");
   ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
   ASSERT_EQ(run.launches.size(), 1u) << "only marker_grid opted in; plain_kernel must not appear";
   const LaunchGroup& g = run.launches.begin()->second;
@@ -130,7 +136,7 @@ TEST(GpuScenarios, BasicCountsNamesAndUnoptedModule) {
   EXPECT_NE(g.name.find("grid(4,1,1) block(128,1,1)"), std::string::npos) << g.name;
   ASSERT_EQ(g.Warps(), 16);
   for (const auto& [tid, t] : g.threads) {
-    if (t.name.find("warp") == std::string::npos) {
+    if (!IsWarp(t)) {
       EXPECT_EQ(Count(t, "X", "marker_grid(int*)"), 1) << "CUPTI kernel span on " << t.name;
       continue;
     }
@@ -140,7 +146,9 @@ TEST(GpuScenarios, BasicCountsNamesAndUnoptedModule) {
     EXPECT_EQ(t.events.size(), 5u) << t.name;
     // inner nests in outer, ticks inside outer
     const json* outer = nullptr;
-    for (const json& e : t.events) if (e["name"] == "outer") outer = &e;
+    for (const json& e : t.events) {
+      if (e["name"] == "outer") outer = &e;
+    }
     ASSERT_NE(outer, nullptr);
     const double o0 = (*outer)["ts"].get<double>(), o1 = o0 + (*outer)["dur"].get<double>();
     for (const json& e : t.events) {
@@ -156,7 +164,7 @@ TEST(GpuScenarios, BasicCountsNamesAndUnoptedModule) {
 
 TEST(GpuScenarios, ConcurrentStreamsOfOneModuleAreAttributedExactly) {
   REQUIRE_GPU();
-  const Run run = Profile("streams");
+  const ProfiledRun run = Profile("streams");
   ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
   const auto groups = GroupsOf(run, "count_kernel");
   ASSERT_EQ(groups.size(), 12u);
@@ -166,7 +174,7 @@ TEST(GpuScenarios, ConcurrentStreamsOfOneModuleAreAttributedExactly) {
     ASSERT_EQ(g->Warps(), 4) << g->name;
     int n = -1;
     for (const auto& [tid, t] : g->threads) {
-      if (t.name.find("warp") == std::string::npos) continue;
+      if (!IsWarp(t)) continue;
       const int c = Count(t, "i", "step");
       if (n == -1) n = c;
       EXPECT_EQ(c, n) << "warps of one launch disagree: events attributed to the wrong launch in " << g->name;
@@ -185,7 +193,7 @@ TEST(GpuScenarios, ConcurrentStreamsOfOneModuleAreAttributedExactly) {
 
 TEST(GpuScenarios, KernelFilterSelectsByDemangledName) {
   REQUIRE_GPU();
-  const Run run = Profile("filter", "--kernels 'gemm*'");
+  const ProfiledRun run = Profile("filter", "--kernels 'gemm*'");
   ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
   EXPECT_EQ(GroupsOf(run, "other_b").size(), 0u);
   const auto groups = GroupsOf(run, "gemm_like_a");
@@ -193,10 +201,11 @@ TEST(GpuScenarios, KernelFilterSelectsByDemangledName) {
   for (const LaunchGroup* g : groups) {
     ASSERT_EQ(g->Warps(), 4);
     for (const auto& [tid, t] : g->threads) {
-      if (t.name.find("warp") != std::string::npos) EXPECT_EQ(Count(t, "i", "a_step"), 6);
+      if (!IsWarp(t)) continue;
+      EXPECT_EQ(Count(t, "i", "a_step"), 6);
     }
   }
-  const Run excluded = Profile("filter", "--kernels '!gemm*'");
+  const ProfiledRun excluded = Profile("filter", "--kernels '!gemm*'");
   ASSERT_EQ(excluded.exit_code, 0) << excluded.stderr_text;
   EXPECT_EQ(GroupsOf(excluded, "gemm_like_a").size(), 0u);
   EXPECT_EQ(GroupsOf(excluded, "other_b").size(), 2u);
@@ -204,7 +213,7 @@ TEST(GpuScenarios, KernelFilterSelectsByDemangledName) {
 
 TEST(GpuScenarios, CapturedGraphReplaysKeepEveryEvent) {
   REQUIRE_GPU();
-  const Run run = Profile("graph");
+  const ProfiledRun run = Profile("graph");
   ASSERT_EQ(run.exit_code, 0) << "capture must keep working under smprof: " << run.stderr_text;
   const auto k1 = GroupsOf(run, "graph_k1");
   const auto k2 = GroupsOf(run, "graph_k2");
@@ -212,20 +221,24 @@ TEST(GpuScenarios, CapturedGraphReplaysKeepEveryEvent) {
   ASSERT_EQ(k2.size(), 3u);
   for (const LaunchGroup* g : k1) {
     ASSERT_EQ(g->Warps(), 4) << g->name;
-    for (const auto& [tid, t] : g->threads)
-      if (t.name.find("warp") != std::string::npos) EXPECT_EQ(Count(t, "i", "g1"), 5) << g->name;
+    for (const auto& [tid, t] : g->threads) {
+      if (!IsWarp(t)) continue;
+      EXPECT_EQ(Count(t, "i", "g1"), 5) << g->name;
+    }
   }
   for (const LaunchGroup* g : k2) {
     ASSERT_EQ(g->Warps(), 3) << g->name;
-    for (const auto& [tid, t] : g->threads)
-      if (t.name.find("warp") != std::string::npos) EXPECT_EQ(Count(t, "X", "g2"), 1) << g->name;
+    for (const auto& [tid, t] : g->threads) {
+      if (!IsWarp(t)) continue;
+      EXPECT_EQ(Count(t, "X", "g2"), 1) << g->name;
+    }
   }
   EXPECT_EQ(SummaryNumber(run, R"(lost (\d+) events)"), 0);
 }
 
 TEST(GpuScenarios, OverflowIsCountedExactly) {
   REQUIRE_GPU();
-  const Run run = Profile("overflow", "--buffer-mb 1");
+  const ProfiledRun run = Profile("overflow", "--buffer-mb 1");
   ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
   const long events = SummaryNumber(run, R"((\d+) events from)");
   const long lost = SummaryNumber(run, R"(lost (\d+) events)");
@@ -234,14 +247,15 @@ TEST(GpuScenarios, OverflowIsCountedExactly) {
   EXPECT_EQ(lost, device);
   EXPECT_EQ(events + lost, 2L * 264 * 8 * 1000) << run.stderr_text;
   int recorded = 0;
-  for (const auto& [pid, g] : run.launches)
+  for (const auto& [pid, g] : run.launches) {
     for (const auto& [tid, t] : g.threads) recorded += Count(t, "i", "flood");
+  }
   EXPECT_EQ(recorded, events);
 }
 
 TEST(GpuScenarios, HighWaterForcesDrainsInsteadOfDropping) {
   REQUIRE_GPU();
-  const Run run = Profile("highwater", "--buffer-mb 2");
+  const ProfiledRun run = Profile("highwater", "--buffer-mb 2");
   ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
   EXPECT_EQ(SummaryNumber(run, R"(lost (\d+) events)"), 0) << run.stderr_text;
   EXPECT_EQ(SummaryNumber(run, R"((\d+) events from)"), 12L * 528 * 20);
@@ -251,7 +265,7 @@ TEST(GpuScenarios, HighWaterForcesDrainsInsteadOfDropping) {
 
 TEST(GpuScenarios, NonZeroExitWithoutSyncKeepsEventsAndExitCode) {
   REQUIRE_GPU();
-  const Run run = Profile("exit7");
+  const ProfiledRun run = Profile("exit7");
   EXPECT_EQ(run.exit_code, 7) << run.stderr_text;
   const auto groups = GroupsOf(run, "marker_grid");
   ASSERT_EQ(groups.size(), 1u) << "the exit harvest must ship the last launch";
@@ -262,7 +276,7 @@ TEST(GpuScenarios, BadKernelPatternInInjectorRunsUnprofiled) {
   REQUIRE_GPU();
   // smprof-run rejects a bad pattern itself; the injector must cope when a
   // process of the run sets one anyway: a clear error, and the app runs.
-  const Run run = Profile("basic", "", "env SMPROF_KERNELS='gemm['");
+  const ProfiledRun run = Profile("basic", "", "env SMPROF_KERNELS='gemm['");
   ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
   EXPECT_NE(run.stderr_text.find("SMPROF_KERNELS"), std::string::npos) << run.stderr_text;
   EXPECT_NE(run.stderr_text.find("profiling is off"), std::string::npos) << run.stderr_text;

@@ -42,8 +42,9 @@ TEST(InjectorConfig, ValidValues) {
   EXPECT_EQ(c.chunk_bytes, 4096u);
   EXPECT_EQ(c.warp_mask, (1u << 0) | (1u << 4) | (1u << 5) | (1u << 31));
   EXPECT_EQ(c.high_water_percent, 50u);
-  EXPECT_TRUE(c.kernels.Matches("void gemm_fast(float*)"));
-  EXPECT_FALSE(c.kernels.Matches("void gemm_slow(float*)"));
+  EXPECT_TRUE(c.kernels.Matches("gemm_fast(float*)"));
+  EXPECT_TRUE(c.kernels.Matches("void ns::gemm_tiled<64>(float const*, int)"));
+  EXPECT_FALSE(c.kernels.Matches("gemm_slow(float*)"));
 }
 
 TEST(InjectorConfig, BadValuesKeepDefaultsWithOneErrorEach) {

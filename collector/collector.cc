@@ -1,0 +1,660 @@
+#include "collector/collector.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+namespace smprof {
+namespace {
+
+constexpr uint64_t kBaseOffsetNs = 1000000000ull;  // base = first GPU time - 1 s
+constexpr uint32_t kLastProducerPid = 9;           // producers get 2..9 first
+constexpr uint64_t kMalformedLogLimit = 20;
+constexpr size_t kCmdlineLabelBytes = 80;
+
+uint64_t SatAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+bool IsIdentChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '$';
+}
+
+// Calls at_top(i) for every character of `s` outside any (), <> nesting,
+// skipping "(anonymous namespace)" and operator names (operator(),
+// operator<, ...) as opaque tokens. Stops when at_top returns false.
+template <typename F>
+void ScanTopLevel(std::string_view s, F&& at_top) {
+  constexpr std::string_view kAnon = "(anonymous namespace)";
+  constexpr std::string_view kOp = "operator";
+  constexpr std::string_view kOpChars = "+-*/%^&|~!=<>,";
+  std::vector<char> stack;
+  size_t i = 0;
+  while (i < s.size()) {
+    if (s.compare(i, kOp.size(), kOp) == 0 && (i == 0 || !IsIdentChar(s[i - 1])) &&
+        (i + kOp.size() == s.size() || !IsIdentChar(s[i + kOp.size()]))) {
+      size_t j = i + kOp.size();
+      while (j < s.size() && s[j] == ' ') ++j;
+      if (s.compare(j, 2, "()") == 0 || s.compare(j, 2, "[]") == 0) {
+        j += 2;
+      } else if (j < s.size() && IsIdentChar(s[j])) {  // operator new, operator int
+        while (j < s.size() && IsIdentChar(s[j])) ++j;
+      } else {
+        for (int k = 0; k < 3 && j < s.size() && kOpChars.find(s[j]) != std::string_view::npos; ++k)
+          ++j;
+      }
+      i = j;
+      continue;
+    }
+    if (s.compare(i, kAnon.size(), kAnon) == 0) {
+      i += kAnon.size();
+      continue;
+    }
+    const char c = s[i];
+    if (stack.empty() && !at_top(i)) return;
+    switch (c) {
+      case '(':
+        stack.push_back('(');
+        break;
+      case ')':
+        if (!stack.empty() && stack.back() == '(') stack.pop_back();
+        break;
+      case '<':
+        if (stack.empty() || stack.back() == '<') stack.push_back('<');
+        break;
+      case '>':
+        if (!stack.empty() && stack.back() == '<') stack.pop_back();
+        break;
+      default:
+        break;
+    }
+    ++i;
+  }
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Command line label: NULs as spaces, at most kCmdlineLabelBytes, not cut
+// inside a UTF-8 sequence.
+std::string CmdlineLabel(std::string_view raw) {
+  std::string s(raw);
+  std::replace(s.begin(), s.end(), '\0', ' ');
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  if (s.size() > kCmdlineLabelBytes) {
+    size_t cut = kCmdlineLabelBytes;
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+    s.resize(cut);
+  }
+  return s;
+}
+
+std::string Dim3(const uint32_t v[3]) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "(%u,%u,%u)", v[0], v[1], v[2]);
+  return buf;
+}
+
+}  // namespace
+
+namespace internal {
+
+std::string QualifiedKernelName(std::string_view demangled) {
+  const std::string_view s = Trim(demangled);
+  size_t cut = s.size();
+  ScanTopLevel(s, [&](size_t i) {
+    if (s[i] != '(') return true;
+    cut = i;
+    return false;
+  });
+  const std::string_view head = s.substr(0, cut);
+  size_t start = 0;
+  ScanTopLevel(head, [&](size_t i) {
+    if (head[i] == ' ') start = i + 1;
+    return true;
+  });
+  const std::string_view name = Trim(head.substr(start));
+  if (!name.empty()) return std::string(name);
+  if (!s.empty()) return std::string(s);
+  return "<unnamed kernel>";
+}
+
+std::string LaunchFlagsJson(uint32_t flags) {
+  std::string out = "[";
+  auto add = [&out](std::string_view word) {
+    if (out.size() > 1) out.push_back(',');
+    AppendJsonString(&out, word);
+  };
+  if (flags & wire::kLaunchNoActivity) add("no_activity");
+  if (flags & wire::kLaunchFromGraph) add("graph");
+  if (flags & wire::kLaunchForcedDrain) add("forced_drain");
+  const uint32_t unknown =
+      flags & ~(wire::kLaunchNoActivity | wire::kLaunchFromGraph | wire::kLaunchForcedDrain);
+  if (unknown != 0) {
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), "0x%x", unknown);
+    add(buf);
+  }
+  out.push_back(']');
+  return out;
+}
+
+std::string HarvestReasonName(uint32_t reason) {
+  switch (reason) {
+    case wire::kHarvestSync:
+      return "harvest: sync";
+    case wire::kHarvestHighWater:
+      return "forced drain: buffer high-water";
+    case wire::kHarvestModuleUnload:
+      return "harvest: module unload";
+    case wire::kHarvestContextDestroy:
+      return "harvest: context destroy";
+    case wire::kHarvestExit:
+      return "harvest: exit";
+    default:
+      return "harvest: reason " + std::to_string(reason);
+  }
+}
+
+}  // namespace internal
+
+// --- state ------------------------------------------------------------------
+
+struct Collector::WarpTrack {
+  struct Open {
+    uint32_t name_id;
+    uint64_t begin_ns;
+  };
+  uint32_t tid = 0;
+  uint64_t last_ns = 0;    // latest event time seen on this warp (absolute)
+  std::vector<Open> open;  // BEGINs not yet closed, oldest first
+};
+
+struct Collector::Launch {
+  // Ordered like the final track order: (sm, block z, y, x, warp).
+  using WarpKey = std::tuple<uint16_t, uint32_t, uint32_t, uint32_t, uint16_t>;
+  uint64_t launch_id = 0;
+  uint32_t json_pid = 0;
+  uint64_t end_ns = 0;
+  uint32_t flags = 0;
+  uint32_t next_tid = 2;
+  std::map<WarpKey, WarpTrack> warps;
+};
+
+struct Collector::Producer {
+  transport::ProducerInfo info{};
+  uint32_t json_pid = 0;
+  bool have_process = false;
+  bool named = false;
+  uint32_t pid = 0;  // ProcessMsg pid (info.pid until one arrives)
+  std::string cmdline;
+  uint64_t last_ns = 0;  // latest absolute timestamp seen from this producer
+  std::map<uint32_t, std::string> names;
+  std::map<uint32_t, std::string> devices;
+  std::map<uint64_t, Launch> launches;  // announced, not yet finalized
+  bool have_stats = false;
+  wire::StatsMsg stats{};
+  uint64_t harvest_dropped = 0;
+  uint64_t harvest_unplaced = 0;
+  uint64_t harvests = 0;
+  uint64_t forced_drains = 0;
+
+  // Device totals: the latest StatsMsg, unless the harvests seen since say more.
+  uint64_t dropped() const {
+    return std::max(have_stats ? stats.events_dropped_device : 0, harvest_dropped);
+  }
+  uint64_t unplaced() const {
+    return std::max(have_stats ? stats.events_unplaced_device : 0, harvest_unplaced);
+  }
+  uint64_t filtered() const { return have_stats ? stats.events_filtered : 0; }
+  uint64_t unattributed() const { return have_stats ? stats.events_unattributed : 0; }
+  uint64_t all_harvests() const { return std::max(have_stats ? stats.harvests : 0, harvests); }
+  uint64_t all_forced() const {
+    return std::max(have_stats ? stats.forced_drains : 0, forced_drains);
+  }
+};
+
+// --- summary ----------------------------------------------------------------
+
+nlohmann::json CollectorSummary::ToJson() const {
+  nlohmann::json j;
+  j["trace"] = trace;
+  j["processes"] = processes;
+  j["launches"] = launches;
+  j["events"] = events;
+  j["lost"] = {{"device_buffer", lost_device_buffer},
+               {"device_unplaced", lost_device_unplaced},
+               {"transport", lost_transport},
+               {"total", lost_total}};
+  j["filtered_events"] = filtered_events;
+  j["unattributed_events"] = unattributed_events;
+  j["malformed_messages"] = malformed_messages;
+  j["orphan_events"] = orphan_events;
+  j["unterminated_ranges"] = unterminated_ranges;
+  j["unmatched_ends"] = unmatched_ends;
+  j["forced_drains"] = forced_drains;
+  j["harvests"] = harvests;
+  j["framing_errors"] = framing_errors;
+  j["producers_incomplete"] = producers_incomplete;
+  return j;
+}
+
+// --- Collector --------------------------------------------------------------
+
+std::unique_ptr<Collector> Collector::Create(const CollectorOptions& options, std::string* error) {
+  auto writer = TraceWriter::Open(options.trace_path, error);
+  if (!writer) return nullptr;
+  return std::unique_ptr<Collector>(new Collector(options, std::move(writer)));
+}
+
+Collector::Collector(CollectorOptions options, std::unique_ptr<TraceWriter> writer)
+    : options_(std::move(options)), writer_(std::move(writer)) {
+  summary_.trace = options_.trace_path;
+}
+
+Collector::~Collector() = default;
+
+uint64_t Collector::Rel(uint64_t ns) {
+  if (!have_base_) {
+    have_base_ = true;
+    base_ns_ = ns > kBaseOffsetNs ? ns - kBaseOffsetNs : 0;
+  }
+  if (ns < base_ns_) {
+    ++summary_.clamped_timestamps;
+    return 0;
+  }
+  return ns - base_ns_;
+}
+
+void Collector::Touch(uint64_t rel_ns) { last_rel_ns_ = std::max(last_rel_ns_, rel_ns); }
+
+uint32_t Collector::AllocateLaunchPid() { return next_launch_pid_++; }
+
+uint32_t Collector::LabelPid(const Producer& p) const {
+  return p.have_process ? p.pid : p.info.pid;
+}
+
+std::string_view Collector::NameOf(const Producer& p, uint32_t name_id) {
+  auto it = p.names.find(name_id);
+  if (it != p.names.end()) return it->second;
+  ++summary_.unknown_names;
+  unknown_name_ = "<unknown name #" + std::to_string(name_id) + ">";
+  return unknown_name_;
+}
+
+Collector::Producer& Collector::GetProducer(const transport::ProducerInfo& info) {
+  auto& slot = producers_[{info.entry, info.pid}];
+  if (!slot) {
+    slot = std::make_unique<Producer>();
+    slot->info = info;
+    slot->pid = info.pid;
+    slot->json_pid =
+        next_producer_pid_ <= kLastProducerPid ? next_producer_pid_++ : AllocateLaunchPid();
+    ++summary_.processes;
+    writer_->ProcessSortIndex(slot->json_pid, slot->json_pid);
+    writer_->ThreadName(slot->json_pid, 1, "harvests");
+    if (options_.logger) {
+      options_.logger->info("producer pid {} attached (registry entry {})", info.pid, info.entry);
+    }
+  }
+  return *slot;
+}
+
+void Collector::NameProducerTrack(Producer& p) {
+  if (p.named) return;
+  p.named = true;
+  std::string cmd = p.have_process ? CmdlineLabel(p.cmdline) : std::string();
+  if (cmd.empty()) cmd = "?";
+  writer_->ProcessName(p.json_pid, "smprof | " + cmd + " | pid " + std::to_string(LabelPid(p)));
+}
+
+void Collector::CountMalformed(const Producer& p, const char* why, uint32_t type) {
+  ++summary_.malformed_messages;
+  if (!options_.logger) return;
+  if (malformed_logged_ < kMalformedLogLimit) {
+    options_.logger->warn("pid {}: malformed message (type {}): {}", p.info.pid, type, why);
+  } else if (malformed_logged_ == kMalformedLogLimit) {
+    options_.logger->warn("further malformed messages are counted, not logged");
+  }
+  ++malformed_logged_;
+}
+
+void Collector::HandleMessage(const transport::ProducerInfo& info, const uint8_t* data,
+                              uint32_t size) {
+  if (finished_) return;
+  Producer& p = GetProducer(info);
+  DecodedMessage m;
+  const DecodeStatus status = MessageDecoder::Decode(data, size, &m);
+  if (status != DecodeStatus::kOk) {
+    uint32_t type = 0;
+    if (data != nullptr && size >= sizeof(type)) std::memcpy(&type, data, sizeof(type));
+    CountMalformed(p, DecodeStatusName(status), type);
+    return;
+  }
+  switch (m.type) {
+    case wire::kMsgPad:
+      break;
+    case wire::kMsgProcess:
+      OnProcess(p, m);
+      break;
+    case wire::kMsgDevice:
+      OnDevice(p, m);
+      break;
+    case wire::kMsgName:
+      p.names[m.name.name_id] = std::string(m.text);
+      break;
+    case wire::kMsgLaunch:
+      OnLaunch(p, m);
+      break;
+    case wire::kMsgWarpEvents:
+      OnWarpEvents(p, m);
+      break;
+    case wire::kMsgHarvest:
+      OnHarvest(p, m);
+      break;
+    case wire::kMsgStats:
+      p.have_stats = true;
+      p.stats = m.stats;
+      break;
+  }
+}
+
+void Collector::OnProcess(Producer& p, const DecodedMessage& m) {
+  if (p.have_process) {
+    CountMalformed(p, "second ProcessMsg", m.type);
+    return;
+  }
+  p.have_process = true;
+  p.pid = m.process.pid;
+  p.cmdline = std::string(m.text);
+  if (!have_base_) {
+    have_base_ = true;
+    base_ns_ = m.process.gpu_time_ns > kBaseOffsetNs ? m.process.gpu_time_ns - kBaseOffsetNs : 0;
+  }
+  NameProducerTrack(p);
+}
+
+void Collector::OnDevice(Producer& p, const DecodedMessage& m) {
+  p.devices[m.device.device] = std::string(m.text);
+}
+
+void Collector::OnLaunch(Producer& p, const DecodedMessage& m) {
+  const wire::LaunchMsg& msg = m.launch;
+  if (p.launches.count(msg.launch_id) != 0) {
+    CountMalformed(p, "duplicate launch id", m.type);
+    return;
+  }
+  Launch& l = p.launches[msg.launch_id];
+  l.launch_id = msg.launch_id;
+  l.json_pid = AllocateLaunchPid();
+  l.end_ns = msg.end_ns;
+  l.flags = msg.flags;
+  p.last_ns = std::max(p.last_ns, msg.end_ns);
+  ++summary_.launches;
+
+  const std::string full = m.text.empty() ? std::string("<unnamed kernel>") : std::string(m.text);
+  const uint64_t ts = Rel(msg.start_ns);
+  const uint64_t end = Rel(msg.end_ns);
+  Touch(end);
+
+  writer_->ProcessName(
+      l.json_pid, "#" + std::to_string(msg.launch_id) + " " + internal::QualifiedKernelName(full) +
+                      " | GPU" + std::to_string(msg.device) + " | stream " +
+                      std::to_string(msg.stream_id) + " | grid" + Dim3(msg.grid) + " block" +
+                      Dim3(msg.block) + " | pid " + std::to_string(LabelPid(p)));
+  writer_->ProcessSortIndex(l.json_pid,
+                            static_cast<int64_t>(std::min<uint64_t>(ts / 1000, INT32_MAX)));
+  writer_->ThreadName(l.json_pid, 1, "kernel (CUPTI)");
+
+  JsonArgs args;
+  args.Uint("launch_id", msg.launch_id)
+      .Uint3("grid", msg.grid)
+      .Uint3("block", msg.block)
+      .Uint("device", msg.device)
+      .Uint("stream", msg.stream_id)
+      .Uint("correlation_id", msg.correlation_id)
+      .Uint("grid_id", msg.grid_id)
+      .Uint("graph_id", msg.graph_id)
+      .Uint("registers", msg.registers)
+      .Uint("dynamic_smem", msg.dynamic_smem)
+      .Uint("static_smem", msg.static_smem)
+      .Uint("pid", LabelPid(p))
+      .Raw("flags", internal::LaunchFlagsJson(msg.flags));
+  auto dev = p.devices.find(msg.device);
+  if (dev != p.devices.end()) args.String("device_name", dev->second);
+  if (msg.flags & wire::kLaunchNoActivity) {
+    args.String("note",
+                "CUPTI reported no activity for this kernel: start and end are bounds taken from "
+                "its recorded events");
+  }
+  writer_->Complete(l.json_pid, 1, full, ts, end - ts, &args);
+}
+
+void Collector::OnWarpEvents(Producer& p, const DecodedMessage& m) {
+  const wire::WarpEventsMsg& msg = m.warp_events;
+  auto lit = p.launches.find(msg.launch_id);
+  if (lit == p.launches.end()) {
+    summary_.orphan_events += m.event_count;
+    if (options_.logger && m.event_count != 0) {
+      options_.logger->debug("pid {}: {} events of unknown launch {} dropped", p.info.pid,
+                             m.event_count, msg.launch_id);
+    }
+    return;
+  }
+  Launch& l = lit->second;
+  const Launch::WarpKey key{msg.sm, msg.block[2], msg.block[1], msg.block[0], msg.warp};
+  auto [wit, inserted] = l.warps.try_emplace(key);
+  WarpTrack& w = wit->second;
+  if (inserted) {
+    w.tid = l.next_tid++;
+    char label[96];
+    std::snprintf(label, sizeof(label), "SM %03u | block (%u,%u,%u) | warp %u",
+                  static_cast<unsigned>(msg.sm), msg.block[0], msg.block[1], msg.block[2],
+                  static_cast<unsigned>(msg.warp));
+    writer_->ThreadName(l.json_pid, w.tid, label);
+  }
+  for (uint32_t i = 0; i < m.event_count; ++i) {
+    const wire::WireEvent e = m.event(i);
+    w.last_ns = std::max(w.last_ns, e.time_ns);
+    p.last_ns = std::max(p.last_ns, e.time_ns);
+    switch (e.kind) {
+      case wire::kEventBegin:
+        w.open.push_back({e.name_id, e.time_ns});
+        break;
+      case wire::kEventEnd: {
+        auto rit = std::find_if(w.open.rbegin(), w.open.rend(),
+                                [&](const WarpTrack::Open& o) { return o.name_id == e.name_id; });
+        if (rit != w.open.rend()) {
+          const uint64_t ts = Rel(rit->begin_ns);
+          const uint64_t end = std::max(ts, Rel(e.time_ns));
+          writer_->Complete(l.json_pid, w.tid, NameOf(p, e.name_id), ts, end - ts, nullptr);
+          Touch(end);
+          summary_.events += 2;
+          w.open.erase(std::next(rit).base());
+        } else {
+          JsonArgs args;
+          args.String("smprof_error", "unmatched end");
+          const uint64_t ts = Rel(e.time_ns);
+          writer_->Instant(l.json_pid, w.tid,
+                           std::string(NameOf(p, e.name_id)) + " (end without begin)", ts, &args);
+          Touch(ts);
+          ++summary_.unmatched_ends;
+          ++summary_.events;
+        }
+        break;
+      }
+      case wire::kEventInstant: {
+        const uint64_t ts = Rel(e.time_ns);
+        writer_->Instant(l.json_pid, w.tid, NameOf(p, e.name_id), ts, nullptr);
+        Touch(ts);
+        ++summary_.events;
+        break;
+      }
+      default:
+        break;  // the decoder admits no other kind
+    }
+  }
+}
+
+void Collector::FinalizeLaunch(Producer& p, Launch& l, bool producer_lost) {
+  const bool no_activity = (l.flags & wire::kLaunchNoActivity) != 0;
+  for (auto& [key, w] : l.warps) {
+    const uint64_t end_abs = no_activity ? w.last_ns : std::max(l.end_ns, w.last_ns);
+    // Innermost first, all ending at the same time, so they still nest.
+    for (auto it = w.open.rbegin(); it != w.open.rend(); ++it) {
+      JsonArgs args;
+      args.Bool("unterminated", true);
+      if (producer_lost) args.String("note", "the process ended without detaching");
+      const uint64_t ts = Rel(it->begin_ns);
+      const uint64_t end = std::max(ts, Rel(end_abs));
+      writer_->Complete(l.json_pid, w.tid, NameOf(p, it->name_id), ts, end - ts, &args);
+      Touch(end);
+      ++summary_.unterminated_ranges;
+      ++summary_.events;
+    }
+    w.open.clear();
+  }
+  writer_->ThreadSortIndex(l.json_pid, 1, 0);
+  int64_t index = 1;
+  for (const auto& [key, w] : l.warps) writer_->ThreadSortIndex(l.json_pid, w.tid, index++);
+}
+
+void Collector::OnHarvest(Producer& p, const DecodedMessage& m) {
+  const wire::HarvestMsg& msg = m.harvest;
+  for (auto& [id, l] : p.launches) FinalizeLaunch(p, l, false);
+  p.launches.clear();
+
+  ++p.harvests;
+  if (msg.reason == wire::kHarvestHighWater) ++p.forced_drains;
+  p.harvest_dropped = SatAdd(p.harvest_dropped, msg.dropped_events);
+  p.harvest_unplaced = SatAdd(p.harvest_unplaced, msg.unplaced_events);
+  p.last_ns = std::max(p.last_ns, msg.time_ns);
+
+  const uint64_t ts = Rel(msg.time_ns);
+  Touch(ts);
+  JsonArgs args;
+  args.Uint("device", msg.device)
+      .Uint("dropped_events", msg.dropped_events)
+      .Uint("unplaced_events", msg.unplaced_events);
+  writer_->Instant(p.json_pid, 1, internal::HarvestReasonName(msg.reason), ts, &args);
+  if (msg.dropped_events != 0 || msg.unplaced_events != 0) {
+    JsonArgs lost;
+    lost.Uint("lost", SatAdd(p.harvest_dropped, p.harvest_unplaced));
+    writer_->Counter(p.json_pid, "events lost (device buffer)", ts, lost);
+    if (options_.logger) {
+      options_.logger->warn("pid {}: device buffer lost {} events ({} unplaced) in one harvest",
+                            LabelPid(p), msg.dropped_events, msg.unplaced_events);
+    }
+  }
+  writer_->Flush();
+}
+
+void Collector::EndProducer(Producer& p, bool clean) {
+  for (auto& [id, l] : p.launches) FinalizeLaunch(p, l, !clean);
+  p.launches.clear();
+  NameProducerTrack(p);
+  if (!clean) {
+    ++summary_.producers_incomplete;
+    const uint64_t ts = p.last_ns != 0 ? Rel(p.last_ns) : last_rel_ns_;
+    JsonArgs args;
+    args.String("smprof_error", "producer ended without a clean detach");
+    writer_->Instant(p.json_pid, 1, "process lost", ts, &args);
+    Touch(ts);
+    if (options_.logger) {
+      options_.logger->warn("producer pid {} ended without detaching; its data may be incomplete",
+                            LabelPid(p));
+    }
+  }
+  ended_dropped_ = SatAdd(ended_dropped_, p.dropped());
+  ended_unplaced_ = SatAdd(ended_unplaced_, p.unplaced());
+  ended_filtered_ = SatAdd(ended_filtered_, p.filtered());
+  ended_unattributed_ = SatAdd(ended_unattributed_, p.unattributed());
+  ended_forced_ = SatAdd(ended_forced_, p.all_forced());
+  ended_harvests_ = SatAdd(ended_harvests_, p.all_harvests());
+  writer_->Flush();
+}
+
+void Collector::HandleProducerEnd(const transport::ProducerInfo& info, bool clean) {
+  if (finished_) return;
+  Producer& p = GetProducer(info);
+  EndProducer(p, clean);
+  producers_.erase({info.entry, info.pid});
+}
+
+void Collector::SetTransportStats(const transport::ConsumerStats& stats) {
+  transport_stats_ = stats;
+}
+
+bool Collector::Run(transport::Consumer& consumer, const std::atomic<bool>& stop,
+                    std::chrono::milliseconds drain_timeout) {
+  const auto on_message = [this](const transport::ProducerInfo& info, const uint8_t* data,
+                                 uint32_t size) { HandleMessage(info, data, size); };
+  const auto on_end = [this](const transport::ProducerInfo& info, bool clean) {
+    HandleProducerEnd(info, clean);
+  };
+  const auto poll = [&] {
+    const size_t n = consumer.Poll(on_message, on_end);
+    SetTransportStats(consumer.stats());
+    if (n != 0) writer_->Flush();
+    return n;
+  };
+  constexpr auto kIdleSleep = std::chrono::milliseconds(2);
+  while (!stop.load(std::memory_order_relaxed)) {
+    if (poll() == 0) std::this_thread::sleep_for(kIdleSleep);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + drain_timeout;
+  for (;;) {
+    const size_t n = poll();
+    if (n == 0 && consumer.Idle()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (n == 0) std::this_thread::sleep_for(kIdleSleep);
+  }
+}
+
+CollectorSummary Collector::Finish() {
+  if (finished_) return summary_;
+  while (!producers_.empty()) {
+    auto it = producers_.begin();
+    EndProducer(*it->second, /*clean=*/false);
+    producers_.erase(it);
+  }
+  finished_ = true;
+
+  CollectorSummary& s = summary_;
+  s.lost_device_buffer = ended_dropped_;
+  s.lost_device_unplaced = ended_unplaced_;
+  s.lost_transport = transport_stats_.producer_events_dropped;
+  s.lost_total = SatAdd(SatAdd(s.lost_device_buffer, s.lost_device_unplaced), s.lost_transport);
+  s.filtered_events = ended_filtered_;
+  s.unattributed_events = ended_unattributed_;
+  s.forced_drains = ended_forced_;
+  s.harvests = ended_harvests_;
+  s.framing_errors = transport_stats_.framing_errors;
+
+  nlohmann::json args = s.ToJson();
+  args["unknown_names"] = s.unknown_names;
+  args["clamped_timestamps"] = s.clamped_timestamps;
+  args["transport_messages_dropped"] = transport_stats_.producer_messages_dropped;
+  args["registry_full"] = transport_stats_.registry_full;
+  JsonArgs summary_args;
+  for (const auto& [key, value] : args.items())
+    summary_args.Raw(key, value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  writer_->ProcessName(1, "smprof run summary");
+  writer_->ProcessSortIndex(1, 0);
+  writer_->ThreadName(1, 1, "summary");
+  writer_->Instant(1, 1, "smprof run summary", last_rel_ns_, &summary_args);
+  s.trace_ok = writer_->Finish();
+  s.trace_error = writer_->error();
+  if (!s.trace_ok && options_.logger) options_.logger->error("{}", s.trace_error);
+  return s;
+}
+
+}  // namespace smprof

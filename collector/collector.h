@@ -1,0 +1,179 @@
+// The collector: transport messages in, one Perfetto JSON trace out.
+//
+// Data flow: transport::Consumer::Poll -> Collector::HandleMessage ->
+// MessageDecoder (validation; rejects are counted as malformed) -> per
+// producer state -> TraceWriter (streams the file; see trace_writer.h).
+// Single-threaded: Run() and the Handle*/Finish calls happen on one thread.
+//
+// State is per producer, keyed by (registry entry, pid): an entry is reused
+// by another process after on_end, and that process starts from scratch.
+// A producer holds its marker names (NameMsg id -> bytes), its open launches
+// (launch_id -> warp tracks with their stacks of open BEGINs), its latest
+// StatsMsg and what its HarvestMsgs reported.
+//
+// Streaming: nothing waits for a harvest except what needs its end. A
+// LaunchMsg writes its JSON process and CUPTI kernel slice at once; each END
+// closes the most recent open BEGIN of the same name on that warp's track and
+// becomes an X event immediately; instants are written as they come. A
+// HarvestMsg (or the producer's end, or Finish) finalizes the producer's open
+// launches: still-open BEGINs become X events flagged "unterminated", and the
+// tracks get their sort order. Memory is bounded by the open BEGINs, not by
+// the events.
+//
+// Trace layout (JSON pids are synthetic):
+//   pid 1          "smprof run summary": one instant carrying the summary.
+//   pid 2..9, ...  one per producer process: "harvests" thread (harvest
+//                  instants, device-loss counter). The first 8 producers get
+//                  2..9; later ones share the launch counter below.
+//   pid 10, 11 ... one per launch, in arrival order: tid 1 "kernel (CUPTI)",
+//                  tids 2.. one per (sm, block, warp) in arrival order.
+// Timestamps are rebased: base = gpu_time_ns of the first ProcessMsg - 1 s
+// (or, if a timestamp must be written before any ProcessMsg, that timestamp
+// - 1 s). Anything earlier is clamped to 0 and counted.
+//
+// Every loss reaches the trace and the summary: device drops (arena full,
+// slot table too small) per harvest as a counter track and in the summary,
+// transport drops from ConsumerStats, malformed messages, orphan events
+// (unknown launch), unmatched ENDs, unterminated BEGINs, incomplete producers.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "collector/message_decoder.h"
+#include "collector/trace_writer.h"
+#include "common/transport.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace smprof {
+
+struct CollectorOptions {
+  std::string trace_path;
+  std::shared_ptr<spdlog::logger> logger;  // null: no logging
+};
+
+struct CollectorSummary {
+  std::string trace;
+  uint64_t processes = 0;  // producers seen
+  uint64_t launches = 0;   // launches written
+  uint64_t events = 0;     // device events (begin/end/instant) written to the trace
+  uint64_t lost_device_buffer = 0;
+  uint64_t lost_device_unplaced = 0;
+  uint64_t lost_transport = 0;  // ConsumerStats::producer_events_dropped
+  uint64_t lost_total = 0;
+  uint64_t filtered_events = 0;
+  uint64_t unattributed_events = 0;
+  uint64_t malformed_messages = 0;
+  uint64_t orphan_events = 0;  // events of an unknown (or already finalized) launch
+  uint64_t unterminated_ranges = 0;
+  uint64_t unmatched_ends = 0;
+  uint64_t forced_drains = 0;
+  uint64_t harvests = 0;
+  uint64_t framing_errors = 0;
+  uint64_t producers_incomplete = 0;  // ended without a clean detach, or still attached at Finish
+  // In the trace's summary instant only (not in ToJson):
+  uint64_t unknown_names = 0;       // events written under "<unknown name #id>"
+  uint64_t clamped_timestamps = 0;  // timestamps before the base, written as 0
+  bool trace_ok = true;             // false if writing the trace failed
+  std::string trace_error;
+
+  // {"trace", "processes", "launches", "events", "lost": {"device_buffer",
+  // "device_unplaced", "transport", "total"}, "filtered_events", ...}.
+  nlohmann::json ToJson() const;
+};
+
+class Collector {
+ public:
+  // Opens the trace file. nullptr + *error (naming the fix) on failure.
+  static std::unique_ptr<Collector> Create(const CollectorOptions& options, std::string* error);
+  ~Collector();
+
+  void HandleMessage(const transport::ProducerInfo& producer, const uint8_t* data, uint32_t size);
+  void HandleProducerEnd(const transport::ProducerInfo& producer, bool clean);
+  void SetTransportStats(const transport::ConsumerStats& stats);
+
+  // Polls until `stop`, then keeps polling until the consumer is idle or
+  // `drain_timeout` passes. Flushes the trace after each non-empty poll.
+  // Returns true if the consumer went idle (everything drained).
+  bool Run(transport::Consumer& consumer, const std::atomic<bool>& stop,
+           std::chrono::milliseconds drain_timeout);
+
+  // Finalizes every producer still known (counted incomplete), writes the
+  // summary process and closes the trace. Call once.
+  CollectorSummary Finish();
+
+  // Counters so far (trace/device totals are complete only after Finish).
+  const CollectorSummary& counters() const { return summary_; }
+
+  Collector(const Collector&) = delete;
+  Collector& operator=(const Collector&) = delete;
+
+ private:
+  struct Producer;
+  struct Launch;
+  struct WarpTrack;
+
+  Collector(CollectorOptions options, std::unique_ptr<TraceWriter> writer);
+
+  Producer& GetProducer(const transport::ProducerInfo& info);
+  uint32_t AllocateLaunchPid();
+  uint64_t Rel(uint64_t ns);
+  void Touch(uint64_t rel_ns);
+  // Valid until the next call.
+  std::string_view NameOf(const Producer& p, uint32_t name_id);
+  uint32_t LabelPid(const Producer& p) const;
+  void NameProducerTrack(Producer& p);
+
+  void OnProcess(Producer& p, const DecodedMessage& m);
+  void OnDevice(Producer& p, const DecodedMessage& m);
+  void OnLaunch(Producer& p, const DecodedMessage& m);
+  void OnWarpEvents(Producer& p, const DecodedMessage& m);
+  void OnHarvest(Producer& p, const DecodedMessage& m);
+  void FinalizeLaunch(Producer& p, Launch& l, bool producer_lost);
+  void EndProducer(Producer& p, bool clean);
+  void CountMalformed(const Producer& p, const char* why, uint32_t type);
+
+  CollectorOptions options_;
+  std::unique_ptr<TraceWriter> writer_;
+  std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<Producer>> producers_;
+  transport::ConsumerStats transport_stats_;
+  CollectorSummary summary_;
+  // Device totals of producers already ended.
+  uint64_t ended_dropped_ = 0, ended_unplaced_ = 0, ended_filtered_ = 0, ended_unattributed_ = 0,
+           ended_forced_ = 0, ended_harvests_ = 0;
+  bool have_base_ = false;
+  uint64_t base_ns_ = 0;
+  uint64_t last_rel_ns_ = 0;  // latest timestamp (or slice end) written
+  uint32_t next_producer_pid_ = 2;
+  uint32_t next_launch_pid_ = 10;
+  uint64_t malformed_logged_ = 0;
+  std::string unknown_name_;  // NameOf's storage for "<unknown name #id>"
+  bool finished_ = false;
+};
+
+namespace internal {
+
+// The kernel name without its parameter list and return type, template
+// arguments kept: "void ns::gemm<128>(float const*, int)" -> "ns::gemm<128>".
+std::string QualifiedKernelName(std::string_view demangled);
+
+// LaunchFlags as words: "no_activity", "graph", "forced_drain", unknown bits
+// as "0x...".
+std::string LaunchFlagsJson(uint32_t flags);
+
+// "harvest: sync", "forced drain: buffer high-water", ...
+std::string HarvestReasonName(uint32_t reason);
+
+}  // namespace internal
+}  // namespace smprof

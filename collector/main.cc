@@ -1,0 +1,230 @@
+// smprof-collector: receives one run's messages through shared memory and
+// writes its Perfetto JSON trace. Started by smprof-run; see collector.h.
+//
+// Exit codes: 0 done (trace and summary written), 1 runtime error (the message
+// names the fix), 2 bad arguments.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "collector/collector.h"
+#include "common/transport.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "used from a signal handler");
+
+void OnSignal(int) { g_stop.store(true, std::memory_order_relaxed); }
+
+constexpr char kUsage[] =
+    "usage: smprof-collector --run-id ID --output PATH [options]\n"
+    "\n"
+    "Receives the messages of one smprof run through shared memory and writes one\n"
+    "Perfetto-loadable JSON trace. Runs until SIGTERM/SIGINT, then drains.\n"
+    "\n"
+    "  --run-id ID             run id, 1-64 characters of [A-Za-z0-9_-]\n"
+    "  --output PATH           trace file to write (JSON array)\n"
+    "  --summary PATH          also write the run summary as JSON here\n"
+    "  --ready-fd N            write \"ready\\n\" to fd N once accepting producers, then close it\n"
+    "  --max-producers N       processes attached at once (default 1024)\n"
+    "  --drain-timeout-ms N    after the stop signal, wait at most this long for\n"
+    "                          producers to finish (default 5000)\n"
+    "  --log-level L           trace|debug|info|warn|error|critical|off (default warn)\n"
+    "  --help                  show this help\n";
+
+int Usage(const std::string& problem) {
+  std::fprintf(stderr, "smprof-collector: %s\n\n%s", problem.c_str(), kUsage);
+  return 2;
+}
+
+bool ParseUint(const std::string& text, uint64_t max, uint64_t* out) {
+  if (text.empty() || text.size() > 20) return false;
+  uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    const uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (max - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return true;
+}
+
+struct Args {
+  std::string run_id;
+  std::string output;
+  std::string summary;
+  int ready_fd = -1;
+  uint32_t max_producers = 1024;
+  uint64_t drain_timeout_ms = 5000;
+  std::string log_level = "warn";
+};
+
+// Returns -1 to continue, else the exit code.
+int ParseArgs(int argc, char** argv, Args* args) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    std::string value;
+    const size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg.resize(eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return Usage("missing value for " + arg);
+    }
+    uint64_t n = 0;
+    if (arg == "--run-id") {
+      args->run_id = value;
+    } else if (arg == "--output") {
+      args->output = value;
+    } else if (arg == "--summary") {
+      args->summary = value;
+    } else if (arg == "--ready-fd") {
+      if (!ParseUint(value, INT32_MAX, &n)) return Usage("bad --ready-fd '" + value + "'");
+      args->ready_fd = static_cast<int>(n);
+    } else if (arg == "--max-producers") {
+      if (!ParseUint(value, 1u << 20, &n) || n == 0) {
+        return Usage("bad --max-producers '" + value + "' (1 to 1048576)");
+      }
+      args->max_producers = static_cast<uint32_t>(n);
+    } else if (arg == "--drain-timeout-ms") {
+      if (!ParseUint(value, 86400000, &n)) return Usage("bad --drain-timeout-ms '" + value + "'");
+      args->drain_timeout_ms = n;
+    } else if (arg == "--log-level") {
+      args->log_level = value;
+    } else {
+      return Usage("unknown option '" + arg + "'");
+    }
+  }
+  if (args->run_id.empty()) return Usage("--run-id is required");
+  if (!smprof::transport::IsValidRunId(args->run_id)) {
+    return Usage("invalid --run-id '" + args->run_id + "' (1-64 characters of [A-Za-z0-9_-])");
+  }
+  if (args->output.empty()) return Usage("--output is required");
+  static const char* const kLevels[] = {"trace", "debug",    "info", "warn",
+                                        "error", "critical", "off"};
+  bool level_ok = false;
+  for (const char* l : kLevels) level_ok = level_ok || args->log_level == l;
+  if (!level_ok) return Usage("bad --log-level '" + args->log_level + "'");
+  return -1;
+}
+
+bool WriteAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  const int parsed = ParseArgs(argc, argv, &args);
+  if (parsed >= 0) return parsed;
+
+  // A private logger: never spdlog's default registry.
+  auto logger = std::make_shared<spdlog::logger>("smprof-collector",
+                                                 std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  logger->set_pattern("smprof-collector: [%l] %v");
+  logger->set_level(spdlog::level::from_str(args.log_level));
+  logger->flush_on(spdlog::level::warn);
+
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::string error;
+  smprof::transport::ConsumerOptions consumer_options;
+  consumer_options.max_producers = args.max_producers;
+  auto consumer = smprof::transport::Consumer::Create(args.run_id, consumer_options, &error);
+  if (!consumer) {
+    std::fprintf(stderr, "smprof-collector: %s\n", error.c_str());
+    return 1;
+  }
+  smprof::CollectorOptions options;
+  options.trace_path = args.output;
+  options.logger = logger;
+  auto collector = smprof::Collector::Create(options, &error);
+  if (!collector) {
+    std::fprintf(stderr, "smprof-collector: %s\n", error.c_str());
+    return 1;
+  }
+
+  if (args.ready_fd >= 0) {
+    const bool ok = WriteAll(args.ready_fd, "ready\n", 6);
+    const int saved = errno;
+    ::close(args.ready_fd);
+    if (!ok) {
+      std::fprintf(stderr, "smprof-collector: cannot write to --ready-fd %d: %s\n", args.ready_fd,
+                   std::strerror(saved));
+      return 1;
+    }
+  }
+  logger->info("run '{}' ready, writing {}", args.run_id, args.output);
+
+  const bool drained =
+      collector->Run(*consumer, g_stop, std::chrono::milliseconds(args.drain_timeout_ms));
+  if (!drained) {
+    logger->warn(
+        "drain timeout ({} ms) passed with producers still attached; their data is "
+        "incomplete",
+        args.drain_timeout_ms);
+  }
+  const smprof::CollectorSummary summary = collector->Finish();
+  const std::string text =
+      summary.ToJson().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  logger->info("summary: {}", text);
+
+  int rc = 0;
+  if (!summary.trace_ok) {
+    std::fprintf(stderr, "smprof-collector: %s (check free space and permissions)\n",
+                 summary.trace_error.c_str());
+    rc = 1;
+  }
+  if (!args.summary.empty()) {
+    std::ofstream out(args.summary, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      std::fprintf(
+          stderr,
+          "smprof-collector: cannot write summary '%s' (choose a writable --summary path)\n",
+          args.summary.c_str());
+      rc = 1;
+    }
+  }
+  if (summary.lost_total != 0) {
+    logger->warn("{} events lost (device buffer {}, unplaced {}, transport {})", summary.lost_total,
+                 summary.lost_device_buffer, summary.lost_device_unplaced, summary.lost_transport);
+  }
+  return rc;
+}

@@ -1,0 +1,132 @@
+#include "collector/message_decoder.h"
+
+#include <cstring>
+
+namespace smprof {
+namespace {
+
+using wire::PaddedSize;
+
+// Copies the fixed struct T out of `data` once `size` is known to cover it.
+template <typename T>
+bool CopyFixed(const uint8_t* data, uint32_t size, T* out) {
+  if (size < sizeof(T)) return false;
+  std::memcpy(out, data, sizeof(T));
+  return true;
+}
+
+// Checks `size` == PaddedSize(sizeof(T) + len) without overflow.
+template <typename T>
+DecodeStatus CheckTail(uint32_t size, uint32_t len) {
+  if (len > kMaxStringBytes) return DecodeStatus::kStringTooLong;
+  if (size != PaddedSize(static_cast<uint32_t>(sizeof(T)) + len)) return DecodeStatus::kBadSize;
+  return DecodeStatus::kOk;
+}
+
+}  // namespace
+
+const char* DecodeStatusName(DecodeStatus status) {
+  switch (status) {
+    case DecodeStatus::kOk:
+      return "ok";
+    case DecodeStatus::kTooShort:
+      return "shorter than a header";
+    case DecodeStatus::kSizeMismatch:
+      return "header size differs from message size";
+    case DecodeStatus::kMisaligned:
+      return "size not a multiple of 8";
+    case DecodeStatus::kTooLarge:
+      return "message too large";
+    case DecodeStatus::kUnknownType:
+      return "unknown message type";
+    case DecodeStatus::kBadSize:
+      return "size does not match the declared contents";
+    case DecodeStatus::kStringTooLong:
+      return "string longer than 64 KiB";
+    case DecodeStatus::kBadEventKind:
+      return "event kind not begin/end/instant";
+    case DecodeStatus::kBadTimeRange:
+      return "launch ends before it starts";
+  }
+  return "?";
+}
+
+wire::WireEvent DecodedMessage::event(uint32_t i) const {
+  wire::WireEvent e;
+  std::memcpy(&e, events + static_cast<size_t>(i) * sizeof(wire::WireEvent), sizeof(e));
+  return e;
+}
+
+DecodeStatus MessageDecoder::Decode(const uint8_t* data, uint32_t size, DecodedMessage* out) {
+  if (data == nullptr || size < sizeof(wire::MsgHeader)) return DecodeStatus::kTooShort;
+  wire::MsgHeader h;
+  std::memcpy(&h, data, sizeof(h));
+  if (h.size != size) return DecodeStatus::kSizeMismatch;
+  if (size > wire::kMaxMessageBytes) return DecodeStatus::kTooLarge;
+  if (size % wire::kMsgAlign != 0) return DecodeStatus::kMisaligned;
+
+  out->text = {};
+  out->events = nullptr;
+  out->event_count = 0;
+  const char* const text_at = reinterpret_cast<const char*>(data);
+  DecodeStatus st = DecodeStatus::kOk;
+  switch (h.type) {
+    case wire::kMsgPad:
+      break;
+    case wire::kMsgProcess:
+      if (!CopyFixed(data, size, &out->process)) return DecodeStatus::kBadSize;
+      st = CheckTail<wire::ProcessMsg>(size, out->process.cmdline_len);
+      if (st != DecodeStatus::kOk) return st;
+      out->text = {text_at + sizeof(wire::ProcessMsg), out->process.cmdline_len};
+      break;
+    case wire::kMsgDevice:
+      if (!CopyFixed(data, size, &out->device)) return DecodeStatus::kBadSize;
+      st = CheckTail<wire::DeviceMsg>(size, out->device.name_len);
+      if (st != DecodeStatus::kOk) return st;
+      out->text = {text_at + sizeof(wire::DeviceMsg), out->device.name_len};
+      break;
+    case wire::kMsgName:
+      if (!CopyFixed(data, size, &out->name)) return DecodeStatus::kBadSize;
+      st = CheckTail<wire::NameMsg>(size, out->name.name_len);
+      if (st != DecodeStatus::kOk) return st;
+      out->text = {text_at + sizeof(wire::NameMsg), out->name.name_len};
+      break;
+    case wire::kMsgLaunch:
+      if (!CopyFixed(data, size, &out->launch)) return DecodeStatus::kBadSize;
+      st = CheckTail<wire::LaunchMsg>(size, out->launch.name_len);
+      if (st != DecodeStatus::kOk) return st;
+      if (out->launch.end_ns < out->launch.start_ns) return DecodeStatus::kBadTimeRange;
+      out->text = {text_at + sizeof(wire::LaunchMsg), out->launch.name_len};
+      break;
+    case wire::kMsgWarpEvents: {
+      if (!CopyFixed(data, size, &out->warp_events)) return DecodeStatus::kBadSize;
+      const uint64_t expected =
+          sizeof(wire::WarpEventsMsg) +
+          static_cast<uint64_t>(out->warp_events.count) * sizeof(wire::WireEvent);
+      if (expected != size) return DecodeStatus::kBadSize;
+      out->events = data + sizeof(wire::WarpEventsMsg);
+      out->event_count = out->warp_events.count;
+      for (uint32_t i = 0; i < out->event_count; ++i) {
+        const uint32_t kind = out->event(i).kind;
+        if (kind != wire::kEventBegin && kind != wire::kEventEnd && kind != wire::kEventInstant) {
+          return DecodeStatus::kBadEventKind;
+        }
+      }
+      break;
+    }
+    case wire::kMsgHarvest:
+      if (size != sizeof(wire::HarvestMsg)) return DecodeStatus::kBadSize;
+      std::memcpy(&out->harvest, data, sizeof(wire::HarvestMsg));
+      break;
+    case wire::kMsgStats:
+      if (size != sizeof(wire::StatsMsg)) return DecodeStatus::kBadSize;
+      std::memcpy(&out->stats, data, sizeof(wire::StatsMsg));
+      break;
+    default:
+      return DecodeStatus::kUnknownType;
+  }
+  out->type = static_cast<wire::MsgType>(h.type);
+  return DecodeStatus::kOk;
+}
+
+}  // namespace smprof

@@ -1,0 +1,72 @@
+// Validation of one transport message (untrusted bytes) into a typed view.
+//
+// The transport already checked the framing (known type, size multiple of 8,
+// inside the ring); the decoder re-checks everything it relies on, because a
+// producer may be buggy, another smprof version, or hostile:
+//   - size >= sizeof(MsgHeader), header.size == size, size % 8 == 0,
+//     size <= wire::kMaxMessageBytes, type known;
+//   - fixed messages (Harvest, Stats) have exactly their struct size;
+//   - variable ones are exactly PaddedSize(struct + declared tail), string
+//     tails are <= kMaxStringBytes, WarpEventsMsg is exactly struct + count*16;
+//   - every WireEvent kind is Begin/End/Instant; a launch does not end before
+//     it starts.
+// Fixed parts are memcpy'd into the result (the input may be unaligned); the
+// text and event tails point into the caller's buffer and live as long as it.
+// Nothing is read before the size check that covers it.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "smprof/wire.h"
+
+namespace smprof {
+
+inline constexpr uint32_t kMaxStringBytes = 64u << 10;
+
+enum class DecodeStatus : uint8_t {
+  kOk = 0,
+  kTooShort,      // smaller than a MsgHeader
+  kSizeMismatch,  // header.size differs from the delivered size
+  kMisaligned,    // size not a multiple of 8
+  kTooLarge,      // above wire::kMaxMessageBytes
+  kUnknownType,
+  kBadSize,        // size disagrees with the struct plus its declared tail
+  kStringTooLong,  // declared string tail above kMaxStringBytes
+  kBadEventKind,   // a WireEvent kind outside {Begin, End, Instant}
+  kBadTimeRange,   // LaunchMsg end_ns < start_ns
+};
+inline constexpr int kNumDecodeStatus = 10;
+
+const char* DecodeStatusName(DecodeStatus status);
+
+struct DecodedMessage {
+  DecodedMessage() : stats{} {}
+
+  wire::MsgType type = wire::kMsgPad;
+  // The fixed part of the message, selected by `type` (kMsgPad: none).
+  union {
+    wire::ProcessMsg process;
+    wire::DeviceMsg device;
+    wire::NameMsg name;
+    wire::LaunchMsg launch;
+    wire::WarpEventsMsg warp_events;
+    wire::HarvestMsg harvest;
+    wire::StatsMsg stats;
+  };
+  // Command line / device name / marker name / kernel name bytes.
+  std::string_view text;
+  // kMsgWarpEvents: `event_count` WireEvents, possibly unaligned.
+  const uint8_t* events = nullptr;
+  uint32_t event_count = 0;
+
+  wire::WireEvent event(uint32_t i) const;
+};
+
+class MessageDecoder {
+ public:
+  // Decodes `size` bytes at `data`. On anything but kOk, *out is unspecified.
+  static DecodeStatus Decode(const uint8_t* data, uint32_t size, DecodedMessage* out);
+};
+
+}  // namespace smprof

@@ -1,0 +1,332 @@
+#include "collector/trace_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace smprof {
+namespace {
+
+// Buffered bytes that trigger a write at the next object boundary.
+constexpr size_t kWriteThreshold = 1u << 20;
+
+void AppendUint(std::string* out, uint64_t v) {
+  char tmp[24];
+  int n = 0;
+  do {
+    tmp[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  while (n > 0) out->push_back(tmp[--n]);
+}
+
+void AppendInt(std::string* out, int64_t v) {
+  if (v < 0) {
+    out->push_back('-');
+    AppendUint(out, static_cast<uint64_t>(0) - static_cast<uint64_t>(v));
+  } else {
+    AppendUint(out, static_cast<uint64_t>(v));
+  }
+}
+
+// Length of the valid UTF-8 sequence starting at s[0], or 0 if invalid
+// (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF).
+size_t Utf8SequenceLength(const unsigned char* s, size_t avail) {
+  const unsigned char c = s[0];
+  if (c < 0x80) return 1;
+  size_t len;
+  unsigned char lo = 0x80, hi = 0xBF;  // bounds of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (avail < len) return 0;
+  if (s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < len; ++i) {
+    if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+  }
+  return len;
+}
+
+}  // namespace
+
+void AppendJsonString(std::string* out, std::string_view bytes) {
+  static const char kHex[] = "0123456789abcdef";
+  const auto* s = reinterpret_cast<const unsigned char*>(bytes.data());
+  const size_t n = bytes.size();
+  out->push_back('"');
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = s[i];
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(static_cast<char>(c));
+      ++i;
+    } else if (c < 0x20) {
+      out->append("\\u00");
+      out->push_back(kHex[c >> 4]);
+      out->push_back(kHex[c & 0xF]);
+      ++i;
+    } else if (c < 0x80) {
+      out->push_back(static_cast<char>(c));
+      ++i;
+    } else {
+      const size_t len = Utf8SequenceLength(s + i, n - i);
+      if (len == 0) {
+        out->append("\xEF\xBF\xBD");  // U+FFFD for one bad byte
+        ++i;
+      } else {
+        out->append(reinterpret_cast<const char*>(s + i), len);
+        i += len;
+      }
+    }
+  }
+  out->push_back('"');
+}
+
+void AppendMicros(std::string* out, uint64_t ns) {
+  AppendUint(out, ns / 1000);
+  const uint64_t frac = ns % 1000;
+  out->push_back('.');
+  out->push_back(static_cast<char>('0' + frac / 100));
+  out->push_back(static_cast<char>('0' + frac / 10 % 10));
+  out->push_back(static_cast<char>('0' + frac % 10));
+}
+
+// --- JsonArgs ---------------------------------------------------------------
+
+void JsonArgs::Key(std::string_view key) {
+  if (!body_.empty()) body_.push_back(',');
+  AppendJsonString(&body_, key);
+  body_.push_back(':');
+}
+
+JsonArgs& JsonArgs::Uint(std::string_view key, uint64_t value) {
+  Key(key);
+  AppendUint(&body_, value);
+  return *this;
+}
+
+JsonArgs& JsonArgs::Int(std::string_view key, int64_t value) {
+  Key(key);
+  AppendInt(&body_, value);
+  return *this;
+}
+
+JsonArgs& JsonArgs::Bool(std::string_view key, bool value) {
+  Key(key);
+  body_.append(value ? "true" : "false");
+  return *this;
+}
+
+JsonArgs& JsonArgs::String(std::string_view key, std::string_view value) {
+  Key(key);
+  AppendJsonString(&body_, value);
+  return *this;
+}
+
+JsonArgs& JsonArgs::Uint3(std::string_view key, const uint32_t value[3]) {
+  Key(key);
+  body_.push_back('[');
+  for (int i = 0; i < 3; ++i) {
+    if (i) body_.push_back(',');
+    AppendUint(&body_, value[i]);
+  }
+  body_.push_back(']');
+  return *this;
+}
+
+JsonArgs& JsonArgs::Raw(std::string_view key, std::string_view json) {
+  Key(key);
+  body_.append(json);
+  return *this;
+}
+
+std::string JsonArgs::str() const {
+  std::string s;
+  s.reserve(body_.size() + 2);
+  s.push_back('{');
+  s.append(body_);
+  s.push_back('}');
+  return s;
+}
+
+// --- TraceWriter ------------------------------------------------------------
+
+std::unique_ptr<TraceWriter> TraceWriter::Open(const std::string& path, std::string* error) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (error) {
+      *error = "cannot create trace file '" + path + "': " + std::strerror(errno) +
+               " (choose a writable --output path)";
+    }
+    return nullptr;
+  }
+  std::unique_ptr<TraceWriter> writer(new TraceWriter(fd, path));
+  writer->buf_ = "[\n";
+  if (!writer->Flush()) {
+    if (error) *error = writer->error();
+    return nullptr;
+  }
+  return writer;
+}
+
+TraceWriter::TraceWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
+  buf_.reserve(kWriteThreshold + (64u << 10));
+}
+
+TraceWriter::~TraceWriter() {
+  if (fd_ >= 0) {
+    Flush();
+    ::close(fd_);
+  }
+}
+
+bool TraceWriter::WriteAll(const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd_, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error_ = "writing trace file '" + path_ + "': " + std::strerror(errno);
+      return false;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool TraceWriter::Flush() {
+  if (fd_ < 0) return ok();
+  if (!buf_.empty() && ok()) WriteAll(buf_.data(), buf_.size());
+  buf_.clear();  // after an error, output is discarded rather than grown forever
+  return ok();
+}
+
+void TraceWriter::Begin(char phase, uint32_t pid) {
+  if (objects_ != 0) buf_.append(",\n");
+  buf_.append("{\"ph\":\"");
+  buf_.push_back(phase);
+  buf_.append("\",\"pid\":");
+  AppendUint(&buf_, pid);
+}
+
+void TraceWriter::End() {
+  buf_.push_back('}');
+  ++objects_;
+  if (buf_.size() >= kWriteThreshold) Flush();
+}
+
+void TraceWriter::ProcessName(uint32_t pid, std::string_view name) {
+  if (finished_) return;
+  Begin('M', pid);
+  buf_.append(",\"name\":\"process_name\",\"args\":{\"name\":");
+  AppendJsonString(&buf_, name);
+  buf_.push_back('}');
+  End();
+}
+
+void TraceWriter::ProcessSortIndex(uint32_t pid, int64_t index) {
+  if (finished_) return;
+  Begin('M', pid);
+  buf_.append(",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":");
+  AppendInt(&buf_, index);
+  buf_.push_back('}');
+  End();
+}
+
+void TraceWriter::ThreadName(uint32_t pid, uint32_t tid, std::string_view name) {
+  if (finished_) return;
+  Begin('M', pid);
+  buf_.append(",\"tid\":");
+  AppendUint(&buf_, tid);
+  buf_.append(",\"name\":\"thread_name\",\"args\":{\"name\":");
+  AppendJsonString(&buf_, name);
+  buf_.push_back('}');
+  End();
+}
+
+void TraceWriter::ThreadSortIndex(uint32_t pid, uint32_t tid, int64_t index) {
+  if (finished_) return;
+  Begin('M', pid);
+  buf_.append(",\"tid\":");
+  AppendUint(&buf_, tid);
+  buf_.append(",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":");
+  AppendInt(&buf_, index);
+  buf_.push_back('}');
+  End();
+}
+
+void TraceWriter::Complete(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns,
+                           uint64_t dur_ns, const JsonArgs* args) {
+  if (finished_) return;
+  Begin('X', pid);
+  buf_.append(",\"tid\":");
+  AppendUint(&buf_, tid);
+  buf_.append(",\"cat\":\"smprof\",\"name\":");
+  AppendJsonString(&buf_, name);
+  buf_.append(",\"ts\":");
+  AppendMicros(&buf_, ts_ns);
+  buf_.append(",\"dur\":");
+  AppendMicros(&buf_, dur_ns);
+  if (args != nullptr) {
+    buf_.append(",\"args\":");
+    buf_.append(args->str());
+  }
+  End();
+}
+
+void TraceWriter::Instant(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns,
+                          const JsonArgs* args) {
+  if (finished_) return;
+  Begin('i', pid);
+  buf_.append(",\"tid\":");
+  AppendUint(&buf_, tid);
+  buf_.append(",\"s\":\"t\",\"cat\":\"smprof\",\"name\":");
+  AppendJsonString(&buf_, name);
+  buf_.append(",\"ts\":");
+  AppendMicros(&buf_, ts_ns);
+  if (args != nullptr) {
+    buf_.append(",\"args\":");
+    buf_.append(args->str());
+  }
+  End();
+}
+
+void TraceWriter::Counter(uint32_t pid, std::string_view name, uint64_t ts_ns,
+                          const JsonArgs& args) {
+  if (finished_) return;
+  Begin('C', pid);
+  buf_.append(",\"cat\":\"smprof\",\"name\":");
+  AppendJsonString(&buf_, name);
+  buf_.append(",\"ts\":");
+  AppendMicros(&buf_, ts_ns);
+  buf_.append(",\"args\":");
+  buf_.append(args.str());
+  End();
+}
+
+bool TraceWriter::Finish() {
+  if (finished_) return ok();
+  finished_ = true;
+  buf_.append("\n]\n");
+  const bool flushed = Flush();
+  if (::close(fd_) != 0 && flushed) {
+    error_ = "closing trace file '" + path_ + "': " + std::strerror(errno);
+  }
+  fd_ = -1;
+  return ok();
+}
+
+}  // namespace smprof

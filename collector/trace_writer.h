@@ -1,0 +1,104 @@
+// Streaming writer of one Chrome/Perfetto JSON trace (array form).
+//
+// File layout: "[\n", then one event object per line, lines separated by
+// ",\n" (the separator is written *before* each object but the first), and
+// Finish() appends "\n]\n". Objects are buffered in memory and reach the file
+// only whole, through write(2) at object boundaries, so whatever a killed
+// collector leaves on disk is "[" plus complete objects: appending "]" makes
+// it strict JSON, and Perfetto accepts it as is (an unclosed array is valid).
+//
+// Timestamps are passed as integer nanoseconds already relative to the trace
+// base and printed as microseconds with exactly three decimals ("1234.567"):
+// no doubles anywhere, so nanosecond detail survives at any run length.
+//
+// Strings are untrusted bytes: AppendJsonString escapes quotes, backslashes
+// and control characters (\u00XX) and replaces invalid UTF-8 with U+FFFD, so
+// the output is always valid JSON whatever the input.
+//
+// Single-threaded: the collector owns the writer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace smprof {
+
+// Appends `bytes` as a quoted JSON string.
+void AppendJsonString(std::string* out, std::string_view bytes);
+// Appends `ns` as microseconds with exactly three decimals: 1234567 -> "1234.567".
+void AppendMicros(std::string* out, uint64_t ns);
+
+// Builds the text of one JSON object ("args") key by key. Keys are trusted
+// literals but are escaped anyway.
+class JsonArgs {
+ public:
+  JsonArgs& Uint(std::string_view key, uint64_t value);
+  JsonArgs& Int(std::string_view key, int64_t value);
+  JsonArgs& Bool(std::string_view key, bool value);
+  JsonArgs& String(std::string_view key, std::string_view value);
+  JsonArgs& Uint3(std::string_view key, const uint32_t value[3]);
+  // `json` must be one complete, valid JSON value.
+  JsonArgs& Raw(std::string_view key, std::string_view json);
+
+  bool empty() const { return body_.empty(); }
+  // "{...}".
+  std::string str() const;
+
+ private:
+  void Key(std::string_view key);
+  std::string body_;
+};
+
+class TraceWriter {
+ public:
+  // Creates (truncates) `path` and writes "[\n". nullptr + *error on failure.
+  static std::unique_ptr<TraceWriter> Open(const std::string& path, std::string* error);
+  // Writes out buffered objects but does not close the array (see Finish).
+  ~TraceWriter();
+
+  void ProcessName(uint32_t pid, std::string_view name);
+  void ProcessSortIndex(uint32_t pid, int64_t index);
+  void ThreadName(uint32_t pid, uint32_t tid, std::string_view name);
+  void ThreadSortIndex(uint32_t pid, uint32_t tid, int64_t index);
+  // "X" event. `args` may be null.
+  void Complete(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, uint64_t dur_ns,
+                const JsonArgs* args);
+  // Thread-scoped instant ("i", s:"t"). `args` may be null.
+  void Instant(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns,
+               const JsonArgs* args);
+  // Process-scoped counter ("C"); every numeric arg becomes one series.
+  void Counter(uint32_t pid, std::string_view name, uint64_t ts_ns, const JsonArgs& args);
+
+  // Writes buffered objects to the file. False once any write failed.
+  bool Flush();
+  // Appends "\n]\n", flushes and closes. Later calls do nothing. False if any
+  // write failed.
+  bool Finish();
+
+  const std::string& path() const { return path_; }
+  uint64_t objects_written() const { return objects_; }
+  bool ok() const { return error_.empty(); }
+  // First write error ("" if none).
+  const std::string& error() const { return error_; }
+
+  TraceWriter(const TraceWriter&) = delete;
+  TraceWriter& operator=(const TraceWriter&) = delete;
+
+ private:
+  TraceWriter(int fd, std::string path);
+  // Starts an object: separator, "{", "ph":..., "pid":...
+  void Begin(char phase, uint32_t pid);
+  void End();
+  bool WriteAll(const char* data, size_t size);
+
+  int fd_;
+  std::string path_;
+  std::string buf_;
+  uint64_t objects_ = 0;
+  bool finished_ = false;
+  std::string error_;
+};
+
+}  // namespace smprof

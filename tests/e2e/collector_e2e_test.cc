@@ -1,0 +1,433 @@
+// End-to-end: the real smprof-collector binary, fed through the real
+// shared-memory transport by this process and by a forked child, stopped with
+// SIGTERM (clean drain) or SIGKILL (the trace must still be a valid prefix).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/transport.h"
+#include "smprof/wire.h"
+
+namespace smprof {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+using nlohmann::json;
+
+constexpr uint64_t kT0 = 5000000000ull;
+// Safety nets only: nothing asserts on how long things take.
+constexpr auto kSafetyTimeout = std::chrono::seconds(60);
+
+// --- message builders --------------------------------------------------------
+
+template <typename T>
+Bytes Frame(T fixed, wire::MsgType type, std::string_view tail = {}) {
+  const uint32_t size = wire::PaddedSize(static_cast<uint32_t>(sizeof(T) + tail.size()));
+  fixed.h.type = type;
+  fixed.h.size = size;
+  Bytes out(size, 0);
+  std::memcpy(out.data(), &fixed, sizeof(T));
+  if (!tail.empty()) std::memcpy(out.data() + sizeof(T), tail.data(), tail.size());
+  return out;
+}
+
+Bytes Process(uint32_t pid, uint64_t gpu_ns, std::string_view cmdline) {
+  wire::ProcessMsg m{};
+  m.pid = pid;
+  m.gpu_time_ns = gpu_ns;
+  m.cmdline_len = static_cast<uint32_t>(cmdline.size());
+  return Frame(m, wire::kMsgProcess, cmdline);
+}
+
+Bytes Name(uint32_t id, std::string_view name) {
+  wire::NameMsg m{};
+  m.name_id = id;
+  m.name_len = static_cast<uint32_t>(name.size());
+  return Frame(m, wire::kMsgName, name);
+}
+
+Bytes Launch(uint64_t id, std::string_view kernel) {
+  wire::LaunchMsg m{};
+  m.launch_id = id;
+  m.start_ns = kT0 + 1000;
+  m.end_ns = kT0 + 100000;
+  m.grid[0] = m.grid[1] = m.grid[2] = 1;
+  m.block[0] = 32;
+  m.block[1] = m.block[2] = 1;
+  m.name_len = static_cast<uint32_t>(kernel.size());
+  return Frame(m, wire::kMsgLaunch, kernel);
+}
+
+Bytes Warp(uint64_t launch, const std::vector<wire::WireEvent>& events) {
+  wire::WarpEventsMsg m{};
+  m.launch_id = launch;
+  m.count = static_cast<uint32_t>(events.size());
+  return Frame(m, wire::kMsgWarpEvents,
+               std::string_view(reinterpret_cast<const char*>(events.data()),
+                                events.size() * sizeof(wire::WireEvent)));
+}
+
+Bytes Harvest(uint64_t t, uint64_t dropped) {
+  wire::HarvestMsg m{};
+  m.time_ns = kT0 + t;
+  m.reason = wire::kHarvestSync;
+  m.dropped_events = dropped;
+  return Frame(m, wire::kMsgHarvest);
+}
+
+// --- process helpers ---------------------------------------------------------
+
+std::string CollectorBinary() {
+  const char* dir = std::getenv("SMPROF_BUILD_DIR");
+  return std::string(dir ? dir : ".") + "/bin/smprof-collector";
+}
+
+std::string UniqueRunId(const char* tag) {
+  static int counter = 0;
+  return std::string("e2e-coll-") + tag + "-" + std::to_string(getpid()) + "-" +
+         std::to_string(counter++);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs the collector with `args`; stdout/stderr go to `log_path` when given.
+// If `ready_fd` is non-null, a pipe is passed as --ready-fd and its read end
+// returned there.
+pid_t Spawn(std::vector<std::string> args, int* ready_fd, const std::string& log_path = "") {
+  int fds[2] = {-1, -1};
+  if (ready_fd != nullptr) {
+    if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+    args.push_back("--ready-fd");
+    args.push_back(std::to_string(fds[1]));
+  }
+  const std::string binary = CollectorBinary();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (ready_fd != nullptr) fcntl(fds[1], F_SETFD, 0);  // inherited across exec
+    if (!log_path.empty()) {
+      const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (log >= 0) {
+        dup2(log, 1);
+        dup2(log, 2);
+      }
+    }
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(binary.c_str()));
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  if (ready_fd != nullptr) {
+    close(fds[1]);
+    *ready_fd = fds[0];
+  }
+  return pid;
+}
+
+// What the collector wrote to the ready pipe before closing it.
+std::string WaitReady(int fd) {
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + kSafetyTimeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buf[64];
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) break;  // closed
+    got.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return got;
+}
+
+// Exit code, 128 + signal, or -1 if it had to be killed by the safety net.
+int WaitExit(pid_t pid) {
+  const auto deadline = std::chrono::steady_clock::now() + kSafetyTimeout;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -2;
+}
+
+std::unique_ptr<transport::Producer> Attach(const std::string& run_id) {
+  transport::ProducerOptions options;
+  options.ring_bytes = 1u << 20;
+  options.max_wait = std::chrono::milliseconds(5000);
+  std::string error;
+  auto producer = transport::Producer::Attach(run_id, options, &error);
+  EXPECT_NE(producer, nullptr) << error;
+  return producer;
+}
+
+bool SendAll(transport::Producer& p, const std::vector<Bytes>& messages) {
+  bool ok = true;
+  for (const Bytes& m : messages) ok = p.Send(m.data(), static_cast<uint32_t>(m.size()), 0) && ok;
+  return ok;
+}
+
+std::vector<json> Select(const json& trace, const std::function<bool(const json&)>& pred) {
+  std::vector<json> out;
+  for (const json& e : trace) {
+    if (pred(e)) out.push_back(e);
+  }
+  return out;
+}
+
+// JSON pid of the process whose process_name is `name` (-1 if none).
+int PidNamed(const json& trace, const std::string& name) {
+  for (const json& e : trace) {
+    if (e["ph"] == "M" && e["name"] == "process_name" && e["args"]["name"] == name) return e["pid"];
+  }
+  return -1;
+}
+
+class CollectorE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "collector_e2e_" + std::to_string(getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    mkdir(dir_.c_str(), 0755);
+    trace_ = dir_ + "/trace.json";
+    summary_ = dir_ + "/summary.json";
+  }
+  void TearDown() override {
+    if (!run_id_.empty()) transport::RemoveRunSegments(run_id_);
+  }
+
+  // Starts the collector and waits for "ready".
+  pid_t StartCollector(const char* tag) {
+    run_id_ = UniqueRunId(tag);
+    int ready = -1;
+    const pid_t pid = Spawn({"--run-id", run_id_, "--output", trace_, "--summary", summary_,
+                             "--drain-timeout-ms", "20000", "--log-level", "info"},
+                            &ready);
+    EXPECT_GT(pid, 0);
+    EXPECT_EQ(WaitReady(ready), "ready\n");
+    return pid;
+  }
+
+  std::string dir_, trace_, summary_, run_id_;
+};
+
+TEST_F(CollectorE2eTest, TwoProcessesMalformedInputAndCleanShutdown) {
+  const pid_t collector = StartCollector("main");
+
+  // This process: one launch, a range and an instant, malformed messages
+  // inside valid framing, events of an unknown launch, a lossy harvest.
+  auto producer = Attach(run_id_);
+  ASSERT_NE(producer, nullptr);
+  const uint32_t self = static_cast<uint32_t>(getpid());
+  Bytes bad_name = Name(2, "abc");
+  bad_name[12] = 40;  // name_len past the end of the message
+  Bytes long_harvest = Harvest(1, 0);
+  long_harvest.resize(long_harvest.size() + 8, 0);
+  const uint32_t long_size = static_cast<uint32_t>(long_harvest.size());
+  std::memcpy(long_harvest.data() + 4, &long_size, 4);
+  const Bytes bad_kind = Warp(1, {{kT0 + 3000, 1, 0}});
+  ASSERT_TRUE(SendAll(*producer, {
+                                     Process(self, kT0, "e2e-parent"),
+                                     Name(1, "work"),
+                                     Launch(1, "void kparent(int)"),
+                                     Warp(1, {{kT0 + 2000, 1, wire::kEventBegin},
+                                              {kT0 + 2500, 1, wire::kEventInstant},
+                                              {kT0 + 4000, 1, wire::kEventEnd}}),
+                                     bad_name,
+                                     long_harvest,
+                                     bad_kind,
+                                     Warp(42, {{kT0 + 5000, 1, wire::kEventInstant},
+                                               {kT0 + 5001, 1, wire::kEventInstant}}),
+                                     Harvest(200000, 3),
+                                 }));
+
+  // A forked child: its own producer, its own names and launch ids.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::string error;
+    transport::ProducerOptions options;
+    options.ring_bytes = 1u << 20;
+    auto p = transport::Producer::Attach(run_id_, options, &error);
+    if (!p) _exit(10);
+    const uint32_t me = static_cast<uint32_t>(getpid());
+    const bool ok =
+        SendAll(*p, {Process(me, kT0 + 10, "e2e-child"), Name(1, "child-work"),
+                     Launch(1, "void kchild(int)"), Warp(1, {{kT0 + 3000, 1, wire::kEventInstant}}),
+                     Harvest(300000, 0)});
+    p->Detach();
+    _exit(ok ? 0 : 11);
+  }
+  EXPECT_EQ(WaitExit(child), 0);
+  producer->Detach();
+
+  ASSERT_EQ(kill(collector, SIGTERM), 0);
+  ASSERT_EQ(WaitExit(collector), 0);
+
+  const json summary = json::parse(ReadFile(summary_));
+  EXPECT_EQ(summary["trace"], trace_);
+  EXPECT_EQ(summary["processes"], 2);
+  EXPECT_EQ(summary["launches"], 2);
+  EXPECT_EQ(summary["events"], 4);
+  EXPECT_EQ(summary["malformed_messages"], 3);
+  EXPECT_EQ(summary["orphan_events"], 2);
+  EXPECT_EQ(summary["unmatched_ends"], 0);
+  EXPECT_EQ(summary["unterminated_ranges"], 0);
+  EXPECT_EQ(summary["harvests"], 2);
+  EXPECT_EQ(summary["lost"]["device_buffer"], 3);
+  EXPECT_EQ(summary["lost"]["transport"], 0);
+  EXPECT_EQ(summary["lost"]["total"], 3);
+  EXPECT_EQ(summary["framing_errors"], 0);
+  EXPECT_EQ(summary["producers_incomplete"], 0);
+
+  const std::string text = ReadFile(trace_);
+  ASSERT_GE(text.size(), 4u);
+  EXPECT_EQ(text.substr(text.size() - 3), "\n]\n");
+  const json trace = json::parse(text);
+  const int parent_track = PidNamed(trace, "smprof | e2e-parent | pid " + std::to_string(self));
+  const int child_track = PidNamed(trace, "smprof | e2e-child | pid " + std::to_string(child));
+  EXPECT_GE(parent_track, 2);
+  EXPECT_GE(child_track, 2);
+  const int parent_launch =
+      PidNamed(trace, "#1 kparent | GPU0 | stream 0 | grid(1,1,1) block(32,1,1) | pid " +
+                          std::to_string(self));
+  const int child_launch =
+      PidNamed(trace, "#1 kchild | GPU0 | stream 0 | grid(1,1,1) block(32,1,1) | pid " +
+                          std::to_string(child));
+  ASSERT_GE(parent_launch, 10);
+  ASSERT_GE(child_launch, 10);
+
+  const auto parent_x =
+      Select(trace, [&](const json& e) { return e["pid"] == parent_launch && e["ph"] == "X"; });
+  ASSERT_EQ(parent_x.size(), 2u);  // kernel + "work"
+  EXPECT_EQ(parent_x[0]["name"], "void kparent(int)");
+  EXPECT_EQ(parent_x[1]["name"], "work");
+  EXPECT_DOUBLE_EQ(parent_x[1]["dur"].get<double>(), 2.0);
+  const auto child_i =
+      Select(trace, [&](const json& e) { return e["pid"] == child_launch && e["ph"] == "i"; });
+  ASSERT_EQ(child_i.size(), 1u);
+  EXPECT_EQ(child_i[0]["name"], "child-work");
+  const auto counter = Select(trace, [&](const json& e) { return e["ph"] == "C"; });
+  ASSERT_EQ(counter.size(), 1u);
+  EXPECT_EQ(counter[0]["pid"], parent_track);
+  EXPECT_EQ(counter[0]["args"]["lost"], 3);
+
+  // The summary is also in the trace.
+  const auto run = Select(trace, [](const json& e) { return e["pid"] == 1 && e["ph"] == "i"; });
+  ASSERT_EQ(run.size(), 1u);
+  EXPECT_EQ(run[0]["args"]["malformed_messages"], 3);
+  EXPECT_EQ(run[0]["args"]["lost"]["device_buffer"], 3);
+
+  // The run's shared memory is gone.
+  EXPECT_NE(access(("/dev/shm/" + transport::ControlSegmentName(run_id_)).c_str(), F_OK), 0);
+}
+
+TEST_F(CollectorE2eTest, KilledCollectorLeavesAValidPrefix) {
+  const pid_t collector = StartCollector("kill");
+  auto producer = Attach(run_id_);
+  ASSERT_NE(producer, nullptr);
+  ASSERT_TRUE(SendAll(*producer, {Process(static_cast<uint32_t>(getpid()), kT0, "e2e-killed"),
+                                  Name(1, "step"), Launch(1, "void kk()"),
+                                  Warp(1, {{kT0 + 2000, 1, wire::kEventBegin},
+                                           {kT0 + 3000, 1, wire::kEventEnd},
+                                           {kT0 + 3500, 1, wire::kEventBegin}}),
+                                  Harvest(200000, 0)}));
+  // The harvest is flushed right after it is handled; wait until it is on disk.
+  const auto deadline = std::chrono::steady_clock::now() + kSafetyTimeout;
+  while (ReadFile(trace_).find("harvest: sync") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(kill(collector, SIGKILL), 0);
+  EXPECT_EQ(WaitExit(collector), 128 + SIGKILL);
+  producer.reset();
+
+  const std::string text = ReadFile(trace_);
+  ASSERT_NE(text.find("harvest: sync"), std::string::npos) << text;
+  EXPECT_FALSE(json::accept(text));  // the array was never closed
+  json trace;
+  ASSERT_NO_THROW(trace = json::parse(text + "]")) << text;
+  ASSERT_TRUE(trace.is_array());
+  const auto x = Select(trace, [](const json& e) { return e["ph"] == "X" && e["name"] == "step"; });
+  ASSERT_EQ(x.size(), 2u);  // the closed range and the unterminated one
+  EXPECT_EQ(x[1]["args"]["unterminated"], true);
+}
+
+TEST(CollectorCliTest, BadArgumentsExit2) {
+  const std::string log =
+      ::testing::TempDir() + "collector_cli_" + std::to_string(getpid()) + ".log";
+  EXPECT_EQ(WaitExit(Spawn({"--output", "/tmp/x.json"}, nullptr, log)), 2);
+  EXPECT_NE(ReadFile(log).find("--run-id"), std::string::npos);
+  EXPECT_EQ(WaitExit(Spawn({"--run-id", "bad/id", "--output", "/tmp/x.json"}, nullptr, log)), 2);
+  EXPECT_EQ(
+      WaitExit(Spawn({"--run-id", "ok", "--output", "/tmp/x.json", "--bogus", "1"}, nullptr, log)),
+      2);
+  EXPECT_EQ(WaitExit(Spawn({"--run-id", "ok", "--output", "/tmp/x.json", "--drain-timeout-ms", "x"},
+                           nullptr, log)),
+            2);
+  EXPECT_EQ(WaitExit(Spawn({"--help"}, nullptr, log)), 0);
+  EXPECT_NE(ReadFile(log).find("usage: smprof-collector"), std::string::npos);
+  unlink(log.c_str());
+}
+
+TEST(CollectorCliTest, UnwritableOutputExits1NamingTheFix) {
+  const std::string log =
+      ::testing::TempDir() + "collector_cli_out_" + std::to_string(getpid()) + ".log";
+  const std::string run_id = UniqueRunId("out");
+  EXPECT_EQ(WaitExit(Spawn({"--run-id", run_id, "--output", "/nonexistent-smprof-dir/t.json"},
+                           nullptr, log)),
+            1);
+  const std::string err = ReadFile(log);
+  EXPECT_NE(err.find("/nonexistent-smprof-dir/t.json"), std::string::npos) << err;
+  EXPECT_NE(err.find("--output"), std::string::npos) << err;
+  // Nothing of the run is left behind.
+  EXPECT_NE(access(("/dev/shm/" + transport::ControlSegmentName(run_id)).c_str(), F_OK), 0);
+  unlink(log.c_str());
+}
+
+TEST(CollectorCliTest, DuplicateRunIdExits1) {
+  const std::string run_id = UniqueRunId("dup");
+  std::string error;
+  auto consumer = transport::Consumer::Create(run_id, {}, &error);
+  ASSERT_NE(consumer, nullptr) << error;
+  const std::string log =
+      ::testing::TempDir() + "collector_cli_dup_" + std::to_string(getpid()) + ".log";
+  const std::string out =
+      ::testing::TempDir() + "collector_cli_dup_" + std::to_string(getpid()) + ".json";
+  EXPECT_EQ(WaitExit(Spawn({"--run-id", run_id, "--output", out}, nullptr, log)), 1);
+  EXPECT_NE(ReadFile(log).find(run_id), std::string::npos);
+  unlink(log.c_str());
+  unlink(out.c_str());
+}
+
+}  // namespace
+}  // namespace smprof

@@ -1,0 +1,13 @@
+# Collector library: decoder (incl. fuzz loop), trace writer, collector fed in-process.
+smprof_add_test(message_decoder_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/message_decoder_test.cc
+  LIBS smprof::collector
+  LABELS unit)
+smprof_add_test(trace_writer_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/trace_writer_test.cc
+  LIBS smprof::collector nlohmann_json::nlohmann_json
+  LABELS unit)
+smprof_add_test(collector_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/collector_test.cc
+  LIBS smprof::collector nlohmann_json::nlohmann_json
+  LABELS unit)

@@ -1,0 +1,676 @@
+// Collector fed in-process with synthetic messages; the written trace is
+// parsed back and checked event by event, together with the summary numbers.
+#include "collector/collector.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace smprof {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+using nlohmann::json;
+
+constexpr uint64_t kT0 = 5000000000ull;  // first ProcessMsg GPU time; base = kT0 - 1 s
+
+// --- message builders --------------------------------------------------------
+
+template <typename T>
+Bytes Frame(T fixed, wire::MsgType type, std::string_view tail = {}) {
+  const uint32_t size = wire::PaddedSize(static_cast<uint32_t>(sizeof(T) + tail.size()));
+  fixed.h.type = type;
+  fixed.h.size = size;
+  Bytes out(size, 0);
+  std::memcpy(out.data(), &fixed, sizeof(T));
+  if (!tail.empty()) std::memcpy(out.data() + sizeof(T), tail.data(), tail.size());
+  return out;
+}
+
+Bytes Process(uint32_t pid, uint64_t gpu_ns, std::string_view cmdline) {
+  wire::ProcessMsg m{};
+  m.pid = pid;
+  m.gpu_time_ns = gpu_ns;
+  m.cmdline_len = static_cast<uint32_t>(cmdline.size());
+  return Frame(m, wire::kMsgProcess, cmdline);
+}
+
+Bytes Name(uint32_t id, std::string_view name) {
+  wire::NameMsg m{};
+  m.name_id = id;
+  m.name_len = static_cast<uint32_t>(name.size());
+  return Frame(m, wire::kMsgName, name);
+}
+
+struct LaunchSpec {
+  uint64_t id = 1;
+  uint64_t start = kT0 + 1000;
+  uint64_t end = kT0 + 100000;
+  std::string kernel = "void k(int)";
+  uint32_t device = 0;
+  uint64_t stream = 7;
+  uint32_t flags = 0;
+};
+
+Bytes Launch(const LaunchSpec& s) {
+  wire::LaunchMsg m{};
+  m.launch_id = s.id;
+  m.start_ns = s.start;
+  m.end_ns = s.end;
+  m.grid_id = 55;
+  m.correlation_id = 77;
+  m.stream_id = s.stream;
+  m.device = s.device;
+  m.flags = s.flags;
+  m.grid[0] = 4;
+  m.grid[1] = m.grid[2] = 1;
+  m.block[0] = 64;
+  m.block[1] = m.block[2] = 1;
+  m.dynamic_smem = 1024;
+  m.static_smem = 256;
+  m.registers = 32;
+  m.name_len = static_cast<uint32_t>(s.kernel.size());
+  return Frame(m, wire::kMsgLaunch, s.kernel);
+}
+
+wire::WireEvent B(uint64_t t, uint32_t name) { return {kT0 + t, name, wire::kEventBegin}; }
+wire::WireEvent E(uint64_t t, uint32_t name) { return {kT0 + t, name, wire::kEventEnd}; }
+wire::WireEvent I(uint64_t t, uint32_t name) { return {kT0 + t, name, wire::kEventInstant}; }
+
+Bytes Warp(uint64_t launch, uint16_t sm, uint32_t bx, uint16_t warp,
+           const std::vector<wire::WireEvent>& events) {
+  wire::WarpEventsMsg m{};
+  m.launch_id = launch;
+  m.block[0] = bx;
+  m.sm = sm;
+  m.warp = warp;
+  m.count = static_cast<uint32_t>(events.size());
+  return Frame(m, wire::kMsgWarpEvents,
+               std::string_view(reinterpret_cast<const char*>(events.data()),
+                                events.size() * sizeof(wire::WireEvent)));
+}
+
+Bytes Harvest(uint64_t t, uint32_t reason, uint64_t dropped, uint64_t unplaced) {
+  wire::HarvestMsg m{};
+  m.time_ns = kT0 + t;
+  m.reason = reason;
+  m.dropped_events = dropped;
+  m.unplaced_events = unplaced;
+  return Frame(m, wire::kMsgHarvest);
+}
+
+// --- harness -------------------------------------------------------------------
+
+class CollectorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = ::testing::TempDir() + "collector_test_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+            std::to_string(getpid()) + ".json";
+    std::string error;
+    CollectorOptions options;
+    options.trace_path = path_;
+    collector_ = Collector::Create(options, &error);
+    ASSERT_NE(collector_, nullptr) << error;
+  }
+  void TearDown() override { ::unlink(path_.c_str()); }
+
+  void Send(transport::ProducerInfo p, const Bytes& b) {
+    collector_->HandleMessage(p, b.data(), static_cast<uint32_t>(b.size()));
+  }
+
+  // Finishes and parses the trace (strict JSON: the array must be closed).
+  json FinishAndParse(CollectorSummary* summary = nullptr) {
+    const CollectorSummary s = collector_->Finish();
+    EXPECT_TRUE(s.trace_ok) << s.trace_error;
+    if (summary) *summary = s;
+    std::ifstream in(path_, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text_ = ss.str();
+    return json::parse(text_);
+  }
+
+  std::string path_;
+  std::string text_;
+  std::unique_ptr<Collector> collector_;
+};
+
+std::vector<json> Select(const json& trace, const std::function<bool(const json&)>& pred) {
+  std::vector<json> out;
+  for (const json& e : trace) {
+    if (pred(e)) out.push_back(e);
+  }
+  return out;
+}
+
+std::vector<json> Events(const json& trace, const std::string& ph, int pid, int tid) {
+  return Select(trace, [&](const json& e) {
+    return e["ph"] == ph && e["pid"] == pid && e.value("tid", -1) == tid;
+  });
+}
+
+// The args.name of a process_name / thread_name metadata event ("" if none).
+std::string MetaName(const json& trace, const std::string& what, int pid, int tid = -1) {
+  for (const json& e : trace) {
+    if (e["ph"] == "M" && e["name"] == what && e["pid"] == pid && e.value("tid", -1) == tid) {
+      return e["args"]["name"];
+    }
+  }
+  return "";
+}
+
+int64_t SortIndex(const json& trace, const std::string& what, int pid, int tid = -1) {
+  int64_t found = -1;
+  int count = 0;
+  for (const json& e : trace) {
+    if (e["ph"] == "M" && e["name"] == what && e["pid"] == pid && e.value("tid", -1) == tid) {
+      found = e["args"]["sort_index"];
+      ++count;
+    }
+  }
+  EXPECT_LE(count, 1) << what << " " << pid << " " << tid;
+  return found;
+}
+
+// --- tests ---------------------------------------------------------------------
+
+TEST_F(CollectorTest, OneLaunchTwoWarpsEverything) {
+  const transport::ProducerInfo a{0, 1000};
+  Send(a, Process(1000, kT0,
+                  std::string("./app\0--size\0"
+                              "3\0",
+                              15)));
+  Send(a, Name(1, "outer"));
+  Send(a, Name(2, "inner"));
+  Send(a, Name(3, "mark"));
+  LaunchSpec ls;
+  ls.id = 7;
+  ls.kernel = "void ns::gemm<128>(float const*, int)";
+  ls.device = 1;
+  ls.stream = 13;
+  Send(a, Launch(ls));
+  // Warp A (sm 5, block 1, warp 1): nested ranges, an instant, an unmatched END.
+  Send(a,
+       Warp(7, 5, 1, 1, {B(2000, 1), B(3000, 2), I(3500, 3), E(4000, 2), E(9000, 1), E(9500, 2)}));
+  // Warp B (sm 2, block 0, warp 0): BEGIN never ended, instant with an undefined name.
+  Send(a, Warp(7, 2, 0, 0, {B(2500, 1), I(2600, 42)}));
+  // Warp A again: a warp split over two messages.
+  Send(a, Warp(7, 5, 1, 1, {B(10000, 2), E(11000, 2)}));
+  // Unknown launch: orphans.
+  Send(a, Warp(99, 1, 0, 0, {I(5000, 3), I(5001, 3), I(5002, 3)}));
+  // Malformed: declared name length beyond the message.
+  Bytes bad = Name(4, "abc");
+  bad[12] = 50;
+  Send(a, bad);
+  Send(a, Harvest(200000, wire::kHarvestSync, 5, 2));
+  // Launch 7 is finalized: late events are orphans too.
+  Send(a, Warp(7, 5, 1, 1, {I(200001, 3), I(200002, 3)}));
+  Send(a, Harvest(300000, wire::kHarvestHighWater, 0, 0));
+  transport::ConsumerStats ts;
+  ts.producer_events_dropped = 11;
+  ts.framing_errors = 1;
+  collector_->SetTransportStats(ts);
+  collector_->HandleProducerEnd(a, /*clean=*/true);
+
+  CollectorSummary s;
+  const json t = FinishAndParse(&s);
+
+  // Summary numbers.
+  EXPECT_EQ(s.processes, 1u);
+  EXPECT_EQ(s.launches, 1u);
+  EXPECT_EQ(s.events, 10u);  // warp A: 2+2+1+1+2, warp B: 1 unterminated + 1 instant
+  EXPECT_EQ(s.lost_device_buffer, 5u);
+  EXPECT_EQ(s.lost_device_unplaced, 2u);
+  EXPECT_EQ(s.lost_transport, 11u);
+  EXPECT_EQ(s.lost_total, 18u);
+  EXPECT_EQ(s.malformed_messages, 1u);
+  EXPECT_EQ(s.orphan_events, 5u);
+  EXPECT_EQ(s.unterminated_ranges, 1u);
+  EXPECT_EQ(s.unmatched_ends, 1u);
+  EXPECT_EQ(s.harvests, 2u);
+  EXPECT_EQ(s.forced_drains, 1u);
+  EXPECT_EQ(s.framing_errors, 1u);
+  EXPECT_EQ(s.producers_incomplete, 0u);
+  EXPECT_EQ(s.unknown_names, 1u);
+  EXPECT_EQ(s.clamped_timestamps, 0u);
+
+  // Producer track.
+  EXPECT_EQ(MetaName(t, "process_name", 2), "smprof | ./app --size 3 | pid 1000");
+  EXPECT_EQ(MetaName(t, "thread_name", 2, 1), "harvests");
+  // Launch process.
+  EXPECT_EQ(MetaName(t, "process_name", 10),
+            "#7 ns::gemm<128> | GPU1 | stream 13 | grid(4,1,1) block(64,1,1) | pid 1000");
+  EXPECT_EQ(SortIndex(t, "process_sort_index", 10), 1000001);
+  EXPECT_EQ(MetaName(t, "thread_name", 10, 1), "kernel (CUPTI)");
+  EXPECT_EQ(MetaName(t, "thread_name", 10, 2), "SM 005 | block (1,0,0) | warp 1");
+  EXPECT_EQ(MetaName(t, "thread_name", 10, 3), "SM 002 | block (0,0,0) | warp 0");
+  EXPECT_EQ(SortIndex(t, "thread_sort_index", 10, 1), 0);
+  EXPECT_EQ(SortIndex(t, "thread_sort_index", 10, 3), 1);  // SM 2 before SM 5
+  EXPECT_EQ(SortIndex(t, "thread_sort_index", 10, 2), 2);
+
+  // Kernel slice.
+  const auto kernel = Events(t, "X", 10, 1);
+  ASSERT_EQ(kernel.size(), 1u);
+  EXPECT_EQ(kernel[0]["name"], "void ns::gemm<128>(float const*, int)");
+  EXPECT_EQ(kernel[0]["cat"], "smprof");
+  EXPECT_DOUBLE_EQ(kernel[0]["ts"].get<double>(), 1000001.0);
+  EXPECT_DOUBLE_EQ(kernel[0]["dur"].get<double>(), 99.0);
+  const json& ka = kernel[0]["args"];
+  EXPECT_EQ(ka["launch_id"], 7);
+  EXPECT_EQ(ka["grid"], json({4, 1, 1}));
+  EXPECT_EQ(ka["block"], json({64, 1, 1}));
+  EXPECT_EQ(ka["device"], 1);
+  EXPECT_EQ(ka["stream"], 13);
+  EXPECT_EQ(ka["correlation_id"], 77);
+  EXPECT_EQ(ka["grid_id"], 55);
+  EXPECT_EQ(ka["graph_id"], 0);
+  EXPECT_EQ(ka["registers"], 32);
+  EXPECT_EQ(ka["dynamic_smem"], 1024);
+  EXPECT_EQ(ka["static_smem"], 256);
+  EXPECT_EQ(ka["pid"], 1000);
+  EXPECT_EQ(ka["flags"], json::array());
+  EXPECT_FALSE(ka.contains("note"));
+
+  // Warp A: three slices, two instants.
+  const auto xa = Events(t, "X", 10, 2);
+  ASSERT_EQ(xa.size(), 3u);
+  EXPECT_EQ(xa[0]["name"], "inner");  // closed first
+  EXPECT_DOUBLE_EQ(xa[0]["ts"].get<double>(), 1000003.0);
+  EXPECT_DOUBLE_EQ(xa[0]["dur"].get<double>(), 1.0);
+  EXPECT_EQ(xa[1]["name"], "outer");
+  EXPECT_DOUBLE_EQ(xa[1]["ts"].get<double>(), 1000002.0);
+  EXPECT_DOUBLE_EQ(xa[1]["dur"].get<double>(), 7.0);
+  EXPECT_EQ(xa[2]["name"], "inner");
+  EXPECT_DOUBLE_EQ(xa[2]["ts"].get<double>(), 1000010.0);
+  EXPECT_DOUBLE_EQ(xa[2]["dur"].get<double>(), 1.0);
+  for (const json& x : xa) EXPECT_FALSE(x.contains("args"));
+  const auto ia = Events(t, "i", 10, 2);
+  ASSERT_EQ(ia.size(), 2u);
+  EXPECT_EQ(ia[0]["name"], "mark");
+  EXPECT_EQ(ia[0]["s"], "t");
+  EXPECT_DOUBLE_EQ(ia[0]["ts"].get<double>(), 1000003.5);
+  EXPECT_EQ(ia[1]["name"], "inner (end without begin)");
+  EXPECT_DOUBLE_EQ(ia[1]["ts"].get<double>(), 1000009.5);
+  EXPECT_EQ(ia[1]["args"]["smprof_error"], "unmatched end");
+
+  // Warp B: unterminated BEGIN ends at the launch end; undefined name.
+  const auto xb = Events(t, "X", 10, 3);
+  ASSERT_EQ(xb.size(), 1u);
+  EXPECT_EQ(xb[0]["name"], "outer");
+  EXPECT_DOUBLE_EQ(xb[0]["ts"].get<double>(), 1000002.5);
+  EXPECT_DOUBLE_EQ(xb[0]["dur"].get<double>(), 97.5);
+  EXPECT_EQ(xb[0]["args"]["unterminated"], true);
+  const auto ib = Events(t, "i", 10, 3);
+  ASSERT_EQ(ib.size(), 1u);
+  EXPECT_EQ(ib[0]["name"], "<unknown name #42>");
+
+  // Exact fixed-point text.
+  EXPECT_NE(text_.find("\"ts\":1000002.000,\"dur\":7.000"), std::string::npos);
+  EXPECT_NE(text_.find("\"ts\":1000002.500,\"dur\":97.500"), std::string::npos);
+
+  // Harvests and device loss on the producer track.
+  const auto hv = Events(t, "i", 2, 1);
+  ASSERT_EQ(hv.size(), 2u);
+  EXPECT_EQ(hv[0]["name"], "harvest: sync");
+  EXPECT_DOUBLE_EQ(hv[0]["ts"].get<double>(), 1000200.0);
+  EXPECT_EQ(hv[0]["args"], json({{"device", 0}, {"dropped_events", 5}, {"unplaced_events", 2}}));
+  EXPECT_EQ(hv[1]["name"], "forced drain: buffer high-water");
+  const auto lost = Select(t, [](const json& e) { return e["ph"] == "C"; });
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0]["pid"], 2);
+  EXPECT_EQ(lost[0]["name"], "events lost (device buffer)");
+  EXPECT_EQ(lost[0]["args"]["lost"], 7);
+
+  // Run summary: last event of the trace, at the latest timestamp.
+  EXPECT_EQ(MetaName(t, "process_name", 1), "smprof run summary");
+  const json& last = t.back();
+  EXPECT_EQ(last["ph"], "i");
+  EXPECT_EQ(last["pid"], 1);
+  EXPECT_DOUBLE_EQ(last["ts"].get<double>(), 1000300.0);
+  json expected = s.ToJson();
+  for (auto& [key, value] : expected.items()) EXPECT_EQ(last["args"][key], value) << key;
+  EXPECT_EQ(last["args"]["unknown_names"], 1);
+
+  // Every non-metadata event is in the smprof category.
+  for (const json& e : t) {
+    if (e["ph"] != "M") {
+      EXPECT_EQ(e["cat"], "smprof") << e.dump();
+    }
+  }
+}
+
+TEST_F(CollectorTest, EndClosesMostRecentOpenBeginOfTheSameName) {
+  const transport::ProducerInfo a{0, 1};
+  Send(a, Process(1, kT0, "app"));
+  Send(a, Name(1, "a"));
+  Send(a, Name(2, "b"));
+  Send(a, Launch(LaunchSpec{}));
+  // a(1000) { a(2000) { b(3000) ... a ends(4000) closes the inner a, not b;
+  // the next END of a closes the outer a; b stays open.
+  Send(a, Warp(1, 0, 0, 0, {B(2000, 1), B(3000, 1), B(3500, 2), E(4000, 1), E(6000, 1)}));
+  Send(a, Harvest(200000, wire::kHarvestSync, 0, 0));
+  CollectorSummary s;
+  const json t = FinishAndParse(&s);
+  const auto x = Events(t, "X", 10, 2);
+  ASSERT_EQ(x.size(), 3u);
+  EXPECT_EQ(x[0]["name"], "a");
+  EXPECT_DOUBLE_EQ(x[0]["ts"].get<double>(), 1000003.0);
+  EXPECT_DOUBLE_EQ(x[0]["dur"].get<double>(), 1.0);
+  EXPECT_EQ(x[1]["name"], "a");
+  EXPECT_DOUBLE_EQ(x[1]["ts"].get<double>(), 1000002.0);
+  EXPECT_DOUBLE_EQ(x[1]["dur"].get<double>(), 4.0);
+  EXPECT_EQ(x[2]["name"], "b");
+  EXPECT_EQ(x[2]["args"]["unterminated"], true);
+  EXPECT_DOUBLE_EQ(x[2]["dur"].get<double>(), 96.5);  // to the launch end
+  EXPECT_EQ(s.unmatched_ends, 0u);
+  EXPECT_EQ(s.unterminated_ranges, 1u);
+  EXPECT_EQ(s.events, 5u);
+}
+
+TEST_F(CollectorTest, SummaryJsonHasExactlyTheDocumentedKeys) {
+  const CollectorSummary s = collector_->Finish();
+  const json j = s.ToJson();
+  std::set<std::string> keys;
+  for (auto& [key, value] : j.items()) keys.insert(key);
+  EXPECT_EQ(keys, (std::set<std::string>{"trace", "processes", "launches", "events", "lost",
+                                         "filtered_events", "unattributed_events",
+                                         "malformed_messages", "orphan_events",
+                                         "unterminated_ranges", "unmatched_ends", "forced_drains",
+                                         "harvests", "framing_errors", "producers_incomplete"}));
+  std::set<std::string> lost_keys;
+  for (auto& [key, value] : j["lost"].items()) lost_keys.insert(key);
+  EXPECT_EQ(lost_keys,
+            (std::set<std::string>{"device_buffer", "device_unplaced", "transport", "total"}));
+  EXPECT_EQ(j["trace"], path_);
+}
+
+TEST_F(CollectorTest, LatestStatsMessageGivesDeviceTotals) {
+  const transport::ProducerInfo a{3, 50};
+  Send(a, Process(50, kT0, "app"));
+  Send(a, Harvest(1000, wire::kHarvestSync, 5, 0));
+  wire::StatsMsg st{};
+  st.events_dropped_device = 40;
+  Send(a, Frame(st, wire::kMsgStats));
+  st.events_dropped_device = 50;
+  st.events_unplaced_device = 4;
+  st.events_filtered = 9;
+  st.events_unattributed = 6;
+  st.harvests = 7;
+  st.forced_drains = 3;
+  Send(a, Frame(st, wire::kMsgStats));
+  collector_->HandleProducerEnd(a, true);
+  // A second producer without stats: its harvest drops count.
+  const transport::ProducerInfo b{4, 60};
+  Send(b, Process(60, kT0, "app2"));
+  Send(b, Harvest(2000, wire::kHarvestExit, 8, 1));
+
+  CollectorSummary s;
+  const json t = FinishAndParse(&s);
+  EXPECT_EQ(s.lost_device_buffer, 58u);
+  EXPECT_EQ(s.lost_device_unplaced, 5u);
+  EXPECT_EQ(s.filtered_events, 9u);
+  EXPECT_EQ(s.unattributed_events, 6u);
+  EXPECT_EQ(s.harvests, 8u);
+  EXPECT_EQ(s.forced_drains, 3u);
+  EXPECT_EQ(s.lost_total, 63u);
+  EXPECT_EQ(s.producers_incomplete, 1u);  // b never ended
+  EXPECT_EQ(Events(t, "i", 3, 1)[0]["name"], "harvest: exit");
+}
+
+TEST_F(CollectorTest, TwoProducersInterleavedKeepTheirOwnNamesAndLaunches) {
+  const transport::ProducerInfo a{0, 100};
+  const transport::ProducerInfo b{1, 200};
+  Send(a, Process(100, kT0, "proc-a"));
+  Send(b, Process(200, kT0 + 5, "proc-b"));
+  Send(a, Name(1, "alpha"));
+  Send(b, Name(1, "beta"));
+  LaunchSpec la;
+  la.id = 1;
+  la.kernel = "ka";
+  LaunchSpec lb = la;
+  lb.kernel = "kb";
+  lb.start = kT0 + 500;
+  Send(a, Launch(la));
+  Send(b, Launch(lb));
+  Send(b, Warp(1, 0, 0, 0, {I(3000, 1)}));
+  Send(a, Warp(1, 0, 0, 0, {I(2000, 1)}));
+  Send(b, Harvest(4000, wire::kHarvestSync, 0, 0));
+  Send(a, Harvest(5000, wire::kHarvestSync, 0, 0));
+  collector_->HandleProducerEnd(b, true);
+  collector_->HandleProducerEnd(a, true);
+
+  CollectorSummary s;
+  const json t = FinishAndParse(&s);
+  EXPECT_EQ(s.processes, 2u);
+  EXPECT_EQ(s.launches, 2u);
+  EXPECT_EQ(s.events, 2u);
+  EXPECT_EQ(s.harvests, 2u);
+  EXPECT_EQ(s.unknown_names, 0u);
+  EXPECT_EQ(MetaName(t, "process_name", 2), "smprof | proc-a | pid 100");
+  EXPECT_EQ(MetaName(t, "process_name", 3), "smprof | proc-b | pid 200");
+  EXPECT_EQ(MetaName(t, "process_name", 10),
+            "#1 ka | GPU0 | stream 7 | grid(4,1,1) block(64,1,1) | pid 100");
+  EXPECT_EQ(MetaName(t, "process_name", 11),
+            "#1 kb | GPU0 | stream 7 | grid(4,1,1) block(64,1,1) | pid 200");
+  EXPECT_EQ(SortIndex(t, "process_sort_index", 10), 1000001);
+  EXPECT_EQ(SortIndex(t, "process_sort_index", 11), 1000000);  // b's launch started first
+  ASSERT_EQ(Events(t, "i", 10, 2).size(), 1u);
+  EXPECT_EQ(Events(t, "i", 10, 2)[0]["name"], "alpha");
+  ASSERT_EQ(Events(t, "i", 11, 2).size(), 1u);
+  EXPECT_EQ(Events(t, "i", 11, 2)[0]["name"], "beta");
+  EXPECT_EQ(Events(t, "i", 2, 1).size(), 1u);
+  EXPECT_EQ(Events(t, "i", 3, 1).size(), 1u);
+}
+
+TEST_F(CollectorTest, ReusedEntryStartsFromScratch) {
+  const transport::ProducerInfo first{0, 100};
+  Send(first, Process(100, kT0, "first"));
+  Send(first, Name(1, "alpha"));
+  Send(first, Launch(LaunchSpec{}));
+  Send(first, Warp(1, 0, 0, 0, {B(2000, 1)}));
+  collector_->HandleProducerEnd(first, /*clean=*/true);  // finalizes launch 1
+
+  const transport::ProducerInfo second{0, 300};  // same registry entry, new process
+  Send(second, Process(300, kT0 + 1, "second"));
+  Send(second, Warp(1, 0, 0, 0, {I(3000, 1)}));  // launch 1 belongs to the first process
+  Send(second, Launch(LaunchSpec{}));
+  Send(second, Warp(1, 0, 0, 0, {I(4000, 1)}));  // name 1 was never defined here
+
+  CollectorSummary s;
+  const json t = FinishAndParse(&s);
+  EXPECT_EQ(s.processes, 2u);
+  EXPECT_EQ(s.launches, 2u);
+  EXPECT_EQ(s.orphan_events, 1u);
+  EXPECT_EQ(s.unterminated_ranges, 1u);
+  EXPECT_EQ(s.unknown_names, 1u);
+  EXPECT_EQ(s.producers_incomplete, 1u);  // the second never ended
+  EXPECT_EQ(MetaName(t, "process_name", 3), "smprof | second | pid 300");
+  const auto x = Events(t, "X", 10, 2);
+  ASSERT_EQ(x.size(), 1u);
+  EXPECT_EQ(x[0]["name"], "alpha");
+  EXPECT_EQ(x[0]["args"], json({{"unterminated", true}}));  // clean end: no note
+  EXPECT_DOUBLE_EQ(x[0]["dur"].get<double>(), 98.0);        // up to the launch end
+  const auto i = Events(t, "i", 11, 2);
+  ASSERT_EQ(i.size(), 1u);
+  EXPECT_EQ(i[0]["name"], "<unknown name #1>");
+  const auto lost = Events(t, "i", 3, 1);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0]["name"], "process lost");
+}
+
+TEST_F(CollectorTest, UncleanEndFinalizesAndCounts) {
+  const transport::ProducerInfo a{0, 100};
+  Send(a, Process(100, kT0, "crashy"));
+  Send(a, Name(1, "work"));
+  Send(a, Launch(LaunchSpec{}));
+  Send(a, Warp(1, 3, 0, 2, {B(2000, 1), B(2100, 1), I(150000, 1)}));
+  collector_->HandleProducerEnd(a, /*clean=*/false);
+  CollectorSummary s;
+  const json t = FinishAndParse(&s);
+  EXPECT_EQ(s.producers_incomplete, 1u);
+  EXPECT_EQ(s.unterminated_ranges, 2u);
+  const auto x = Events(t, "X", 10, 2);
+  ASSERT_EQ(x.size(), 2u);
+  // Inner first; both end at the warp's last event, later than the launch end.
+  EXPECT_DOUBLE_EQ(x[0]["ts"].get<double>(), 1000002.1);
+  EXPECT_DOUBLE_EQ(x[0]["dur"].get<double>(), 147.9);
+  EXPECT_DOUBLE_EQ(x[1]["ts"].get<double>(), 1000002.0);
+  EXPECT_DOUBLE_EQ(x[1]["dur"].get<double>(), 148.0);
+  EXPECT_EQ(x[1]["args"]["unterminated"], true);
+  EXPECT_TRUE(x[1]["args"].contains("note"));
+  const auto lost = Events(t, "i", 2, 1);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0]["name"], "process lost");
+  EXPECT_DOUBLE_EQ(lost[0]["ts"].get<double>(), 1000150.0);
+}
+
+TEST_F(CollectorTest, MessagesBeforeProcessMsgAreAccepted) {
+  const transport::ProducerInfo a{2, 4242};
+  Send(a, Name(1, "early"));
+  LaunchSpec ls;
+  ls.start = kT0 + 1000;
+  Send(a, Launch(ls));
+  Send(a, Warp(1, 0, 0, 0, {I(1500, 1)}));
+  Send(a, Process(4242, kT0 - 500000, "late-process-msg"));
+  Send(a, Harvest(200000, wire::kHarvestSync, 0, 0));
+  CollectorSummary s;
+  const json t = FinishAndParse(&s);
+  EXPECT_EQ(s.malformed_messages, 0u);
+  EXPECT_EQ(s.events, 1u);
+  // Base came from the launch start (the first timestamp written).
+  EXPECT_DOUBLE_EQ(Events(t, "X", 10, 1)[0]["ts"].get<double>(), 1000000.0);
+  EXPECT_EQ(MetaName(t, "process_name", 10),
+            "#1 k | GPU0 | stream 7 | grid(4,1,1) block(64,1,1) | pid 4242");
+  EXPECT_EQ(Events(t, "i", 10, 2)[0]["name"], "early");
+  EXPECT_EQ(MetaName(t, "process_name", 2), "smprof | late-process-msg | pid 4242");
+}
+
+TEST_F(CollectorTest, TimestampsBeforeBaseAreClampedAndCounted) {
+  const transport::ProducerInfo a{0, 1};
+  Send(a, Process(1, kT0, "app"));
+  Send(a, Launch(LaunchSpec{}));
+  Send(a, Warp(1, 0, 0, 0, {{5, 0, wire::kEventInstant}}));
+  CollectorSummary s;
+  const json t = FinishAndParse(&s);
+  EXPECT_EQ(s.clamped_timestamps, 1u);
+  EXPECT_DOUBLE_EQ(Events(t, "i", 10, 2)[0]["ts"].get<double>(), 0.0);
+}
+
+TEST_F(CollectorTest, NoActivityLaunchIsWrittenWithFlagsAndNote) {
+  const transport::ProducerInfo a{0, 1};
+  Send(a, Process(1, kT0, "app"));
+  LaunchSpec ls;
+  ls.flags = wire::kLaunchNoActivity | wire::kLaunchFromGraph | wire::kLaunchForcedDrain | 0x100;
+  ls.start = kT0 + 1000;
+  ls.end = kT0 + 2000;
+  Send(a, Launch(ls));
+  Send(a, Warp(1, 0, 0, 0, {B(1200, 1), I(1700, 1)}));
+  Send(a, Harvest(5000, wire::kHarvestSync, 0, 0));
+  const json t = FinishAndParse();
+  const auto k = Events(t, "X", 10, 1);
+  ASSERT_EQ(k.size(), 1u);
+  EXPECT_EQ(k[0]["args"]["flags"], json({"no_activity", "graph", "forced_drain", "0x100"}));
+  EXPECT_TRUE(k[0]["args"]["note"].is_string());
+  const auto x = Events(t, "X", 10, 2);
+  ASSERT_EQ(x.size(), 1u);
+  EXPECT_DOUBLE_EQ(x[0]["dur"].get<double>(), 0.5);  // up to the warp's last event
+}
+
+TEST_F(CollectorTest, NastyNamesStayValidJson) {
+  const transport::ProducerInfo a{0, 1};
+  const std::string nasty("\"q\\\n\x01\xFF\xC0\xAF end", 12);
+  Send(a, Process(1, kT0, nasty));
+  Send(a, Name(1, nasty));
+  LaunchSpec ls;
+  ls.kernel = nasty;
+  Send(a, Launch(ls));
+  Send(a, Warp(1, 0, 0, 0, {I(1500, 1), E(1600, 1)}));
+  const json t = FinishAndParse();
+  const std::string fffd = "\xEF\xBF\xBD";
+  const std::string repaired = "\"q\\\n\x01" + fffd + fffd + fffd + " end";
+  EXPECT_EQ(Events(t, "i", 10, 2)[0]["name"], repaired);
+  EXPECT_EQ(Events(t, "i", 10, 2)[1]["name"], repaired + " (end without begin)");
+  EXPECT_EQ(Events(t, "X", 10, 1)[0]["name"], repaired);
+}
+
+TEST_F(CollectorTest, FuzzedMessagesNeverBreakTheTrace) {
+  std::mt19937_64 rng(1234);
+  std::vector<Bytes> seeds = {
+      Process(1, kT0, "app"),
+      Name(1, "n1"),
+      Name(2, "n2"),
+      Launch(LaunchSpec{}),
+      Warp(1, 0, 0, 0, {B(2000, 1), I(2100, 2), E(2200, 1), E(2300, 2)}),
+      Warp(1, 3, 1, 2, {B(2000, 2), B(2100, 1)}),
+      Harvest(3000, wire::kHarvestSync, 1, 1),
+      Frame(wire::StatsMsg{}, wire::kMsgStats),
+  };
+  uint64_t delivered = 0;
+  for (int i = 0; i < 30000; ++i) {
+    const transport::ProducerInfo p{static_cast<uint32_t>(rng() % 3),
+                                    static_cast<uint32_t>(100 + rng() % 3)};
+    Bytes b = seeds[rng() % seeds.size()];
+    if (rng() % 4 != 0) {
+      const int flips = 1 + static_cast<int>(rng() % 3);
+      for (int f = 0; f < flips; ++f) {
+        const size_t bit =
+            64 + rng() % ((b.size() - 8) * 8);  // keep the header: reach deeper checks
+        b[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+      }
+    }
+    Send(p, b);
+    ++delivered;
+    if (rng() % 500 == 0) collector_->HandleProducerEnd(p, rng() % 2 == 0);
+  }
+  CollectorSummary s;
+  const json t = FinishAndParse(&s);
+  EXPECT_TRUE(t.is_array());
+  EXPECT_GT(s.malformed_messages, 0u);
+  EXPECT_LT(s.malformed_messages, delivered);
+  EXPECT_GT(s.events, 0u);
+}
+
+TEST(QualifiedKernelNameTest, CutsParametersAndReturnType) {
+  using internal::QualifiedKernelName;
+  EXPECT_EQ(QualifiedKernelName("void ns::gemm<128>(float const*, int)"), "ns::gemm<128>");
+  EXPECT_EQ(QualifiedKernelName("my_kernel"), "my_kernel");
+  EXPECT_EQ(QualifiedKernelName("my_kernel(int)"), "my_kernel");
+  EXPECT_EQ(QualifiedKernelName("  void k()  "), "k");
+  EXPECT_EQ(QualifiedKernelName("void (anonymous namespace)::k<int>(int*)"),
+            "(anonymous namespace)::k<int>");
+  EXPECT_EQ(
+      QualifiedKernelName("void cub::Reduce<cub::Policy<(bool)1>, thrust::plus<int> >(int*, int)"),
+      "cub::Reduce<cub::Policy<(bool)1>, thrust::plus<int> >");
+  EXPECT_EQ(QualifiedKernelName("void k<void (*)(int), &f>(int)"), "k<void (*)(int), &f>");
+  EXPECT_EQ(QualifiedKernelName("void foo<(3>2)>(int)"), "foo<(3>2)>");
+  EXPECT_EQ(QualifiedKernelName("unsigned int* ns::get<unsigned int>(unsigned int)"),
+            "ns::get<unsigned int>");
+  EXPECT_EQ(QualifiedKernelName("ns::Functor<int>::operator()(int) const"),
+            "ns::Functor<int>::operator()");
+  EXPECT_EQ(QualifiedKernelName(""), "<unnamed kernel>");
+  // Garbage does not crash.
+  EXPECT_FALSE(QualifiedKernelName("((((<<<>>>))) operator").empty());
+  EXPECT_FALSE(QualifiedKernelName(std::string("a\0b(c)", 6)).empty());
+}
+
+TEST(LaunchFlagsTest, Words) {
+  EXPECT_EQ(internal::LaunchFlagsJson(0), "[]");
+  EXPECT_EQ(internal::LaunchFlagsJson(wire::kLaunchFromGraph), "[\"graph\"]");
+  EXPECT_EQ(internal::HarvestReasonName(wire::kHarvestModuleUnload), "harvest: module unload");
+  EXPECT_EQ(internal::HarvestReasonName(wire::kHarvestContextDestroy), "harvest: context destroy");
+  EXPECT_EQ(internal::HarvestReasonName(99), "harvest: reason 99");
+}
+
+}  // namespace
+}  // namespace smprof

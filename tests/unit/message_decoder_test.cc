@@ -1,0 +1,378 @@
+// MessageDecoder: every message type decodes, every rejection reason fires,
+// and random / bit-flipped input never reads out of bounds (run under
+// -DSMPROF_SANITIZE=ON to make that a hard check).
+#include "collector/message_decoder.h"
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace smprof {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+template <typename T>
+Bytes Frame(T fixed, wire::MsgType type, std::string_view tail = {}) {
+  const uint32_t size = wire::PaddedSize(static_cast<uint32_t>(sizeof(T) + tail.size()));
+  fixed.h.type = type;
+  fixed.h.size = size;
+  Bytes out(size, 0);
+  std::memcpy(out.data(), &fixed, sizeof(T));
+  if (!tail.empty()) std::memcpy(out.data() + sizeof(T), tail.data(), tail.size());
+  return out;
+}
+
+Bytes Process(uint32_t pid, uint64_t gpu_ns, std::string_view cmdline) {
+  wire::ProcessMsg m{};
+  m.pid = pid;
+  m.ppid = 1;
+  m.host_realtime_ns = 42;
+  m.gpu_time_ns = gpu_ns;
+  m.cmdline_len = static_cast<uint32_t>(cmdline.size());
+  return Frame(m, wire::kMsgProcess, cmdline);
+}
+
+Bytes Device(uint32_t device, std::string_view name) {
+  wire::DeviceMsg m{};
+  m.device = device;
+  m.sm_count = 132;
+  m.cc_major = 9;
+  m.name_len = static_cast<uint32_t>(name.size());
+  return Frame(m, wire::kMsgDevice, name);
+}
+
+Bytes Name(uint32_t id, std::string_view name) {
+  wire::NameMsg m{};
+  m.name_id = id;
+  m.name_len = static_cast<uint32_t>(name.size());
+  return Frame(m, wire::kMsgName, name);
+}
+
+Bytes Launch(uint64_t id, uint64_t start, uint64_t end, std::string_view kernel) {
+  wire::LaunchMsg m{};
+  m.launch_id = id;
+  m.start_ns = start;
+  m.end_ns = end;
+  m.grid[0] = 4;
+  m.grid[1] = m.grid[2] = 1;
+  m.block[0] = 64;
+  m.block[1] = m.block[2] = 1;
+  m.name_len = static_cast<uint32_t>(kernel.size());
+  return Frame(m, wire::kMsgLaunch, kernel);
+}
+
+Bytes Warp(uint64_t launch, const std::vector<wire::WireEvent>& events) {
+  wire::WarpEventsMsg m{};
+  m.launch_id = launch;
+  m.block[0] = 1;
+  m.sm = 5;
+  m.warp = 3;
+  m.count = static_cast<uint32_t>(events.size());
+  return Frame(m, wire::kMsgWarpEvents,
+               std::string_view(reinterpret_cast<const char*>(events.data()),
+                                events.size() * sizeof(wire::WireEvent)));
+}
+
+Bytes Harvest(uint32_t reason, uint64_t dropped) {
+  wire::HarvestMsg m{};
+  m.time_ns = 777;
+  m.reason = reason;
+  m.dropped_events = dropped;
+  return Frame(m, wire::kMsgHarvest);
+}
+
+Bytes Stats(uint64_t dropped) {
+  wire::StatsMsg m{};
+  m.events_dropped_device = dropped;
+  m.harvests = 3;
+  return Frame(m, wire::kMsgStats);
+}
+
+DecodeStatus Decode(const Bytes& b, DecodedMessage* m) {
+  return MessageDecoder::Decode(b.data(), static_cast<uint32_t>(b.size()), m);
+}
+
+DecodeStatus Decode(const Bytes& b) {
+  DecodedMessage m;
+  return Decode(b, &m);
+}
+
+void SetHeader(Bytes* b, uint32_t type, uint32_t size) {
+  wire::MsgHeader h{type, size};
+  std::memcpy(b->data(), &h, sizeof(h));
+}
+
+TEST(MessageDecoderTest, DecodesEveryType) {
+  DecodedMessage m;
+  const Bytes buf0 = Process(1234, 5000, "./app");
+  ASSERT_EQ(Decode(buf0, &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.type, wire::kMsgProcess);
+  EXPECT_EQ(m.process.pid, 1234u);
+  EXPECT_EQ(m.process.gpu_time_ns, 5000u);
+  EXPECT_EQ(m.text, "./app");
+
+  const std::string cmd("./app\0--x", 9);
+  const Bytes buf1 = Process(1, 2, cmd);
+  ASSERT_EQ(Decode(buf1, &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.text, cmd);
+
+  const Bytes buf2 = Device(2, "NVIDIA H100");
+  ASSERT_EQ(Decode(buf2, &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.type, wire::kMsgDevice);
+  EXPECT_EQ(m.device.device, 2u);
+  EXPECT_EQ(m.text, "NVIDIA H100");
+
+  const Bytes buf3 = Name(7, "mainloop");
+  ASSERT_EQ(Decode(buf3, &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.type, wire::kMsgName);
+  EXPECT_EQ(m.name.name_id, 7u);
+  EXPECT_EQ(m.text, "mainloop");
+
+  const Bytes buf4 = Name(8, "");
+  ASSERT_EQ(Decode(buf4, &m), DecodeStatus::kOk);
+  EXPECT_TRUE(m.text.empty());
+
+  const Bytes buf5 = Launch(9, 100, 200, "void k<1>(int)");
+  ASSERT_EQ(Decode(buf5, &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.type, wire::kMsgLaunch);
+  EXPECT_EQ(m.launch.launch_id, 9u);
+  EXPECT_EQ(m.launch.grid[0], 4u);
+  EXPECT_EQ(m.text, "void k<1>(int)");
+
+  const Bytes buf6 =
+      Warp(9, {{10, 1, wire::kEventBegin}, {20, 2, wire::kEventInstant}, {30, 1, wire::kEventEnd}});
+  ASSERT_EQ(Decode(buf6, &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.type, wire::kMsgWarpEvents);
+  EXPECT_EQ(m.warp_events.sm, 5u);
+  EXPECT_EQ(m.warp_events.warp, 3u);
+  ASSERT_EQ(m.event_count, 3u);
+  EXPECT_EQ(m.event(1).time_ns, 20u);
+  EXPECT_EQ(m.event(1).name_id, 2u);
+  EXPECT_EQ(m.event(2).kind, static_cast<uint32_t>(wire::kEventEnd));
+
+  const Bytes buf7 = Warp(9, {});
+  ASSERT_EQ(Decode(buf7, &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.event_count, 0u);
+
+  const Bytes buf8 = Harvest(wire::kHarvestHighWater, 11);
+  ASSERT_EQ(Decode(buf8, &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.type, wire::kMsgHarvest);
+  EXPECT_EQ(m.harvest.reason, static_cast<uint32_t>(wire::kHarvestHighWater));
+  EXPECT_EQ(m.harvest.dropped_events, 11u);
+
+  const Bytes buf9 = Stats(13);
+  ASSERT_EQ(Decode(buf9, &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.type, wire::kMsgStats);
+  EXPECT_EQ(m.stats.events_dropped_device, 13u);
+  EXPECT_EQ(m.stats.harvests, 3u);
+
+  Bytes pad(16, 0);
+  SetHeader(&pad, wire::kMsgPad, 16);
+  ASSERT_EQ(Decode(pad, &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.type, wire::kMsgPad);
+}
+
+TEST(MessageDecoderTest, DecodesUnalignedInput) {
+  const Bytes msg = Warp(3, {{10, 1, wire::kEventBegin}, {20, 1, wire::kEventEnd}});
+  Bytes shifted(msg.size() + 1);
+  std::memcpy(shifted.data() + 1, msg.data(), msg.size());
+  DecodedMessage m;
+  ASSERT_EQ(MessageDecoder::Decode(shifted.data() + 1, static_cast<uint32_t>(msg.size()), &m),
+            DecodeStatus::kOk);
+  EXPECT_EQ(m.event(1).time_ns, 20u);
+}
+
+TEST(MessageDecoderTest, RejectsTooShort) {
+  Bytes b(4, 0);
+  EXPECT_EQ(Decode(b), DecodeStatus::kTooShort);
+  EXPECT_EQ(MessageDecoder::Decode(nullptr, 0, nullptr), DecodeStatus::kTooShort);
+}
+
+TEST(MessageDecoderTest, RejectsHeaderSizeMismatch) {
+  Bytes b = Name(1, "abc");
+  SetHeader(&b, wire::kMsgName, static_cast<uint32_t>(b.size()) + 8);
+  EXPECT_EQ(Decode(b), DecodeStatus::kSizeMismatch);
+  SetHeader(&b, wire::kMsgName, 8);
+  EXPECT_EQ(Decode(b), DecodeStatus::kSizeMismatch);
+}
+
+TEST(MessageDecoderTest, RejectsMisalignedSize) {
+  Bytes b(20, 0);
+  SetHeader(&b, wire::kMsgName, 20);
+  EXPECT_EQ(Decode(b), DecodeStatus::kMisaligned);
+}
+
+TEST(MessageDecoderTest, RejectsTooLarge) {
+  const uint32_t size = wire::kMaxMessageBytes + 8;
+  Bytes b = Name(1, std::string(size - sizeof(wire::NameMsg), 'x'));
+  ASSERT_EQ(b.size(), size);
+  EXPECT_EQ(Decode(b), DecodeStatus::kTooLarge);
+}
+
+TEST(MessageDecoderTest, RejectsUnknownType) {
+  Bytes b(16, 0);
+  SetHeader(&b, 8, 16);
+  EXPECT_EQ(Decode(b), DecodeStatus::kUnknownType);
+  SetHeader(&b, 0xffffffffu, 16);
+  EXPECT_EQ(Decode(b), DecodeStatus::kUnknownType);
+}
+
+TEST(MessageDecoderTest, RejectsSizeThatDisagreesWithContents) {
+  // Declared tail longer than the message.
+  Bytes b = Name(1, "abc");
+  wire::NameMsg n;
+  std::memcpy(&n, b.data(), sizeof(n));
+  n.name_len = 9;
+  std::memcpy(b.data(), &n, sizeof(n));
+  EXPECT_EQ(Decode(b), DecodeStatus::kBadSize);
+  // Extra padding beyond PaddedSize.
+  Bytes p = Process(1, 2, "abc");
+  p.resize(p.size() + 8, 0);
+  SetHeader(&p, wire::kMsgProcess, static_cast<uint32_t>(p.size()));
+  EXPECT_EQ(Decode(p), DecodeStatus::kBadSize);
+  // Shorter than the fixed struct.
+  Bytes l(16, 0);
+  SetHeader(&l, wire::kMsgLaunch, 16);
+  EXPECT_EQ(Decode(l), DecodeStatus::kBadSize);
+  Bytes d(24, 0);
+  SetHeader(&d, wire::kMsgDevice, 24);
+  EXPECT_EQ(Decode(d), DecodeStatus::kBadSize);
+  // Fixed messages: exactly their size.
+  Bytes h = Harvest(1, 0);
+  h.resize(h.size() + 8, 0);
+  SetHeader(&h, wire::kMsgHarvest, static_cast<uint32_t>(h.size()));
+  EXPECT_EQ(Decode(h), DecodeStatus::kBadSize);
+  Bytes s = Stats(0);
+  s.resize(s.size() - 8);
+  SetHeader(&s, wire::kMsgStats, static_cast<uint32_t>(s.size()));
+  EXPECT_EQ(Decode(s), DecodeStatus::kBadSize);
+}
+
+TEST(MessageDecoderTest, RejectsEventCountThatDoesNotFit) {
+  Bytes b = Warp(1, {{10, 1, wire::kEventBegin}, {20, 1, wire::kEventEnd}});
+  wire::WarpEventsMsg w;
+  std::memcpy(&w, b.data(), sizeof(w));
+  for (uint32_t count : {0u, 1u, 3u, 0x10000000u, 0xffffffffu}) {
+    w.count = count;
+    std::memcpy(b.data(), &w, sizeof(w));
+    EXPECT_EQ(Decode(b), DecodeStatus::kBadSize) << count;
+  }
+}
+
+TEST(MessageDecoderTest, RejectsStringsAbove64KiB) {
+  EXPECT_EQ(Decode(Name(1, std::string(kMaxStringBytes, 'n'))), DecodeStatus::kOk);
+  EXPECT_EQ(Decode(Name(1, std::string(kMaxStringBytes + 1, 'n'))), DecodeStatus::kStringTooLong);
+  EXPECT_EQ(Decode(Process(1, 2, std::string(kMaxStringBytes + 1, 'c'))),
+            DecodeStatus::kStringTooLong);
+  EXPECT_EQ(Decode(Device(0, std::string(kMaxStringBytes + 1, 'd'))), DecodeStatus::kStringTooLong);
+  EXPECT_EQ(Decode(Launch(1, 1, 2, std::string(kMaxStringBytes + 1, 'k'))),
+            DecodeStatus::kStringTooLong);
+  // A huge declared length that would overflow 32-bit size arithmetic.
+  Bytes b = Name(1, "abc");
+  wire::NameMsg n;
+  std::memcpy(&n, b.data(), sizeof(n));
+  n.name_len = 0xfffffff8u;
+  std::memcpy(b.data(), &n, sizeof(n));
+  EXPECT_EQ(Decode(b), DecodeStatus::kStringTooLong);
+}
+
+TEST(MessageDecoderTest, RejectsBadEventKind) {
+  for (uint32_t kind : {0u, 4u, 7u, 0x80000001u}) {
+    EXPECT_EQ(Decode(Warp(1, {{10, 1, wire::kEventBegin}, {20, 1, kind}})),
+              DecodeStatus::kBadEventKind)
+        << kind;
+  }
+}
+
+TEST(MessageDecoderTest, RejectsLaunchEndingBeforeStart) {
+  EXPECT_EQ(Decode(Launch(1, 200, 100, "k")), DecodeStatus::kBadTimeRange);
+  EXPECT_EQ(Decode(Launch(1, 100, 100, "k")), DecodeStatus::kOk);
+}
+
+TEST(MessageDecoderTest, EveryStatusHasAName) {
+  for (int i = 0; i < kNumDecodeStatus; ++i) {
+    EXPECT_STRNE(DecodeStatusName(static_cast<DecodeStatus>(i)), "?") << i;
+  }
+}
+
+// Checks that what the decoder says lies inside the buffer does.
+void CheckViewInside(const Bytes& b, const DecodedMessage& m) {
+  const auto* begin = reinterpret_cast<const char*>(b.data());
+  const auto* end = begin + b.size();
+  if (!m.text.empty()) {
+    ASSERT_GE(m.text.data(), begin);
+    ASSERT_LE(m.text.data() + m.text.size(), end);
+  }
+  if (m.event_count != 0) {
+    ASSERT_GE(reinterpret_cast<const char*>(m.events), begin);
+    ASSERT_LE(reinterpret_cast<const char*>(m.events) + m.event_count * sizeof(wire::WireEvent),
+              end);
+    for (uint32_t i = 0; i < m.event_count; ++i) {
+      const uint32_t kind = m.event(i).kind;
+      ASSERT_TRUE(kind >= 1 && kind <= 3);
+    }
+  }
+}
+
+TEST(MessageDecoderTest, FuzzRandomAndBitFlippedMessages) {
+  std::mt19937_64 rng(0x5eedf00d);
+  const std::vector<Bytes> seeds = {
+      Process(10, 5000, "./app --flag"),
+      Device(0, "GPU name"),
+      Name(3, "region"),
+      Launch(1, 100, 500, "void ns::k<int, 3>(float*, int)"),
+      Warp(1,
+           {{110, 3, wire::kEventBegin}, {120, 3, wire::kEventInstant}, {130, 3, wire::kEventEnd}}),
+      Harvest(wire::kHarvestSync, 2),
+      Stats(5),
+  };
+  constexpr int kIterations = 150000;
+  int accepted = 0;
+  for (int iter = 0; iter < kIterations; ++iter) {
+    Bytes b;
+    const int mode = static_cast<int>(rng() % 4);
+    if (mode == 0) {
+      // Random bytes, random size; header sometimes made self-consistent.
+      b.resize(rng() % 300);
+      for (auto& byte : b) byte = static_cast<uint8_t>(rng());
+      if (b.size() >= 8 && rng() % 2) {
+        SetHeader(&b, static_cast<uint32_t>(rng() % 9), static_cast<uint32_t>(b.size()));
+      }
+    } else {
+      // A valid message with a few flipped bits, maybe resized, maybe with
+      // its header size repaired so deeper checks run.
+      b = seeds[rng() % seeds.size()];
+      const int flips = 1 + static_cast<int>(rng() % 4);
+      for (int f = 0; f < flips; ++f) {
+        const size_t bit = rng() % (b.size() * 8);
+        b[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+      }
+      if (mode == 2) b.resize(rng() % (b.size() + 64), 0xAB);
+      if (mode >= 2 && b.size() >= 8) {
+        wire::MsgHeader h;
+        std::memcpy(&h, b.data(), sizeof(h));
+        SetHeader(&b, h.type, static_cast<uint32_t>(b.size()));
+      }
+    }
+    // Exact-size heap buffer so that ASan flags any over-read.
+    Bytes exact(b.begin(), b.end());
+    DecodedMessage m;
+    const DecodeStatus st = MessageDecoder::Decode(exact.empty() ? nullptr : exact.data(),
+                                                   static_cast<uint32_t>(exact.size()), &m);
+    if (st == DecodeStatus::kOk) {
+      ++accepted;
+      ASSERT_NO_FATAL_FAILURE(CheckViewInside(exact, m));
+      ASSERT_EQ(exact.size() % 8, 0u);
+    }
+  }
+  // The generator must exercise both paths.
+  EXPECT_GT(accepted, 1000);
+  EXPECT_LT(accepted, kIterations);
+}
+
+}  // namespace
+}  // namespace smprof

@@ -1,0 +1,333 @@
+// smprof-run option parsing: each option, environment precedence, ranges,
+// '--' and pass-through of the program's own arguments.
+#include "runner/run_options.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace smprof::runner {
+namespace {
+
+using Args = std::vector<std::string>;
+
+struct Parsed {
+  ParseOutcome outcome;
+  RunOptions options;
+  std::string error;
+};
+
+Parsed Parse(const Args& args, const Environment& env = {}) {
+  Parsed p;
+  p.outcome = ParseRunOptions(args, env, &p.options, &p.error);
+  return p;
+}
+
+std::string AppEnv(const RunOptions& o, const std::string& name) {
+  auto it = o.app_env.find(name);
+  return it == o.app_env.end() ? "<unset>" : it->second;
+}
+
+TEST(RunOptionsTest, Defaults) {
+  Parsed p = Parse({"./app"});
+  ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
+  EXPECT_EQ(p.options.program, Args{"./app"});
+  EXPECT_EQ(p.options.output, "");
+  EXPECT_EQ(p.options.kernels, "");
+  EXPECT_EQ(p.options.buffer_mb, 64u);
+  EXPECT_EQ(p.options.warps, "");
+  EXPECT_EQ(p.options.shm_mb, 32u);
+  EXPECT_EQ(p.options.log_level, "warn");
+  EXPECT_FALSE(p.options.preload);
+  EXPECT_FALSE(p.options.quiet);
+  EXPECT_TRUE(p.options.app_env.empty());
+}
+
+TEST(RunOptionsTest, EachOption) {
+  Parsed p = Parse({"-o", "t.json", "-k", "gemm*", "--buffer-mb", "128", "--warps", "0,4-7", "--shm-mb", "8",
+                    "--preload", "--log-level", "debug", "-q", "./app"});
+  ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
+  EXPECT_EQ(p.options.output, "t.json");
+  EXPECT_EQ(p.options.kernels, "gemm*");
+  EXPECT_EQ(p.options.buffer_mb, 128u);
+  EXPECT_EQ(p.options.warps, "0,4-7");
+  EXPECT_EQ(p.options.shm_mb, 8u);
+  EXPECT_TRUE(p.options.preload);
+  EXPECT_EQ(p.options.log_level, "debug");
+  EXPECT_TRUE(p.options.quiet);
+  EXPECT_EQ(AppEnv(p.options, "SMPROF_KERNELS"), "gemm*");
+  EXPECT_EQ(AppEnv(p.options, "SMPROF_BUFFER_MB"), "128");
+  EXPECT_EQ(AppEnv(p.options, "SMPROF_WARPS"), "0,4-7");
+  EXPECT_EQ(AppEnv(p.options, "SMPROF_SHM_MB"), "8");
+  EXPECT_EQ(AppEnv(p.options, "SMPROF_LOG_LEVEL"), "debug");
+}
+
+TEST(RunOptionsTest, LongFormsAndAttachedValues) {
+  Parsed p = Parse({"--output=a.json", "--kernels=x,y", "--buffer-mb=1", "--shm-mb=4096", "--quiet",
+                    "--log-level=off", "./app"});
+  ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
+  EXPECT_EQ(p.options.output, "a.json");
+  EXPECT_EQ(p.options.kernels, "x,y");
+  EXPECT_EQ(p.options.buffer_mb, 1u);
+  EXPECT_EQ(p.options.shm_mb, 4096u);
+  EXPECT_TRUE(p.options.quiet);
+  EXPECT_EQ(p.options.log_level, "off");
+
+  p = Parse({"-ob.json", "-kgemm", "--output", "c.json", "./app"});  // later wins
+  ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
+  EXPECT_EQ(p.options.output, "c.json");
+  EXPECT_EQ(p.options.kernels, "gemm");
+}
+
+TEST(RunOptionsTest, HelpAndVersion) {
+  EXPECT_EQ(Parse({"-h"}).outcome, ParseOutcome::kHelp);
+  EXPECT_EQ(Parse({"--help"}).outcome, ParseOutcome::kHelp);
+  EXPECT_EQ(Parse({"-q", "--help", "./app"}).outcome, ParseOutcome::kHelp);
+  EXPECT_EQ(Parse({"--version"}).outcome, ParseOutcome::kVersion);
+  EXPECT_EQ(VersionText().rfind("smprof-run ", 0), 0u);
+  // After the program, --help belongs to the program.
+  Parsed p = Parse({"./app", "--help"});
+  ASSERT_EQ(p.outcome, ParseOutcome::kRun);
+  EXPECT_EQ(p.options.program, (Args{"./app", "--help"}));
+}
+
+TEST(RunOptionsTest, HelpDocumentsEveryOptionAndVariable) {
+  const std::string help = HelpText();
+  for (const char* word :
+       {"-o", "--output", "-k", "--kernels", "--buffer-mb", "--warps", "--shm-mb", "--preload", "--log-level",
+        "-q", "--quiet", "-h", "--help", "--version", "SMPROF_KERNELS", "SMPROF_BUFFER_MB", "SMPROF_WARPS",
+        "SMPROF_SHM_MB", "SMPROF_LOG_LEVEL", "SMPROF_CHUNK_BYTES", "SMPROF_HIGH_WATER", "SMPROF_RUN_ID",
+        "SMPROF_INJECTOR", "SMPROF_COLLECTOR", "CUDA_INJECTION64_PATH", "LD_PRELOAD", "ui.perfetto.dev"}) {
+    EXPECT_NE(help.find(word), std::string::npos) << word;
+  }
+}
+
+TEST(RunOptionsTest, MissingProgramIsUsage) {
+  for (const Args& args : {Args{}, Args{"-q"}, Args{"--"}, Args{"-o", "x.json", "--"}}) {
+    Parsed p = Parse(args);
+    EXPECT_EQ(p.outcome, ParseOutcome::kUsage);
+    EXPECT_NE(p.error.find("no program"), std::string::npos) << p.error;
+  }
+  EXPECT_NE(UsageText().find("usage: smprof-run"), std::string::npos);
+}
+
+TEST(RunOptionsTest, DoubleDashEndsOptions) {
+  Parsed p = Parse({"-q", "--", "--weird-name", "-o", "x"});
+  ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
+  EXPECT_EQ(p.options.program, (Args{"--weird-name", "-o", "x"}));
+  EXPECT_EQ(p.options.output, "");
+  // A second "--" belongs to the program.
+  p = Parse({"--", "./app", "--", "-x"});
+  ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
+  EXPECT_EQ(p.options.program, (Args{"./app", "--", "-x"}));
+}
+
+TEST(RunOptionsTest, ProgramArgumentsThatLookLikeOptionsPassThrough) {
+  Parsed p = Parse({"-k", "gemm", "python3", "-o", "out", "--kernels", "!!!", "-q", "--buffer-mb", "0"});
+  ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
+  EXPECT_EQ(p.options.kernels, "gemm");
+  EXPECT_FALSE(p.options.quiet);
+  EXPECT_EQ(p.options.output, "");
+  EXPECT_EQ(p.options.buffer_mb, 64u);
+  EXPECT_EQ(p.options.program, (Args{"python3", "-o", "out", "--kernels", "!!!", "-q", "--buffer-mb", "0"}));
+  // A lone "-" is a program name, not an option.
+  p = Parse({"-", "a"});
+  ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
+  EXPECT_EQ(p.options.program, (Args{"-", "a"}));
+}
+
+TEST(RunOptionsTest, UnknownOrIncompleteOptions) {
+  Parsed p = Parse({"--frobnicate", "./app"});
+  EXPECT_EQ(p.outcome, ParseOutcome::kError);
+  EXPECT_NE(p.error.find("unknown option '--frobnicate'"), std::string::npos) << p.error;
+  EXPECT_EQ(Parse({"-x", "./app"}).outcome, ParseOutcome::kError);
+  EXPECT_EQ(Parse({"-qh", "./app"}).outcome, ParseOutcome::kError);
+  p = Parse({"-o"});
+  EXPECT_EQ(p.outcome, ParseOutcome::kError);
+  EXPECT_NE(p.error.find("-o needs a value"), std::string::npos) << p.error;
+  p = Parse({"--buffer-mb"});
+  EXPECT_NE(p.error.find("--buffer-mb needs a value"), std::string::npos) << p.error;
+  p = Parse({"--quiet=yes", "./app"});
+  EXPECT_EQ(p.outcome, ParseOutcome::kError);
+  EXPECT_NE(p.error.find("takes no value"), std::string::npos) << p.error;
+  EXPECT_EQ(Parse({"-o", "", "./app"}).outcome, ParseOutcome::kError);
+}
+
+TEST(RunOptionsTest, NumbersOutOfRange) {
+  struct Case {
+    Args args;
+    const char* expect;
+  };
+  for (const Case& c : {
+           Case{{"--buffer-mb", "0", "a"}, "out of range"},
+           Case{{"--buffer-mb", "65537", "a"}, "out of range"},
+           Case{{"--buffer-mb", "99999999999999999999", "a"}, "out of range"},
+           Case{{"--buffer-mb", "-1", "a"}, "not a positive whole number"},
+           Case{{"--buffer-mb", "12MB", "a"}, "not a positive whole number"},
+           Case{{"--buffer-mb", "", "a"}, "not a positive whole number"},
+           Case{{"--buffer-mb", " 5", "a"}, "not a positive whole number"},
+           Case{{"--shm-mb", "0", "a"}, "out of range"},
+           Case{{"--shm-mb", "4097", "a"}, "out of range"},
+           Case{{"--shm-mb", "1.5", "a"}, "not a positive whole number"},
+       }) {
+    Parsed p = Parse(c.args);
+    EXPECT_EQ(p.outcome, ParseOutcome::kError) << c.args[0] << " " << c.args[1];
+    EXPECT_NE(p.error.find(c.expect), std::string::npos) << p.error;
+    EXPECT_NE(p.error.find(c.args[0]), std::string::npos) << p.error;  // names the option
+    EXPECT_NE(p.error.find("give a whole number from"), std::string::npos) << p.error;
+  }
+  Parsed p = Parse({"--buffer-mb", "65536", "--shm-mb", "007", "a"});
+  ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
+  EXPECT_EQ(p.options.buffer_mb, 65536u);
+  EXPECT_EQ(p.options.shm_mb, 7u);
+}
+
+TEST(RunOptionsTest, Warps) {
+  for (const char* ok : {"0", "31", "0,4-7", "0-31", "5-5", "3,1"}) {
+    Parsed p = Parse({"--warps", ok, "a"});
+    EXPECT_EQ(p.outcome, ParseOutcome::kRun) << ok << ": " << p.error;
+  }
+  struct Case {
+    const char* warps;
+    const char* expect;
+  };
+  for (const Case& c : {Case{"32", "out of range"}, Case{"0,100", "out of range"}, Case{"7-4", "write it as 4-7"},
+                        Case{"0,,1", "remove the extra comma"}, Case{"0,", "remove the extra comma"},
+                        Case{"x", "not a warp index"}, Case{"1-", "not a warp index"},
+                        Case{"-1", "not a warp index"}, Case{"1, 2", "without spaces"},
+                        Case{"", "empty warp list"}}) {
+    Parsed p = Parse({"--warps", c.warps, "a"});
+    EXPECT_EQ(p.outcome, ParseOutcome::kError) << c.warps;
+    EXPECT_NE(p.error.find(c.expect), std::string::npos) << c.warps << ": " << p.error;
+    EXPECT_EQ(p.error.rfind("--warps: ", 0), 0u) << p.error;
+  }
+}
+
+TEST(RunOptionsTest, LogLevel) {
+  for (const char* level : {"trace", "debug", "info", "warn", "error", "off"}) {
+    EXPECT_EQ(Parse({"--log-level", level, "a"}).outcome, ParseOutcome::kRun) << level;
+  }
+  Parsed p = Parse({"--log-level", "verbose", "a"});
+  EXPECT_EQ(p.outcome, ParseOutcome::kError);
+  EXPECT_NE(p.error.find("trace, debug, info, warn, error or off"), std::string::npos) << p.error;
+}
+
+TEST(RunOptionsTest, KernelSpecIsValidated) {
+  Parsed p = Parse({"--kernels", "gemm[", "a"});
+  EXPECT_EQ(p.outcome, ParseOutcome::kError);
+  EXPECT_EQ(p.error.rfind("--kernels: ", 0), 0u) << p.error;
+  EXPECT_NE(p.error.find("unterminated '['"), std::string::npos) << p.error;
+  p = Parse({"-k", "a,,b", "a"});
+  EXPECT_EQ(p.outcome, ParseOutcome::kError);
+  EXPECT_EQ(p.error.rfind("-k: ", 0), 0u) << p.error;
+  p = Parse({"a"}, {{"SMPROF_KERNELS", "gemm,,x"}});
+  EXPECT_EQ(p.outcome, ParseOutcome::kError);
+  EXPECT_EQ(p.error.rfind("SMPROF_KERNELS: empty pattern", 0), 0u) << p.error;
+}
+
+TEST(RunOptionsTest, EnvironmentIsReadAndValidated) {
+  const Environment env = {{"SMPROF_KERNELS", "reduce*"}, {"SMPROF_BUFFER_MB", "256"},
+                           {"SMPROF_WARPS", "1-2"},      {"SMPROF_SHM_MB", "16"},
+                           {"SMPROF_LOG_LEVEL", "info"}, {"SMPROF_CHUNK_BYTES", "4096"},
+                           {"SMPROF_HIGH_WATER", "50"},  {"UNRELATED", "x"}};
+  Parsed p = Parse({"a"}, env);
+  ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
+  EXPECT_EQ(p.options.kernels, "reduce*");
+  EXPECT_EQ(p.options.buffer_mb, 256u);
+  EXPECT_EQ(p.options.warps, "1-2");
+  EXPECT_EQ(p.options.shm_mb, 16u);
+  EXPECT_EQ(p.options.log_level, "info");
+  EXPECT_EQ(AppEnv(p.options, "SMPROF_CHUNK_BYTES"), "4096");
+  EXPECT_EQ(AppEnv(p.options, "SMPROF_HIGH_WATER"), "50");
+  EXPECT_EQ(AppEnv(p.options, "UNRELATED"), "<unset>");
+
+  struct Case {
+    const char* var;
+    const char* value;
+    const char* expect;
+  };
+  for (const Case& c : {Case{"SMPROF_BUFFER_MB", "0", "out of range"},
+                        Case{"SMPROF_BUFFER_MB", "lots", "not a positive whole number"},
+                        Case{"SMPROF_SHM_MB", "5000", "out of range"},
+                        Case{"SMPROF_WARPS", "40", "out of range"},
+                        Case{"SMPROF_LOG_LEVEL", "loud", "unknown log level"},
+                        Case{"SMPROF_CHUNK_BYTES", "1000", "not a power of two"},
+                        Case{"SMPROF_CHUNK_BYTES", "128", "out of range"},
+                        Case{"SMPROF_CHUNK_BYTES", "131072", "out of range"},
+                        Case{"SMPROF_HIGH_WATER", "9", "out of range"},
+                        Case{"SMPROF_HIGH_WATER", "96", "out of range"},
+                        Case{"SMPROF_KERNELS", "x[", "unterminated"}}) {
+    Parsed bad = Parse({"a"}, {{c.var, c.value}});
+    EXPECT_EQ(bad.outcome, ParseOutcome::kError) << c.var << "=" << c.value;
+    EXPECT_EQ(bad.error.rfind(std::string(c.var) + ": ", 0), 0u) << bad.error;
+    EXPECT_NE(bad.error.find(c.expect), std::string::npos) << bad.error;
+  }
+  for (const char* chunk : {"256", "1024", "65536"}) {
+    EXPECT_EQ(Parse({"a"}, {{"SMPROF_CHUNK_BYTES", chunk}}).outcome, ParseOutcome::kRun) << chunk;
+  }
+  // Empty counts as unset.
+  EXPECT_EQ(Parse({"a"}, {{"SMPROF_BUFFER_MB", ""}}).outcome, ParseOutcome::kRun);
+}
+
+TEST(RunOptionsTest, OptionsOverrideEnvironment) {
+  const Environment env = {{"SMPROF_KERNELS", "reduce*"}, {"SMPROF_BUFFER_MB", "256"}, {"SMPROF_WARPS", "1"},
+                           {"SMPROF_SHM_MB", "16"}, {"SMPROF_LOG_LEVEL", "info"}};
+  Parsed p = Parse({"-k", "gemm", "--buffer-mb", "8", "--warps", "3", "--shm-mb", "2", "--log-level", "error", "a"},
+                   env);
+  ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
+  EXPECT_EQ(p.options.kernels, "gemm");
+  EXPECT_EQ(p.options.buffer_mb, 8u);
+  EXPECT_EQ(p.options.warps, "3");
+  EXPECT_EQ(p.options.shm_mb, 2u);
+  EXPECT_EQ(p.options.log_level, "error");
+  EXPECT_EQ(AppEnv(p.options, "SMPROF_KERNELS"), "gemm");
+  EXPECT_EQ(AppEnv(p.options, "SMPROF_BUFFER_MB"), "8");
+  EXPECT_EQ(AppEnv(p.options, "SMPROF_WARPS"), "3");
+  EXPECT_EQ(AppEnv(p.options, "SMPROF_SHM_MB"), "2");
+  EXPECT_EQ(AppEnv(p.options, "SMPROF_LOG_LEVEL"), "error");
+
+  // An option also hides an invalid environment value it overrides.
+  p = Parse({"--buffer-mb", "8", "-k", "x", "a"}, {{"SMPROF_BUFFER_MB", "0"}, {"SMPROF_KERNELS", "[["}});
+  EXPECT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
+}
+
+TEST(RunOptionsTest, DefaultOutputPath) {
+  const std::string path = DefaultOutputPath("/usr/bin/python3", 1700000000);
+  EXPECT_EQ(path.rfind("smprof-python3-", 0), 0u) << path;
+  ASSERT_EQ(path.size(), std::string("smprof-python3-YYYYmmdd-HHMMSS.json").size()) << path;
+  EXPECT_EQ(path.substr(path.size() - 5), ".json");
+  const std::string stamp = path.substr(15, 15);
+  for (size_t i = 0; i < stamp.size(); ++i) {
+    if (i == 8) {
+      EXPECT_EQ(stamp[i], '-') << path;
+    } else {
+      EXPECT_TRUE(stamp[i] >= '0' && stamp[i] <= '9') << path;
+    }
+  }
+  EXPECT_EQ(DefaultOutputPath("./app", 0).rfind("smprof-app-", 0), 0u);
+  EXPECT_EQ(DefaultOutputPath("app", 0).rfind("smprof-app-", 0), 0u);
+}
+
+TEST(RunOptionsTest, AppEnvironmentInjection) {
+  RunOptions o;
+  o.app_env["SMPROF_KERNELS"] = "gemm";
+  auto vars = AppEnvironment(o, "123-abcdef01", "/x/lib/libsmprof_inject.so", "");
+  auto find = [&](const std::string& name) -> std::string {
+    auto it = std::find_if(vars.begin(), vars.end(), [&](const auto& v) { return v.first == name; });
+    return it == vars.end() ? "<unset>" : it->second;
+  };
+  EXPECT_EQ(find("SMPROF_RUN_ID"), "123-abcdef01");
+  EXPECT_EQ(find("CUDA_INJECTION64_PATH"), "/x/lib/libsmprof_inject.so");
+  EXPECT_EQ(find("LD_PRELOAD"), "<unset>");
+  EXPECT_EQ(find("SMPROF_KERNELS"), "gemm");
+
+  o.preload = true;
+  vars = AppEnvironment(o, "r", "/x/inj.so", "");
+  EXPECT_EQ(find("LD_PRELOAD"), "/x/inj.so");
+  EXPECT_EQ(find("CUDA_INJECTION64_PATH"), "<unset>");
+  vars = AppEnvironment(o, "r", "/x/inj.so", "/y/other.so");
+  EXPECT_EQ(find("LD_PRELOAD"), "/x/inj.so:/y/other.so");
+}
+
+}  // namespace
+}  // namespace smprof::runner
