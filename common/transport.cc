@@ -390,6 +390,7 @@ struct Consumer::Impl {
   uint32_t max_producers = 0;
   std::vector<Slot> slots;
   std::vector<uint8_t> copy;  // private copy of the message being delivered
+  uint64_t since_beat = 0;    // messages since the heartbeat was last refreshed mid-drain
   ConsumerStats totals;       // messages, bytes, framing errors, seen; drops of gone rings
 
   void FreeEntry(RegistryEntry& e) {
@@ -470,12 +471,17 @@ struct Consumer::Impl {
         ++totals.messages;
         totals.bytes += header.size;
         ++*delivered;
-        if (on_message) on_message(info, copy.data(), header.size);
       }
+      // The message is copied out: give its space back before handling it,
+      // so a producer never waits on the collector's trace writing.
       r += header.size;
+      slot.read_pos = r;
+      slot.ring->read_pos.store(r, std::memory_order_release);
+      if (header.type != wire::kMsgPad && on_message) {
+        on_message(info, copy.data(), header.size);
+        if ((++since_beat & 1023) == 0) control->heartbeat_ns.store(MonotonicNs(), std::memory_order_release);
+      }
     }
-    slot.read_pos = r;
-    slot.ring->read_pos.store(r, std::memory_order_release);
     return ok;
   }
 

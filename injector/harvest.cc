@@ -61,11 +61,34 @@ void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_byt
   }
 }
 
+int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std::vector<KernelRecord>& records,
+                            int64_t estimate) {
+  std::unordered_map<uint64_t, int> records_per_grid;
+  for (const KernelRecord& r : records) ++records_per_grid[r.grid_id];
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> span;  // grid id -> first, last event
+  for (const WarpSegment& s : segments) {
+    auto [it, fresh] = span.try_emplace(s.grid_id, UINT64_MAX, 0);
+    for (const wire::Event& e : s.events) {
+      it->second.first = std::min(it->second.first, e.time_ns);
+      it->second.second = std::max(it->second.second, e.time_ns);
+    }
+  }
+  int64_t lo = INT64_MIN, hi = INT64_MAX;
+  for (const KernelRecord& r : records) {
+    auto it = span.find(r.grid_id);
+    if (records_per_grid[r.grid_id] != 1 || it == span.end()) continue;
+    lo = std::max(lo, static_cast<int64_t>(r.start_ns - it->second.first));
+    hi = std::min(hi, static_cast<int64_t>(r.end_ns - it->second.second));
+  }
+  if (lo > hi) return estimate;  // inconsistent (clock drift): trust the probe
+  return std::clamp(estimate, lo, hi);
+}
+
 std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
                                   const std::vector<KernelRecord>& records,
                                   const std::function<bool(const std::string&)>& selected,
                                   const std::function<bool(const KernelRecord&)>& keep_empty,
-                                  MatchStats* stats) {
+                                  int64_t clock_offset, MatchStats* stats) {
   std::unordered_map<uint64_t, std::vector<size_t>> by_grid;  // grid id -> record indexes
   for (size_t i = 0; i < records.size(); ++i) by_grid[records[i].grid_id].push_back(i);
 
@@ -88,7 +111,8 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
         launch.flags = wire::kLaunchNoActivity;
       }
       launch.warps.push_back({&segment, segment.events});
-      for (const wire::Event& e : segment.events) {
+      for (wire::Event& e : launch.warps.back().events) {
+        e.time_ns += static_cast<uint64_t>(clock_offset);
         r.start_ns = std::min(r.start_ns, e.time_ns);
         r.end_ns = std::max(r.end_ns, e.time_ns);
       }
@@ -99,7 +123,8 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
     const std::vector<size_t>& candidates = it->second;
     // Events of one segment usually belong to one launch: assign runs.
     size_t current = SIZE_MAX;
-    for (const wire::Event& e : segment.events) {
+    for (wire::Event e : segment.events) {
+      e.time_ns += static_cast<uint64_t>(clock_offset);
       size_t best = candidates.front();
       uint64_t best_distance = UINT64_MAX;
       for (size_t idx : candidates) {

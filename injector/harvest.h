@@ -8,6 +8,12 @@
 //                   a chunk without kChunkMagic, an event with an unknown kind
 //                   or a zero timestamp before the end of the chunk is counted
 //                   as malformed and skipped, never trusted.
+//   EstimateClockOffset
+//                   %globaltimer and CUPTI's timestamps share an epoch but not
+//                   an origin (CUPTI maps GPU time onto CLOCK_REALTIME; ~100 us
+//                   apart on H200). The probe kernel's offset, clamped into the
+//                   range every unambiguous launch allows (its events must lie
+//                   inside its CUPTI span), maps event times onto CUPTI's clock.
 //   MatchLaunches   WarpSegments + kernel activity records -> Launches.
 //                   A chunk names its launch by %gridid, which graph replays
 //                   reuse, so each *event* is assigned to the record of that
@@ -82,7 +88,13 @@ struct MatchStats {
   uint64_t unattributed = 0;     // events under synthetic (no record) launches
 };
 
-// Returns launches sorted by start time: each record of a selected kernel
+// The offset to add to event times, given an estimate (from the probe kernel)
+// and the constraint from each launch whose grid id has a single record.
+int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std::vector<KernelRecord>& records,
+                            int64_t estimate);
+
+// Returns launches sorted by start time, with event times moved onto CUPTI's
+// clock by `clock_offset`: each record of a selected kernel
 // that received events, each record of a selected kernel that
 // `keep_empty(record)` asks for even without events (a profiled launch whose
 // warps stayed silent still gets its group in the trace), and one synthetic
@@ -92,6 +104,6 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
                                   const std::vector<KernelRecord>& records,
                                   const std::function<bool(const std::string&)>& selected,
                                   const std::function<bool(const KernelRecord&)>& keep_empty,
-                                  MatchStats* stats);
+                                  int64_t clock_offset, MatchStats* stats);
 
 }  // namespace smprof::injector

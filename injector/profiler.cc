@@ -119,6 +119,28 @@ std::string ArenaSymbol(int version) {
   return "_ZN6smprof6detail7g_arenaILi" + std::to_string(version) + "EEE";
 }
 
+std::string NameBaseSymbol(int version) {
+  return "_ZN6smprof6detail11g_name_baseILi" + std::to_string(version) + "EEE";
+}
+
+// One thread stores %globaltimer; CUPTI's record of this kernel relates the
+// two clocks. PTX, so the driver compiles it for whatever GPU is present.
+constexpr char kProbeName[] = "smprof_clock_probe";
+constexpr char kProbePtx[] = R"(
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry smprof_clock_probe(.param .u64 out)
+{
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd2, %rd1;
+  mov.u64 %rd3, %globaltimer;
+  st.global.u64 [%rd2], %rd3;
+  ret;
+}
+)";
+
 std::string ReadCmdline() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -234,7 +256,13 @@ struct ContextState {
   uint64_t pending = 0;                // profiled launches since the last harvest
   double projected_chunks = 0;         // chunks the launches since the last harvest may claim
   std::unordered_set<uint64_t> profiled_correlations;
-  std::unordered_set<CUmodule> published;
+  std::unordered_map<CUmodule, CUdeviceptr> published;  // module -> its g_arena constant
+
+  // Clock probe: a one-thread kernel that stores %globaltimer, whose CUPTI
+  // record gives the offset between the two clocks (see EstimateClockOffset).
+  CUmodule probe_module = nullptr;
+  CUfunction probe = nullptr;
+  int64_t clock_offset = 0;
   std::unordered_map<uint64_t, std::string> names;  // device address -> marker name
 };
 
@@ -414,9 +442,8 @@ bool Profiler::CreateArena(ContextState* cs) {
   RelaxedCapture relaxed;
   CUdevice dev;
   if (!SMPROF_CU(cuCtxGetDevice(&dev))) return false;
-  int ordinal = 0, sms = 0, threads = 0, major = 0, minor = 0;
+  int ordinal = 0, sms = 0, major = 0, minor = 0;
   cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
-  cuDeviceGetAttribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev);
   cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
   cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
   ordinal = static_cast<int>(dev);
@@ -425,18 +452,8 @@ bool Profiler::CreateArena(ContextState* cs) {
   cs->device = static_cast<uint32_t>(ordinal);
   cuptiGetContextId(cs->ctx, &cs->context_id);
 
-  // %smid may exceed the SM count where SMs are fused off; leave headroom.
-  const uint32_t sm_slots = std::max(2u * static_cast<uint32_t>(sms), 64u);
-  const uint32_t warps_per_sm = std::max(static_cast<uint32_t>(threads) / 32u, 64u);
-  const uint64_t slots_offset = sizeof(wire::ArenaHeader);
-  const uint64_t slots_bytes = uint64_t{sm_slots} * warps_per_sm * sizeof(wire::WarpSlot);
   const uint64_t chunk = config.chunk_bytes;
-  const uint64_t chunks_offset = (slots_offset + slots_bytes + chunk - 1) / chunk * chunk;
-  if (config.buffer_bytes < chunks_offset + 64 * chunk) {
-    Log().error("SMPROF_BUFFER_MB={} is too small for {} SMs: use at least {} MB", config.buffer_bytes >> 20,
-                sms, ((chunks_offset + 64 * chunk) >> 20) + 1);
-    return false;
-  }
+  const uint64_t chunks_offset = std::max<uint64_t>(chunk, sizeof(wire::ArenaHeader));
   const uint64_t num_chunks = std::min<uint64_t>((config.buffer_bytes - chunks_offset) / chunk, 0x7fffffffu);
 
   if (!SMPROF_CU(cuStreamCreate(&cs->stream, CU_STREAM_NON_BLOCKING)) ||
@@ -453,24 +470,25 @@ bool Profiler::CreateArena(ContextState* cs) {
   header.abi_version = wire::kArenaAbiVersion;
   header.chunk_bytes = static_cast<uint32_t>(chunk);
   header.num_chunks = static_cast<uint32_t>(num_chunks);
-  header.slots_offset = slots_offset;
   header.chunks_offset = chunks_offset;
-  header.sm_slots = sm_slots;
-  header.warps_per_sm = warps_per_sm;
   if (!SMPROF_CU(cuMemsetD8Async(cs->arena, 0, config.buffer_bytes, cs->stream)) ||
       !SMPROF_CU(cuMemcpyHtoDAsync(cs->arena, &header, sizeof(header), cs->stream)) ||
       !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
     return false;
   }
   cs->ref.arena = cs->arena;
-  cs->ref.slots = cs->arena + slots_offset;
   cs->ref.chunks = cs->arena + chunks_offset;
   cs->ref.num_chunks = header.num_chunks;
   cs->ref.chunk_shift = static_cast<uint32_t>(__builtin_ctzll(chunk));
-  cs->ref.sm_slots = sm_slots;
-  cs->ref.warps_per_sm = warps_per_sm;
   cs->ref.warp_mask = config.warp_mask;
+  cs->ref.epoch = 1;
   EnableActivity();
+  activity.Track(kProbeName);
+  if (!SMPROF_CU(cuModuleLoadData(&cs->probe_module, kProbePtx)) ||
+      !SMPROF_CU(cuModuleGetFunction(&cs->probe, cs->probe_module, kProbeName))) {
+    cs->probe = nullptr;
+    Log().warn("GPU {}: the clock probe did not load; event times are aligned from launches alone", ordinal);
+  }
   {
     std::lock_guard<std::mutex> lock(ship_mu);
     shipper->SendDevice(cs->device, static_cast<uint32_t>(sms), static_cast<uint32_t>(major),
@@ -486,6 +504,10 @@ bool Profiler::Publish(ContextState* cs, CUmodule module) {
     std::lock_guard<std::mutex> lock(cs->mu);
     if (cs->published.count(module)) return true;
   }
+  // Names are stored relative to g_name_base: check the module has it too.
+  CUdeviceptr base = 0;
+  size_t base_bytes = 0;
+  if (!SMPROF_CU(cuModuleGetGlobal(&base, &base_bytes, module, NameBaseSymbol(kAbi).c_str()))) return false;
   RelaxedCapture relaxed;
   CUdeviceptr global = 0;
   size_t bytes = 0;
@@ -501,7 +523,7 @@ bool Profiler::Publish(ContextState* cs, CUmodule module) {
     return false;
   }
   std::lock_guard<std::mutex> lock(cs->mu);
-  cs->published.insert(module);
+  cs->published.emplace(module, global);
   return true;
 }
 
@@ -618,17 +640,35 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, bool force)
   const uint32_t chunk_bytes = 1u << cs->ref.chunk_shift;
   const uint32_t used = std::min(header.next_chunk, cs->ref.num_chunks);
   std::vector<uint8_t> data(static_cast<size_t>(used) * chunk_bytes);
-  const uint64_t slots_bytes = cs->ref.chunks - cs->ref.slots;
-  if ((used > 0 && !SMPROF_CU(cuMemcpyDtoHAsync(data.data(), cs->ref.chunks, data.size(), cs->stream))) ||
-      (used > 0 && !SMPROF_CU(cuMemsetD8Async(cs->ref.chunks, 0, data.size(), cs->stream))) ||
-      !SMPROF_CU(cuMemsetD8Async(cs->ref.slots, 0, slots_bytes, cs->stream)) ||
-      !SMPROF_CU(cuMemsetD8Async(cs->arena + offsetof(wire::ArenaHeader, next_chunk), 0,
-                                 sizeof(wire::ArenaHeader) - offsetof(wire::ArenaHeader, next_chunk), cs->stream)) ||
-      !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
+  // Zero what was used, and move every published module to a new epoch so
+  // that cursors left in shared memory by earlier blocks never match again.
+  ++cs->ref.epoch;
+  std::vector<CUdeviceptr> globals;
+  {
+    std::lock_guard<std::mutex> lock(cs->mu);
+    for (const auto& [module, global] : cs->published) globals.push_back(global);
+  }
+  bool ok = (used == 0 || (SMPROF_CU(cuMemcpyDtoHAsync(data.data(), cs->ref.chunks, data.size(), cs->stream)) &&
+                           SMPROF_CU(cuMemsetD8Async(cs->ref.chunks, 0, data.size(), cs->stream)))) &&
+            SMPROF_CU(cuMemsetD8Async(cs->arena + offsetof(wire::ArenaHeader, next_chunk), 0,
+                                      sizeof(wire::ArenaHeader) - offsetof(wire::ArenaHeader, next_chunk),
+                                      cs->stream));
+  for (CUdeviceptr global : globals) {
+    ok = ok && SMPROF_CU(cuMemcpyHtoDAsync(global + offsetof(wire::ArenaRef, epoch), &cs->ref.epoch,
+                                           sizeof(cs->ref.epoch), cs->stream));
+  }
+  uint64_t probe_time = 0;
+  CUdeviceptr probe_out = cs->arena + offsetof(wire::ArenaHeader, reserved2);
+  void* probe_args[] = {&probe_out};
+  const bool probed = ok && cs->probe != nullptr &&
+                      SMPROF_CU(cuLaunchKernel(cs->probe, 1, 1, 1, 1, 1, 1, 0, cs->stream, probe_args, nullptr)) &&
+                      SMPROF_CU(cuMemcpyDtoHAsync(&probe_time, probe_out, sizeof(probe_time), cs->stream));
+  if (!ok || !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
     cs->failed = true;  // the arena may be half reset: stop using it
     Log().error("profiling stops on GPU {}: the profile buffer could not be read back", cs->device);
     return;
   }
+  const uint64_t records_until = GpuNow();
   __atomic_store_n(cs->poll_host, 0u, __ATOMIC_RELAXED);
   {
     std::lock_guard<std::mutex> lock(cs->mu);
@@ -641,15 +681,25 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, bool force)
   gate.unlock();
 
   CheckCupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
-  std::vector<KernelRecord> records = activity.Take(cs->context_id, harvest_time);
+  std::vector<KernelRecord> records = activity.Take(cs->context_id, records_until);
+  const KernelRecord* probe = nullptr;
+  for (const KernelRecord& r : records) {
+    if (r.name == kProbeName && (probe == nullptr || r.start_ns > probe->start_ns)) probe = &r;
+  }
+  if (probed && probe != nullptr) {
+    cs->clock_offset = static_cast<int64_t>((probe->start_ns + probe->end_ns) / 2 - probe_time);
+  }
+  records.erase(std::remove_if(records.begin(), records.end(), [](const KernelRecord& r) { return r.name == kProbeName; }),
+                records.end());
 
   std::vector<WarpSegment> segments;
   DecodeStats decode;
   DecodeChunks(data.data(), used, chunk_bytes, &segments, &decode);
+  cs->clock_offset = EstimateClockOffset(segments, records, cs->clock_offset);
   MatchStats match;
   std::vector<Launch> launches = MatchLaunches(
       segments, records, [this](const std::string& n) { return Selected(n); },
-      [&](const KernelRecord& r) { return correlations.count(r.correlation_id) > 0; }, &match);
+      [&](const KernelRecord& r) { return correlations.count(r.correlation_id) > 0; }, cs->clock_offset, &match);
 
   // Names are read from device memory, so before a module unload completes.
   std::unordered_map<uint64_t, std::string> names;

@@ -10,21 +10,23 @@
 //
 //  1. The device arena (kArenaAbiVersion). One per CUDA context, in device
 //     memory, allocated and reset by the injector. Kernels find it through a
-//     module global whose mangled name carries the ABI version
-//     (smprof::detail::g_arena<kArenaAbiVersion>, see device.cuh), so a module
-//     built against another version is simply "not found" by this injector.
+//     module constant whose mangled name carries the ABI version
+//     (smprof::detail::g_arena<kArenaAbiVersion>, see detail/record.cuh), so
+//     a module built against another version is simply "not found" by this
+//     injector.
 //
-//       [ArenaHeader | WarpSlot x (sm_slots * warps_per_sm) | chunk 0 | chunk 1 ...]
+//       [ArenaHeader | chunk 0 | chunk 1 | ...]
 //
-//     A recording warp owns one chunk at a time. It finds its cursor in the
-//     WarpSlot of its hardware warp slot (%smid, %warpid); when the slot's tag
-//     is not its own, or its chunk is full, it claims the next chunk with one
-//     atomicAdd on ArenaHeader::next_chunk and writes a ChunkHeader naming
-//     itself (%gridid, block, warp, SM). Events are 16-byte records; an
+//     A recording warp owns one chunk at a time; its cursor (tag, chunk, fill)
+//     lives in a per-warp slot of static shared memory. When the cursor's tag
+//     is not the warp's own, or its chunk is full, it claims the next chunk
+//     with one atomicAdd on ArenaHeader::next_chunk and writes a ChunkHeader
+//     naming itself (%gridid, block, warp, SM). Events are 16-byte records; an
 //     all-zero record is an unused slot. Claims past num_chunks fail: the
 //     event is counted in ArenaHeader::dropped_events and never written.
 //     The injector reads the arena only when no kernel can be writing it
-//     (see injector/harvest.h), then zeroes what was used.
+//     (see injector/harvest.h), then zeroes what was used and bumps the epoch
+//     so that cursors left in shared memory by earlier blocks never match.
 //
 //  2. The transport (kTransportVersion): messages the injector ships to the
 //     collector through shared memory. Every message starts with MsgHeader;
@@ -62,7 +64,7 @@ struct Event {
 // First two event slots of every chunk: who owns it.
 struct ChunkHeader {
   uint64_t grid_id;  // %gridid of the launch (graph replays reuse it)
-  uint64_t anchor;   // device address of the module's g_arena variable
+  uint64_t anchor;   // device address of the module's g_name_base variable
   uint32_t block_x;
   uint16_t block_y;
   uint16_t block_z;
@@ -74,9 +76,11 @@ struct ChunkHeader {
 
 inline constexpr uint32_t kChunkHeaderSlots = sizeof(ChunkHeader) / sizeof(Event);
 
-// Per hardware warp slot cursor. Only the warp resident in that slot writes it.
-struct WarpSlot {
-  uint64_t tag;    // identity hash of the owning warp; 0 = unowned
+// A warp's cursor, in static shared memory (one per warp of the block).
+// Shared memory is not cleared between blocks, so a cursor is trusted only
+// when its tag equals the warp's identity hash (grid, block, warp, epoch).
+struct WarpCursor {
+  uint64_t tag;    // identity hash of the owning warp
   uint32_t chunk;  // chunk being filled, or kNoChunk once the arena is full
   uint32_t fill;   // next event index inside that chunk
 };
@@ -89,34 +93,29 @@ struct ArenaHeader {
   uint32_t abi_version;  // kArenaAbiVersion
   uint32_t chunk_bytes;  // power of two, 256..65536
   uint32_t num_chunks;
-  uint64_t slots_offset;   // byte offset of WarpSlot[0] from the arena base
   uint64_t chunks_offset;  // byte offset of chunk 0 from the arena base
-  uint32_t sm_slots;       // WarpSlot rows (>= largest %smid + 1)
-  uint32_t warps_per_sm;   // WarpSlot columns (>= largest %warpid + 1)
-  uint32_t reserved0[22];
+  uint32_t reserved0[26];
   // Device-written counters (second 128-byte line); zeroed after each harvest.
   uint32_t next_chunk;       // claim counter; may run past num_chunks
   uint32_t reserved1;
   uint64_t dropped_events;   // events not stored: arena full
-  uint64_t unplaced_events;  // events not stored: %smid/%warpid outside the slot table,
-                             // or the arena reference was seen half-published
+  uint64_t unplaced_events;  // events not stored: the arena reference was seen half-published
   uint64_t reserved2[13];
 };
 
-// The module global that kernels read (smprof::detail::g_arena<kArenaAbiVersion>).
-// One per loaded module and context, written by the injector: every field but
-// `arena` first, then `arena` alone, so a kernel that sees arena != 0 and a
-// zero elsewhere knows it raced the publication (it counts and skips).
+// The module constant that kernels read (smprof::detail::g_arena<kArenaAbiVersion>,
+// in __constant__ memory: the check costs a constant-cache load). One per
+// loaded module and context, written by the injector: every field but `arena`
+// first, then `arena` alone, so a kernel that sees arena != 0 and a zero
+// elsewhere knows it raced the publication (it counts and skips). `epoch`
+// changes at every harvest.
 struct ArenaRef {
   uint64_t arena;   // ArenaHeader device address; 0 = not profiling (the one load)
-  uint64_t slots;   // WarpSlot table
   uint64_t chunks;  // chunk 0
   uint32_t num_chunks;
   uint32_t chunk_shift;  // log2(chunk_bytes)
-  uint32_t sm_slots;
-  uint32_t warps_per_sm;
-  uint32_t warp_mask;  // bit w: warp w of each block records (warps >= 31 use bit 31)
-  uint32_t reserved;
+  uint32_t warp_mask;    // bit w: warp w of each block records (warps >= 31 use bit 31)
+  uint32_t epoch;        // harvest generation, part of every cursor tag
 };
 
 static_assert(sizeof(Event) == 16 && alignof(Event) == 8, "Event layout");
@@ -126,13 +125,13 @@ static_assert(offsetof(ChunkHeader, anchor) == 8 && offsetof(ChunkHeader, block_
                   offsetof(ChunkHeader, sm) == 24 && offsetof(ChunkHeader, warp) == 26 &&
                   offsetof(ChunkHeader, magic) == 27,
               "ChunkHeader layout");
-static_assert(sizeof(WarpSlot) == 16 && alignof(WarpSlot) == 8, "WarpSlot layout");
+static_assert(sizeof(WarpCursor) == 16 && alignof(WarpCursor) == 8, "WarpCursor layout");
 static_assert(sizeof(ArenaHeader) == 256, "ArenaHeader layout");
 static_assert(offsetof(ArenaHeader, next_chunk) == 128 && offsetof(ArenaHeader, dropped_events) == 136 &&
                   offsetof(ArenaHeader, unplaced_events) == 144,
               "ArenaHeader layout");
-static_assert(sizeof(ArenaRef) == 48 && offsetof(ArenaRef, num_chunks) == 24 &&
-                  offsetof(ArenaRef, warp_mask) == 40,
+static_assert(sizeof(ArenaRef) == 32 && offsetof(ArenaRef, num_chunks) == 16 &&
+                  offsetof(ArenaRef, warp_mask) == 24 && offsetof(ArenaRef, epoch) == 28,
               "ArenaRef layout");
 
 // ---------------------------------------------------------------------------

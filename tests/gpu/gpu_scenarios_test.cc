@@ -87,13 +87,13 @@ ProfiledRun Profile(const std::string& scenario, const std::string& args = "", c
     if (!name.empty() && name[0] == '#') run.launches[pid].name = name;
   }
   for (const json& e : events) {
-    if (!e.contains("pid")) continue;
+    if (!e.contains("pid") || !e.contains("tid")) continue;
     const int64_t pid = e["pid"].get<int64_t>();
     const std::string ph = e.value("ph", "");
-    if (ph == "i" && e.value("name", "") .find("summary") != std::string::npos) run.summary_event = e["args"];
+    if (ph == "i" && e.value("name", "").find("summary") != std::string::npos) run.summary_event = e["args"];
     auto it = run.launches.find(pid);
     if (it == run.launches.end()) continue;
-    Thread& t = it->second.threads[e.value("tid", int64_t{0})];
+    Thread& t = it->second.threads[e["tid"].get<int64_t>()];
     if (ph == "M" && e.value("name", "") == "thread_name") t.name = e["args"]["name"].get<std::string>();
     if (ph == "X" || ph == "i") t.events.push_back(e);
   }
@@ -108,6 +108,27 @@ int Count(const Thread& t, const std::string& ph, const std::string& name) {
   return n;
 }
 
+// Every marker event of a launch lies inside the kernel's CUPTI span: the
+// injector maps %globaltimer onto CUPTI's clock (1 ns of rounding allowed).
+void ExpectEventsInsideKernelSpan(const LaunchGroup& g) {
+  const json* kernel = nullptr;
+  for (const auto& [tid, t] : g.threads) {
+    for (const json& e : t.events) {
+      if (!IsWarp(t) && e.value("ph", "") == "X") kernel = &e;
+    }
+  }
+  ASSERT_NE(kernel, nullptr) << g.name;
+  const double start = (*kernel)["ts"].get<double>() - 0.001;
+  const double end = start + (*kernel)["dur"].get<double>() + 0.002;
+  for (const auto& [tid, t] : g.threads) {
+    if (!IsWarp(t)) continue;
+    for (const json& e : t.events) {
+      EXPECT_GE(e["ts"].get<double>(), start) << g.name << " " << e.dump();
+      EXPECT_LE(e["ts"].get<double>() + e.value("dur", 0.0), end) << g.name << " " << e.dump();
+    }
+  }
+}
+
 // The launch groups whose name contains `kernel`.
 std::vector<const LaunchGroup*> GroupsOf(const ProfiledRun& run, const std::string& kernel) {
   std::vector<const LaunchGroup*> out;
@@ -117,10 +138,14 @@ std::vector<const LaunchGroup*> GroupsOf(const ProfiledRun& run, const std::stri
   return out;
 }
 
-// The number after `label` in the stderr summary, e.g. "lost 0 events".
+// A number from smprof-run's summary line ("smprof: profiled ..."), e.g.
+// SummaryNumber(run, R"(lost (\d+) events)").
 long SummaryNumber(const ProfiledRun& run, const std::string& pattern) {
+  std::smatch line;
+  if (!std::regex_search(run.stderr_text, line, std::regex("smprof: profiled [^\n]*"))) return -1;
+  const std::string text = line.str();
   std::smatch m;
-  if (!std::regex_search(run.stderr_text, m, std::regex(pattern))) return -1;
+  if (!std::regex_search(text, m, std::regex(pattern))) return -1;
   return std::stol(m[1]);
 }
 
@@ -135,6 +160,7 @@ TEST(GpuScenarios, BasicCountsNamesAndUnoptedModule) {
   EXPECT_NE(g.name.find("stream"), std::string::npos);
   EXPECT_NE(g.name.find("grid(4,1,1) block(128,1,1)"), std::string::npos) << g.name;
   ASSERT_EQ(g.Warps(), 16);
+  ExpectEventsInsideKernelSpan(g);
   for (const auto& [tid, t] : g.threads) {
     if (!IsWarp(t)) {
       EXPECT_EQ(Count(t, "X", "marker_grid(int*)"), 1) << "CUPTI kernel span on " << t.name;
@@ -172,6 +198,7 @@ TEST(GpuScenarios, ConcurrentStreamsOfOneModuleAreAttributedExactly) {
   std::set<std::string> streams;
   for (const LaunchGroup* g : groups) {
     ASSERT_EQ(g->Warps(), 4) << g->name;
+    ExpectEventsInsideKernelSpan(*g);
     int n = -1;
     for (const auto& [tid, t] : g->threads) {
       if (!IsWarp(t)) continue;
@@ -187,6 +214,24 @@ TEST(GpuScenarios, ConcurrentStreamsOfOneModuleAreAttributedExactly) {
   std::multiset<int> expected;
   for (int n = 10; n < 22; ++n) expected.insert(n);
   EXPECT_EQ(counts, expected);
+  // The scenario only proves something if launches really ran concurrently.
+  std::vector<std::pair<double, double>> spans;
+  for (const LaunchGroup* g : groups) {
+    for (const auto& [tid, t] : g->threads) {
+      for (const json& e : t.events) {
+        if (!IsWarp(t) && e.value("ph", "") == "X") {
+          spans.emplace_back(e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>());
+        }
+      }
+    }
+  }
+  int overlapping = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    for (size_t j = i + 1; j < spans.size(); ++j) {
+      overlapping += spans[i].first < spans[j].second && spans[j].first < spans[i].second;
+    }
+  }
+  EXPECT_GT(overlapping, 0) << "no two count_kernel launches overlapped in time";
   EXPECT_EQ(streams.size(), 4u);
   EXPECT_EQ(SummaryNumber(run, R"(lost (\d+) events)"), 0);
 }
@@ -221,6 +266,7 @@ TEST(GpuScenarios, CapturedGraphReplaysKeepEveryEvent) {
   ASSERT_EQ(k2.size(), 3u);
   for (const LaunchGroup* g : k1) {
     ASSERT_EQ(g->Warps(), 4) << g->name;
+    ExpectEventsInsideKernelSpan(*g);
     for (const auto& [tid, t] : g->threads) {
       if (!IsWarp(t)) continue;
       EXPECT_EQ(Count(t, "i", "g1"), 5) << g->name;
@@ -228,6 +274,7 @@ TEST(GpuScenarios, CapturedGraphReplaysKeepEveryEvent) {
   }
   for (const LaunchGroup* g : k2) {
     ASSERT_EQ(g->Warps(), 3) << g->name;
+    ExpectEventsInsideKernelSpan(*g);
     for (const auto& [tid, t] : g->threads) {
       if (!IsWarp(t)) continue;
       EXPECT_EQ(Count(t, "X", "g2"), 1) << g->name;
@@ -244,7 +291,7 @@ TEST(GpuScenarios, OverflowIsCountedExactly) {
   const long lost = SummaryNumber(run, R"(lost (\d+) events)");
   const long device = SummaryNumber(run, R"(device buffer (\d+))");
   EXPECT_GT(lost, 0);
-  EXPECT_EQ(lost, device);
+  EXPECT_EQ(lost, device) << run.stderr_text;
   EXPECT_EQ(events + lost, 2L * 264 * 8 * 1000) << run.stderr_text;
   int recorded = 0;
   for (const auto& [pid, g] : run.launches) {
@@ -270,6 +317,22 @@ TEST(GpuScenarios, NonZeroExitWithoutSyncKeepsEventsAndExitCode) {
   const auto groups = GroupsOf(run, "marker_grid");
   ASSERT_EQ(groups.size(), 1u) << "the exit harvest must ship the last launch";
   EXPECT_EQ(groups[0]->Warps(), 16);
+}
+
+TEST(GpuScenarios, ProcessesOfOneRunShareOneTrace) {
+  REQUIRE_GPU();
+  // sh runs two copies of the app at once; both inherit the injection.
+  const ProfiledRun run = Profile("basic", "", "sh -c '\"$0\" basic & \"$0\" basic; wait'");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(SummaryNumber(run, R"(from (\d+) process)"), 2) << run.stderr_text;
+  const auto groups = GroupsOf(run, "marker_grid");
+  ASSERT_EQ(groups.size(), 2u);
+  std::set<std::string> pids;
+  for (const LaunchGroup* g : groups) {
+    EXPECT_EQ(g->Warps(), 16);
+    pids.insert(g->name.substr(g->name.rfind("pid ")));
+  }
+  EXPECT_EQ(pids.size(), 2u) << "the two launches must come from two processes";
 }
 
 TEST(GpuScenarios, BadKernelPatternInInjectorRunsUnprofiled) {

@@ -113,7 +113,7 @@ TEST(MatchLaunches, SeparatesGraphReplaysSharingAGridIdByTime) {
   DecodeChunks(a.data(), a.used(), kChunk, &segs, &ds);
   const std::vector<KernelRecord> records = {Record(9, 40000, 60000, 2, "k"), Record(9, 900, 1200, 1, "k")};
   MatchStats ms;
-  const auto launches = MatchLaunches(segs, records, kAll, kNoEmpty, &ms);
+  const auto launches = MatchLaunches(segs, records, kAll, kNoEmpty, 0, &ms);
   ASSERT_EQ(launches.size(), 2u);
   EXPECT_EQ(launches[0].record.correlation_id, 1u);  // sorted by start
   EXPECT_EQ(launches[0].event_count, 2u);
@@ -138,7 +138,7 @@ TEST(MatchLaunches, FiltersUnselectedKernelsAndKeepsOrphans) {
   MatchStats ms;
   const auto launches = MatchLaunches(
       segs, records, [](const std::string& n) { return n == "gemm"; },
-      [](const KernelRecord& r) { return r.correlation_id == 3; }, &ms);
+      [](const KernelRecord& r) { return r.correlation_id == 3; }, 0, &ms);
   ASSERT_EQ(launches.size(), 3u);  // gemm (events), gemm without events (kept), orphan grid 3
   EXPECT_EQ(ms.filtered, 2u);
   EXPECT_EQ(ms.unattributed, 1u);
@@ -149,6 +149,43 @@ TEST(MatchLaunches, FiltersUnselectedKernelsAndKeepsOrphans) {
   ASSERT_NE(synthetic, nullptr);
   EXPECT_EQ(synthetic->record.grid_id, 3u);
   EXPECT_EQ(synthetic->record.start_ns, 300u);
+}
+
+TEST(MatchLaunches, MovesEventsOntoCuptiClock) {
+  ArenaBuilder a(1);
+  const uint32_t c = a.Claim(5, 0, 0, 0);
+  a.Add(c, 1000, 0, wire::kEventInstant);
+  std::vector<WarpSegment> segs;
+  DecodeStats ds;
+  DecodeChunks(a.data(), a.used(), kChunk, &segs, &ds);
+  MatchStats ms;
+  const auto launches = MatchLaunches(segs, {Record(5, 100900, 101200, 1, "k")}, kAll, kNoEmpty, 100000, &ms);
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].warps[0].events[0].time_ns, 101000u);
+}
+
+TEST(EstimateClockOffset, ClampsTheProbeIntoWhatUnambiguousLaunchesAllow) {
+  ArenaBuilder a(3);
+  const uint32_t c1 = a.Claim(1, 0, 0, 0);
+  a.Add(c1, 1000, 0, wire::kEventInstant);
+  a.Add(c1, 1500, 0, wire::kEventInstant);
+  const uint32_t c2 = a.Claim(2, 0, 0, 0);
+  a.Add(c2, 5000, 0, wire::kEventInstant);
+  const uint32_t c3 = a.Claim(3, 0, 0, 0);  // two records: ambiguous, ignored
+  a.Add(c3, 9000, 0, wire::kEventInstant);
+  std::vector<WarpSegment> segs;
+  DecodeStats ds;
+  DecodeChunks(a.data(), a.used(), kChunk, &segs, &ds);
+  // Grid 1 allows offsets [100800-1000, 101600-1500] = [99800, 100100];
+  // grid 2 allows [104950-5000, 105100-5000] = [99950, 100100].
+  const std::vector<KernelRecord> records = {Record(1, 100800, 101600, 1, "k"), Record(2, 104950, 105100, 2, "k"),
+                                             Record(3, 0, 10, 3, "k"), Record(3, 50, 60, 4, "k")};
+  EXPECT_EQ(EstimateClockOffset(segs, records, 99000), 99950);
+  EXPECT_EQ(EstimateClockOffset(segs, records, 100000), 100000);
+  EXPECT_EQ(EstimateClockOffset(segs, records, 200000), 100100);
+  // Contradicting launches: keep the estimate.
+  const std::vector<KernelRecord> bad = {Record(1, 100800, 101600, 1, "k"), Record(2, 5000, 5100, 2, "k")};
+  EXPECT_EQ(EstimateClockOffset(segs, bad, 12345), 12345);
 }
 
 }  // namespace

@@ -1,28 +1,32 @@
 // The device-side recorder behind the SMPROF_* markers.
 //
 // Handoff without kernel parameters: every module that includes this header
-// defines smprof::detail::g_arena<kArenaAbiVersion>, a wire::ArenaRef with a
-// fixed mangled name. The injector finds it per module and context
-// (cuModuleGetGlobal) and fills it before the first profiled launch; without
-// the injector it stays zero, and a marker costs one load and one uniform
-// branch.
+// defines smprof::detail::g_arena<kArenaAbiVersion>, a wire::ArenaRef in
+// __constant__ memory with a fixed mangled name, and g_name_base<...>, a
+// __device__ byte that marker names are stored relative to. The injector finds
+// both per module and context (cuModuleGetGlobal) and fills the ArenaRef before
+// the first profiled launch; without the injector it stays zero, and a marker
+// costs one constant-cache load and one uniform branch.
 //
 // Per event, on one lane of the warp (the lowest active lane):
 //   1. read %globaltimer first, so the marker's own cost lands after the stamp;
-//   2. find the warp's cursor: WarpSlot[%smid][%warpid]. Only the warp resident
-//      in that hardware slot touches it, so plain (relaxed, CTA-scope: same SM,
-//      same L1) loads and stores suffice; a new resident warp sees a foreign
-//      tag and claims a fresh chunk;
-//   3. append a 16-byte Event to its chunk, or claim the next chunk with one
-//      atomicAdd when the slot is foreign or the chunk is full;
+//   2. read the warp's cursor from static shared memory (16 bytes per warp,
+//      512 bytes per block). Shared memory survives from earlier blocks, so
+//      the cursor counts only if its tag equals this warp's identity hash
+//      (%gridid, block, warp, harvest epoch);
+//   3. append a 16-byte Event to the warp's chunk, or claim the next chunk
+//      with one atomicAdd when the cursor is foreign or the chunk is full;
 //   4. when no chunk is left, count the event in dropped_events (exact loss
 //      accounting) and remember kNoChunk so the warp stops claiming.
-// Records are never overwritten: each chunk has a single writer between two
-// harvests, and the injector reads and zeroes the arena only when no kernel
-// of the context can be running.
+// Then every lane that entered the marker meets at __syncwarp(active): the
+// recording lane's extra work must not split the warp, or the next marker
+// would elect a second recording lane.
 //
-// Graph replays reuse %gridid, so a replayed warp may continue a chunk of an
-// earlier replay; the injector separates replays by event time.
+// Records are never overwritten: each chunk has a single writer between two
+// harvests, and the injector reads and zeroes the arena only when no kernel of
+// the context can be running, then bumps the epoch so no stale cursor matches.
+// Graph replays reuse %gridid: a replayed warp may continue a chunk of an
+// earlier replay of the same epoch, and the injector separates replays by time.
 #pragma once
 
 #include <cstdint>
@@ -35,108 +39,138 @@
 namespace smprof::detail {
 
 inline constexpr int kAbiVersion = static_cast<int>(wire::kArenaAbiVersion);
+inline constexpr int kMaxWarpsPerBlock = 32;
 
-// The module global the injector looks up by name. A variable template keeps
-// one fixed mangled name (_ZN6smprof6detail7g_arenaILi1EEE) across translation
-// units, whole-program and -rdc builds alike.
+// The recording path stays out of line by default, so a marker that is not
+// recording is just the constant load and branch: inlined at every marker it
+// costs idle kernels time (on H200: an idle marker 42 -> 100 cycles, the
+// example GEMM 1.00x -> 1.10x) in exchange for halving the recording cost
+// (711 -> 363 cycles per event). -DSMPROF_INLINE_RECORDER inlines it for
+// builds that are always profiled. Figures: docs/performance.md.
+#if defined(SMPROF_INLINE_RECORDER)
+#define SMPROF_RECORDER_INLINE SMPROF_FORCEINLINE
+#else
+#define SMPROF_RECORDER_INLINE SMPROF_NOINLINE
+#endif
+
+// Looked up by name: _ZN6smprof6detail7g_arenaILi1EEE and
+// _ZN6smprof6detail11g_name_baseILi1EEE. Variable templates keep one fixed
+// mangled name across translation units, whole-program and -rdc builds alike.
 template <int kVersion>
-__device__ wire::ArenaRef g_arena = {};
+__constant__ wire::ArenaRef g_arena = {};
+template <int kVersion>
+__device__ char g_name_base = 0;
 
 __device__ SMPROF_FORCEINLINE uint32_t LinearThreadId() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }
 
-__device__ SMPROF_FORCEINLINE uint64_t WarpTag(uint64_t grid, uint32_t warp) {
-  uint64_t h = (grid + 1) * 0x9E3779B97F4A7C15ull;
-  h ^= (static_cast<uint64_t>(blockIdx.x) * 0xC2B2AE3D27D4EB4Full);
-  h ^= (static_cast<uint64_t>(blockIdx.y) << 40) ^ (static_cast<uint64_t>(blockIdx.z) << 20) ^ warp;
-  return h | 1;  // never 0, the unowned tag
+// The cursor slot already says which warp of the block; the tag tells this
+// block of this launch (and epoch) from whatever ran on the SM before. The
+// block bits are exact (x < 2^31, y, z < 2^16), so blocks of one launch never
+// collide; other launches differ through the multiplied grid id and epoch.
+__device__ SMPROF_FORCEINLINE uint64_t WarpTag(uint64_t grid, uint32_t epoch) {
+  const uint64_t block = static_cast<uint64_t>(blockIdx.x) | (static_cast<uint64_t>(blockIdx.y) << 31) |
+                         (static_cast<uint64_t>(blockIdx.z) << 47);
+  return block ^ ((grid ^ (static_cast<uint64_t>(epoch) << 48)) * 0x9E3779B97F4A7C15ull);
 }
 
-__device__ SMPROF_FORCEINLINE void LoadSlot(const wire::WarpSlot* slot, uint64_t& tag, uint64_t& cursor) {
-  asm volatile("ld.relaxed.cta.global.v2.u64 {%0, %1}, [%2];" : "=l"(tag), "=l"(cursor) : "l"(slot) : "memory");
+// The per-warp cursors of the block (static shared memory, one instance per
+// kernel that records).
+__device__ SMPROF_FORCEINLINE uint32_t CursorAddress(uint32_t warp) {
+  __shared__ wire::WarpCursor cursors[kMaxWarpsPerBlock];
+  return static_cast<uint32_t>(__cvta_generic_to_shared(&cursors[warp]));
 }
 
-__device__ SMPROF_FORCEINLINE void StoreSlot(wire::WarpSlot* slot, uint64_t tag, uint32_t chunk, uint32_t fill) {
+__device__ SMPROF_FORCEINLINE void LoadCursor(uint32_t addr, uint64_t& tag, uint64_t& cursor) {
+  asm volatile("ld.volatile.shared.v2.u64 {%0, %1}, [%2];" : "=l"(tag), "=l"(cursor) : "r"(addr) : "memory");
+}
+
+__device__ SMPROF_FORCEINLINE void StoreCursor(uint32_t addr, uint64_t tag, uint32_t chunk, uint32_t fill) {
   const uint64_t cursor = static_cast<uint64_t>(chunk) | (static_cast<uint64_t>(fill) << 32);
-  asm volatile("st.relaxed.cta.global.v2.u64 [%0], {%1, %2};" ::"l"(slot), "l"(tag), "l"(cursor) : "memory");
+  asm volatile("st.volatile.shared.v2.u64 [%0], {%1, %2};" ::"r"(addr), "l"(tag), "l"(cursor) : "memory");
+}
+
+__device__ SMPROF_FORCEINLINE void StoreFill(uint32_t addr, uint32_t fill) {
+  asm volatile("st.volatile.shared.u32 [%0], %1;" ::"r"(addr + 12), "r"(fill) : "memory");
 }
 
 __device__ SMPROF_FORCEINLINE void Store16(void* dst, uint64_t lo, uint64_t hi) {
   asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(dst), "l"(lo), "l"(hi) : "memory");
 }
 
+// red.global: a fire-and-forget add on a known-global address.
 __device__ SMPROF_FORCEINLINE void Count(uint64_t arena, uint32_t offset) {
-  atomicAdd(reinterpret_cast<unsigned long long*>(arena + offset), 1ull);
+  asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(arena + offset) : "memory");
 }
 
 // Claims a chunk for the calling warp and writes its header. Returns kNoChunk
-// when the arena is full. Kept out of line: it runs once per chunk.
-__device__ SMPROF_NOINLINE uint32_t ClaimChunk(const wire::ArenaRef& ref, const wire::ArenaRef* anchor,
-                                               uint64_t grid, uint32_t warp, uint32_t sm) {
-  auto* header = reinterpret_cast<wire::ArenaHeader*>(ref.arena);
-  const uint32_t chunk = atomicAdd(&header->next_chunk, 1u);
+// when the arena is full. Out of line: it runs once per chunk.
+__device__ SMPROF_NOINLINE uint32_t ClaimChunk(uint64_t grid, uint32_t warp) {
+  const wire::ArenaRef& ref = g_arena<kAbiVersion>;
+  uint32_t chunk;
+  asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;"
+               : "=r"(chunk)
+               : "l"(ref.arena + offsetof(wire::ArenaHeader, next_chunk))
+               : "memory");
   if (chunk >= ref.num_chunks) return wire::kNoChunk;
   char* base = reinterpret_cast<char*>(ref.chunks) + (static_cast<uint64_t>(chunk) << ref.chunk_shift);
   const uint64_t w2 = static_cast<uint64_t>(blockIdx.x) | (static_cast<uint64_t>(blockIdx.y) << 32) |
                       (static_cast<uint64_t>(blockIdx.z) << 48);
-  const uint64_t w3 = static_cast<uint64_t>(sm) | (static_cast<uint64_t>(warp) << 16) |
+  const uint64_t w3 = static_cast<uint64_t>(sreg::SmId() & 0xffff) | (static_cast<uint64_t>(warp) << 16) |
                       (static_cast<uint64_t>(wire::kChunkMagic) << 24);
-  Store16(base, grid, reinterpret_cast<uint64_t>(anchor));
+  Store16(base, grid, reinterpret_cast<uint64_t>(&g_name_base<kAbiVersion>));
   Store16(base + 16, w2, w3);
   return chunk;
 }
 
-__device__ SMPROF_NOINLINE void RecordEnabled(const wire::ArenaRef* anchor, const char* name, uint32_t kind,
-                                              uint64_t now) {
-  const wire::ArenaRef ref = *anchor;
+__device__ SMPROF_RECORDER_INLINE void RecordEvent(const char* name, uint32_t kind, uint64_t now) {
+  const wire::ArenaRef& ref = g_arena<kAbiVersion>;
   const uint32_t warp = LinearThreadId() >> 5;
   if (((ref.warp_mask >> (warp < 31 ? warp : 31)) & 1u) == 0) return;
-  if (ref.slots == 0 || ref.chunks == 0 || ref.num_chunks == 0) {  // raced the publication
+  if (ref.chunks == 0 || ref.num_chunks == 0) {  // raced the publication
     Count(ref.arena, offsetof(wire::ArenaHeader, unplaced_events));
     return;
   }
-  const uint32_t sm = sreg::SmId();
-  const uint32_t hw_warp = sreg::WarpId();
-  if (sm >= ref.sm_slots || hw_warp >= ref.warps_per_sm) {
-    Count(ref.arena, offsetof(wire::ArenaHeader, unplaced_events));
-    return;
-  }
-  auto* slot = reinterpret_cast<wire::WarpSlot*>(ref.slots) + (sm * ref.warps_per_sm + hw_warp);
+  const uint32_t cursor_addr = CursorAddress(warp);
   const uint64_t grid = sreg::GridId();
-  const uint64_t tag = WarpTag(grid, warp);
-  uint64_t slot_tag, cursor;
-  LoadSlot(slot, slot_tag, cursor);
+  const uint64_t tag = WarpTag(grid, ref.epoch);
+  uint64_t cursor_tag, cursor;
+  LoadCursor(cursor_addr, cursor_tag, cursor);
   uint32_t chunk = static_cast<uint32_t>(cursor);
   uint32_t fill = static_cast<uint32_t>(cursor >> 32);
-  const uint32_t capacity = (1u << ref.chunk_shift) / sizeof(wire::Event);
-  if (slot_tag != tag || chunk == wire::kNoChunk || fill >= capacity) {
-    if (slot_tag == tag && chunk == wire::kNoChunk) {
+  const uint32_t capacity = 1u << (ref.chunk_shift - 4);
+  if (cursor_tag != tag || fill >= capacity || chunk >= ref.num_chunks) {
+    if (cursor_tag == tag && chunk == wire::kNoChunk) {
       Count(ref.arena, offsetof(wire::ArenaHeader, dropped_events));
       return;
     }
-    chunk = ClaimChunk(ref, anchor, grid, warp, sm);
+    chunk = ClaimChunk(grid, warp);
     if (chunk == wire::kNoChunk) {
-      StoreSlot(slot, tag, wire::kNoChunk, 0);
+      StoreCursor(cursor_addr, tag, wire::kNoChunk, 0);
       Count(ref.arena, offsetof(wire::ArenaHeader, dropped_events));
       return;
     }
     fill = wire::kChunkHeaderSlots;
+    StoreCursor(cursor_addr, tag, chunk, fill + 1);
+  } else {
+    StoreFill(cursor_addr, fill + 1);
   }
   char* event = reinterpret_cast<char*>(ref.chunks) + (static_cast<uint64_t>(chunk) << ref.chunk_shift) +
                 fill * sizeof(wire::Event);
-  const auto offset = static_cast<int32_t>(reinterpret_cast<intptr_t>(name) - reinterpret_cast<intptr_t>(anchor));
+  const auto offset = static_cast<int32_t>(reinterpret_cast<intptr_t>(name) -
+                                           reinterpret_cast<intptr_t>(&g_name_base<kAbiVersion>));
   Store16(event, now, static_cast<uint64_t>(static_cast<uint32_t>(offset)) | (static_cast<uint64_t>(kind) << 32));
-  StoreSlot(slot, tag, chunk, fill + 1);
 }
 
-// The marker entry point: one load and one uniform branch when not profiling.
+// The marker entry point: one constant load and one uniform branch when not
+// profiling.
 __device__ SMPROF_FORCEINLINE void Record(const char* name, uint32_t kind) {
-  const wire::ArenaRef* anchor = &g_arena<kAbiVersion>;
-  if (anchor->arena == 0) return;
+  if (g_arena<kAbiVersion>.arena == 0) return;
   const uint64_t now = sreg::GlobalTimer();
-  if (sreg::LaneId() != static_cast<uint32_t>(__ffs(__activemask()) - 1)) return;
-  RecordEnabled(anchor, name, kind, now);
+  const unsigned active = __activemask();
+  if (sreg::LaneId() == static_cast<uint32_t>(__ffs(active) - 1)) RecordEvent(name, kind, now);
+  __syncwarp(active);
 }
 
 // Scoped range: begin on construction, end on destruction.

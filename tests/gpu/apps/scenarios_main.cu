@@ -83,8 +83,8 @@ int Overflow() {  // 2 launches of flood(1000) on 264x256 threads: 2112 warps x 
   return 0;
 }
 
-int HighWater() {  // 24 launches of flood(60) on 132x256 (1056 warps x 60), no sync until the end
-  for (int i = 0; i < 24; ++i) LaunchFlood(132, 256, 60, 2000000, nullptr);
+int HighWater() {  // 12 launches of flood(20) on 66x256 (528 warps x 20), no sync until the end
+  for (int i = 0; i < 12; ++i) LaunchFlood(66, 256, 20, 2000000, nullptr);
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
   return 0;
