@@ -8,7 +8,9 @@
 // the first profiled launch; without the injector it stays zero, and a marker
 // costs one constant-cache load and one uniform branch.
 //
-// Per event, on one lane of the warp (the lowest active lane):
+// Per event, for one lane of the warp (the lowest active lane; the other
+// active lanes run the same instructions with their stores predicated off, so
+// the common path has no divergent branch):
 //   1. read %globaltimer first, so the marker's own cost lands after the stamp;
 //   2. read the warp's cursor from static shared memory (16 bytes per warp,
 //      512 bytes per block). Shared memory survives from earlier blocks, so
@@ -18,9 +20,9 @@
 //      with one atomicAdd when the cursor is foreign or the chunk is full;
 //   4. when no chunk is left, count the event in dropped_events (exact loss
 //      accounting) and remember kNoChunk so the warp stops claiming.
-// Then every lane that entered the marker meets at __syncwarp(active): the
-// recording lane's extra work must not split the warp, or the next marker
-// would elect a second recording lane.
+// The warp must not split inside a marker, or the next marker would elect a
+// second recording lane (seen on H200 with a leader-only branch: a duplicate
+// event); the rare chunk-claim branch ends in a __shfl_sync that rejoins it.
 //
 // Records are never overwritten: each chunk has a single writer between two
 // harvests, and the injector reads and zeroes the arena only when no kernel of
@@ -91,8 +93,23 @@ __device__ SMPROF_FORCEINLINE void StoreCursor(uint32_t addr, uint64_t tag, uint
   asm volatile("st.volatile.shared.v2.u64 [%0], {%1, %2};" ::"r"(addr), "l"(tag), "l"(cursor) : "memory");
 }
 
-__device__ SMPROF_FORCEINLINE void StoreFill(uint32_t addr, uint32_t fill) {
-  asm volatile("st.volatile.shared.u32 [%0], %1;" ::"r"(addr + 12), "r"(fill) : "memory");
+// Predicated on `leader`: every lane of the warp runs the recorder in
+// lockstep and only the recording lane's stores take effect, so the common
+// path has no divergent branch and the warp never splits.
+__device__ SMPROF_FORCEINLINE void StoreFillIf(bool leader, uint32_t addr, uint32_t fill) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p st.volatile.shared.u32 [%1], %2;\n}" ::"r"(
+          static_cast<uint32_t>(leader)),
+      "r"(addr + 12), "r"(fill)
+      : "memory");
+}
+
+__device__ SMPROF_FORCEINLINE void Store16If(bool leader, void* dst, uint64_t lo, uint64_t hi) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p st.global.v2.u64 [%1], {%2, %3};\n}" ::"r"(
+          static_cast<uint32_t>(leader)),
+      "l"(dst), "l"(lo), "l"(hi)
+      : "memory");
 }
 
 __device__ SMPROF_FORCEINLINE void Store16(void* dst, uint64_t lo, uint64_t hi) {
@@ -124,12 +141,15 @@ __device__ SMPROF_NOINLINE uint32_t ClaimChunk(uint64_t grid, uint32_t warp) {
   return chunk;
 }
 
-__device__ SMPROF_RECORDER_INLINE void RecordEvent(const char* name, uint32_t kind, uint64_t now) {
+// Runs on every active lane of the warp; `leader` is the one that records.
+__device__ SMPROF_RECORDER_INLINE void RecordEvent(const char* name, uint32_t kind, uint64_t now, unsigned active,
+                                                   uint32_t leader_lane) {
   const wire::ArenaRef& ref = g_arena<kAbiVersion>;
   const uint32_t warp = LinearThreadId() >> 5;
-  if (((ref.warp_mask >> (warp < 31 ? warp : 31)) & 1u) == 0) return;
+  if (((ref.warp_mask >> (warp < 31 ? warp : 31)) & 1u) == 0) return;  // same for the whole warp
+  const bool leader = sreg::LaneId() == leader_lane;
   if (ref.chunks == 0 || ref.num_chunks == 0) {  // raced the publication
-    Count(ref.arena, offsetof(wire::ArenaHeader, unplaced_events));
+    if (leader) Count(ref.arena, offsetof(wire::ArenaHeader, unplaced_events));
     return;
   }
   const uint32_t cursor_addr = CursorAddress(warp);
@@ -140,37 +160,41 @@ __device__ SMPROF_RECORDER_INLINE void RecordEvent(const char* name, uint32_t ki
   uint32_t chunk = static_cast<uint32_t>(cursor);
   uint32_t fill = static_cast<uint32_t>(cursor >> 32);
   const uint32_t capacity = 1u << (ref.chunk_shift - 4);
-  if (cursor_tag != tag || fill >= capacity || chunk >= ref.num_chunks) {
-    if (cursor_tag == tag && chunk == wire::kNoChunk) {
-      Count(ref.arena, offsetof(wire::ArenaHeader, dropped_events));
-      return;
+  const bool fresh = cursor_tag != tag || fill >= capacity || chunk >= ref.num_chunks;
+  // The leader's view decides, for the whole warp (a vote keeps it uniform).
+  if (__any_sync(active, leader && fresh)) {
+    uint32_t claimed = wire::kNoChunk;
+    if (leader) {
+      if (cursor_tag != tag || chunk != wire::kNoChunk) claimed = ClaimChunk(grid, warp);
+      if (claimed == wire::kNoChunk) {
+        StoreCursor(cursor_addr, tag, wire::kNoChunk, 0);
+        Count(ref.arena, offsetof(wire::ArenaHeader, dropped_events));
+      } else {
+        StoreCursor(cursor_addr, tag, claimed, wire::kChunkHeaderSlots + 1);
+      }
     }
-    chunk = ClaimChunk(grid, warp);
-    if (chunk == wire::kNoChunk) {
-      StoreCursor(cursor_addr, tag, wire::kNoChunk, 0);
-      Count(ref.arena, offsetof(wire::ArenaHeader, dropped_events));
-      return;
-    }
+    chunk = __shfl_sync(active, claimed, leader_lane);
+    if (chunk == wire::kNoChunk) return;
     fill = wire::kChunkHeaderSlots;
-    StoreCursor(cursor_addr, tag, chunk, fill + 1);
   } else {
-    StoreFill(cursor_addr, fill + 1);
+    StoreFillIf(leader, cursor_addr, fill + 1);
   }
   char* event = reinterpret_cast<char*>(ref.chunks) + (static_cast<uint64_t>(chunk) << ref.chunk_shift) +
                 fill * sizeof(wire::Event);
   const auto offset = static_cast<int32_t>(reinterpret_cast<intptr_t>(name) -
                                            reinterpret_cast<intptr_t>(&g_name_base<kAbiVersion>));
-  Store16(event, now, static_cast<uint64_t>(static_cast<uint32_t>(offset)) | (static_cast<uint64_t>(kind) << 32));
+  Store16If(leader, event, now,
+            static_cast<uint64_t>(static_cast<uint32_t>(offset)) | (static_cast<uint64_t>(kind) << 32));
 }
 
 // The marker entry point: one constant load and one uniform branch when not
-// profiling.
+// profiling. Every lane that reaches the marker runs the recorder; the lowest
+// active lane's stores are the only ones that take effect.
 __device__ SMPROF_FORCEINLINE void Record(const char* name, uint32_t kind) {
   if (g_arena<kAbiVersion>.arena == 0) return;
   const uint64_t now = sreg::GlobalTimer();
   const unsigned active = __activemask();
-  if (sreg::LaneId() == static_cast<uint32_t>(__ffs(active) - 1)) RecordEvent(name, kind, now);
-  __syncwarp(active);
+  RecordEvent(name, kind, now, active, static_cast<uint32_t>(__ffs(active) - 1));
 }
 
 // Scoped range: begin on construction, end on destruction.
