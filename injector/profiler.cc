@@ -251,8 +251,9 @@ struct ContextState {
   std::shared_timed_mutex gate;
 
   std::mutex mu;  // guards the fields below; never held across a driver call
-  std::vector<CUstream> busy_streams;  // streams with profiled work since the last harvest
-  bool unqueryable_work = false;       // per-thread default streams of other threads
+  std::vector<CUstream> busy_streams;       // streams with profiled work since the last harvest
+  std::vector<std::thread::id> ptds_users;  // threads with profiled work on their per-thread stream
+  bool orphaned_work = false;               // a busy stream was destroyed before its work ended
   uint64_t pending = 0;                // profiled launches since the last harvest
   double projected_chunks = 0;         // chunks the launches since the last harvest may claim
   std::unordered_set<uint64_t> profiled_correlations;
@@ -264,6 +265,14 @@ struct ContextState {
   CUfunction probe = nullptr;
   int64_t clock_offset = 0;
   std::unordered_map<uint64_t, std::string> names;  // device address -> marker name
+};
+
+// When a harvest may read the arena.
+enum class HarvestMode {
+  kIfIdle,          // the application synchronised a stream or event: only if all profiled work is done
+  kContextSynced,   // the application synchronised the context: likewise, but work on streams smprof
+                    // cannot query (other threads' per-thread streams, destroyed streams) is done too
+  kForce,           // wait for the profiled work (high-water mark, module unload, context teardown, exit)
 };
 
 struct FunctionInfo {
@@ -336,11 +345,14 @@ class Profiler {
   FunctionInfo LookupFunction(CUcontext ctx, CUfunction f, const char* symbol);
   ContextState* ContextFor(CUcontext ctx);
   bool CreateArena(ContextState* cs);
+  void ReleaseArena(ContextState* cs);
   bool Publish(ContextState* cs, CUmodule module);
   void Poll(ContextState* cs);
   bool NeedsDrain(ContextState* cs, double chunks);
   void NoteLaunch(ContextState* cs, CUstream stream, bool per_thread_stream, uint64_t correlation, double chunks);
-  void Harvest(ContextState* cs, wire::HarvestReason reason, bool force);
+  void NoteStreamDestroy(ContextState* cs, CUstream stream);
+  bool Quiesce(ContextState* cs, HarvestMode mode);
+  void Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode mode);
   std::string ReadName(ContextState* cs, uint64_t address);
   void EnableActivity();
   void SendStats();
@@ -357,10 +369,14 @@ void CUPTIAPI OnBufferRequested(uint8_t** buffer, size_t* size, size_t* max_reco
 
 void CUPTIAPI OnBufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   CUpti_Activity* record = nullptr;
-  while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
-    if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && g_profiler != nullptr) {
-      g_profiler->activity.Add(*reinterpret_cast<const CUpti_ActivityKernel10*>(record));
+  try {
+    while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+      if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && g_profiler != nullptr) {
+        g_profiler->activity.Add(*reinterpret_cast<const CUpti_ActivityKernel10*>(record));
+      }
     }
+  } catch (...) {
+    Log().error("CUPTI kernel records lost after an internal error");
   }
   std::free(buffer);
 }
@@ -432,10 +448,32 @@ ContextState* Profiler::ContextFor(CUcontext ctx) {
   auto* cs = new ContextState();
   cs->ctx = ctx;
   cs->failed = !CreateArena(cs);
-  std::lock_guard<std::mutex> lock(mu);
-  auto [it, inserted] = contexts.emplace(ctx, cs);
-  if (!inserted) return it->second->failed ? nullptr : it->second;  // another thread won; `cs` leaks (rare)
-  return cs->failed ? nullptr : cs;
+  ContextState* winner;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    winner = contexts.emplace(ctx, cs).first->second;
+  }
+  if (winner != cs) {  // another thread created the context's arena first
+    ReleaseArena(cs);
+    delete cs;
+  } else if (cs->failed) {
+    ReleaseArena(cs);
+  }
+  return winner->failed ? nullptr : winner;
+}
+
+// Frees what CreateArena allocated (also a partial allocation).
+void Profiler::ReleaseArena(ContextState* cs) {
+  if (cs->arena != 0) cuMemFree(cs->arena);
+  if (cs->poll_host != nullptr) cuMemFreeHost(cs->poll_host);
+  if (cs->poll_event != nullptr) cuEventDestroy(cs->poll_event);
+  if (cs->stream != nullptr) cuStreamDestroy(cs->stream);
+  if (cs->probe_module != nullptr) cuModuleUnload(cs->probe_module);
+  cs->arena = 0;
+  cs->poll_host = nullptr;
+  cs->poll_event = nullptr;
+  cs->stream = nullptr;
+  cs->probe_module = nullptr;
 }
 
 bool Profiler::CreateArena(ContextState* cs) {
@@ -558,10 +596,62 @@ void Profiler::NoteLaunch(ContextState* cs, CUstream stream, bool per_thread_str
   cs->projected_chunks += chunks;
   if (correlation != 0) cs->profiled_correlations.insert(correlation);
   if (per_thread_stream) {
-    cs->unqueryable_work = true;
+    const std::thread::id self = std::this_thread::get_id();
+    if (std::find(cs->ptds_users.begin(), cs->ptds_users.end(), self) == cs->ptds_users.end()) {
+      cs->ptds_users.push_back(self);
+    }
   } else if (std::find(cs->busy_streams.begin(), cs->busy_streams.end(), stream) == cs->busy_streams.end()) {
     cs->busy_streams.push_back(stream);
   }
+}
+
+// A destroyed stream can no longer be queried: forget it, and if its work may
+// still be running, only a context-wide synchronisation proves it done.
+void Profiler::NoteStreamDestroy(ContextState* cs, CUstream stream) {
+  {
+    std::lock_guard<std::mutex> lock(cs->mu);
+    if (std::find(cs->busy_streams.begin(), cs->busy_streams.end(), stream) == cs->busy_streams.end()) return;
+  }
+  const bool idle = cuStreamQuery(stream) == CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lock(cs->mu);
+  cs->busy_streams.erase(std::remove(cs->busy_streams.begin(), cs->busy_streams.end(), stream),
+                         cs->busy_streams.end());
+  cs->orphaned_work |= !idle;
+}
+
+// Called with the launch gate held exclusively: no profiled launch can be
+// enqueued meanwhile. True when no profiled kernel of the context can still
+// be running (waiting for it first in kForce mode).
+bool Profiler::Quiesce(ContextState* cs, HarvestMode mode) {
+  std::vector<CUstream> streams;
+  bool other_threads = false;
+  bool orphaned;
+  {
+    std::lock_guard<std::mutex> lock(cs->mu);
+    streams = cs->busy_streams;
+    orphaned = cs->orphaned_work;
+    for (std::thread::id id : cs->ptds_users) {
+      if (id == std::this_thread::get_id()) {
+        streams.push_back(CU_STREAM_PER_THREAD);  // this thread's own per-thread stream
+      } else {
+        other_threads = true;
+      }
+    }
+  }
+  if (orphaned || other_threads) {
+    if (mode == HarvestMode::kIfIdle) return false;
+    // Already synchronised (kContextSynced), this only covers launches that
+    // raced the application's synchronisation.
+    return SMPROF_CU(cuCtxSynchronize());
+  }
+  for (CUstream s : streams) {
+    if (mode == HarvestMode::kForce) {
+      if (!SMPROF_CU(cuStreamSynchronize(s))) return false;
+    } else if (cuStreamQuery(s) != CUDA_SUCCESS) {
+      return false;  // still running: a later synchronisation harvests
+    }
+  }
+  return true;
 }
 
 std::string Profiler::ReadName(ContextState* cs, uint64_t address) {
@@ -593,10 +683,9 @@ std::string Profiler::ReadName(ContextState* cs, uint64_t address) {
   return name;
 }
 
-// Reads and resets the arena when no kernel of the context can be writing it.
-// `force` waits for the streams with profiled work; otherwise the harvest is
-// skipped unless they are already idle.
-void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, bool force) {
+// Reads and resets the arena when no kernel of the context can be writing it
+// (see HarvestMode).
+void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode mode) {
   {
     std::lock_guard<std::mutex> lock(cs->mu);
     if (cs->pending == 0 || cs->failed || cs->destroyed) return;
@@ -605,32 +694,13 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, bool force)
   if (!scoped.ok()) return;
   RelaxedCapture relaxed;
   std::unique_lock<std::shared_timed_mutex> gate(cs->gate, std::defer_lock);
+  const bool force = mode == HarvestMode::kForce;
   if (!gate.try_lock_for(force ? std::chrono::seconds(10) : std::chrono::milliseconds(20))) {
     Log().debug("harvest skipped on GPU {}: launches in progress", cs->device);
     return;
   }
-  std::vector<CUstream> streams;
-  bool unqueryable;
+  if (!Quiesce(cs, mode)) return;
   std::unordered_set<uint64_t> correlations;
-  {
-    std::lock_guard<std::mutex> lock(cs->mu);
-    streams = cs->busy_streams;
-    unqueryable = cs->unqueryable_work;
-  }
-  if (force) {
-    if (unqueryable) {
-      if (!SMPROF_CU(cuCtxSynchronize())) return;
-    } else {
-      for (CUstream s : streams) {
-        if (!SMPROF_CU(cuStreamSynchronize(s))) return;
-      }
-    }
-  } else {
-    if (unqueryable && reason != wire::kHarvestSync) return;
-    for (CUstream s : streams) {
-      if (cuStreamQuery(s) != CUDA_SUCCESS) return;  // still running: a later sync will harvest
-    }
-  }
   const uint64_t harvest_time = GpuNow();
   wire::ArenaHeader header{};
   if (!SMPROF_CU(cuMemcpyDtoHAsync(&header, cs->arena, sizeof(header), cs->stream)) ||
@@ -673,7 +743,8 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, bool force)
   {
     std::lock_guard<std::mutex> lock(cs->mu);
     cs->busy_streams.clear();
-    cs->unqueryable_work = false;
+    cs->ptds_users.clear();
+    cs->orphaned_work = false;
     cs->pending = 0;
     cs->projected_chunks = 0;
     correlations.swap(cs->profiled_correlations);
@@ -789,7 +860,7 @@ void OnLaunchEnter(Profiler& p, const CUpti_CallbackData* cb, CUpti_CallbackId c
   }
   const bool capturing = IsCapturing(stream);
   if (!capturing) {
-    if (p.NeedsDrain(cs, chunks)) p.Harvest(cs, wire::kHarvestHighWater, true);
+    if (p.NeedsDrain(cs, chunks)) p.Harvest(cs, wire::kHarvestHighWater, HarvestMode::kForce);
     p.Poll(cs);
   }
   if (t_gate_held == nullptr) {
@@ -808,9 +879,25 @@ void OnLaunchExit() {
   }
 }
 
+void Dispatch(Profiler* p, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data);
+
+// No exception may cross into CUPTI and the application: the first one turns
+// profiling off for the rest of the process.
 void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   Profiler* p = g_profiler;
   if (p == nullptr || t_in_smprof > 0) return;
+  try {
+    Dispatch(p, domain, cbid, data);
+  } catch (const std::exception& e) {
+    OnLaunchExit();
+    if (!p->shutting_down.exchange(true)) Log().error("profiling stops after an internal error: {}", e.what());
+  } catch (...) {
+    OnLaunchExit();
+    if (!p->shutting_down.exchange(true)) Log().error("profiling stops after an unknown internal error");
+  }
+}
+
+void Dispatch(Profiler* p, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   if (p->shutting_down.load(std::memory_order_relaxed) || getpid() != p->pid) {
     OnLaunchExit();
     return;
@@ -821,7 +908,7 @@ void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
     ContextState* cs = p->FindContext(rd->context);
     if (cs == nullptr) return;
     if (cbid == CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING) {
-      p->Harvest(cs, wire::kHarvestModuleUnload, true);
+      p->Harvest(cs, wire::kHarvestModuleUnload, HarvestMode::kForce);
       // Handles of the unloading module may be reused by the next one.
       std::lock_guard<std::mutex> lock(p->mu);
       for (auto it = p->functions.begin(); it != p->functions.end();) {
@@ -831,7 +918,7 @@ void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
       cs->published.clear();
       cs->names.clear();
     } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
-      p->Harvest(cs, wire::kHarvestContextDestroy, true);
+      p->Harvest(cs, wire::kHarvestContextDestroy, HarvestMode::kForce);
       cs->destroyed = true;
       std::lock_guard<std::mutex> lock(p->mu);
       for (auto it = p->functions.begin(); it != p->functions.end();) {
@@ -879,6 +966,19 @@ void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
     }
     case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize:
     case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2:
+      if (!enter) {
+        if (ContextState* cs = p->FindContext(cb->context)) {
+          p->Harvest(cs, wire::kHarvestSync, HarvestMode::kContextSynced);
+        }
+      }
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy_v2:
+      if (enter) {
+        const auto* a = static_cast<const cuStreamDestroy_v2_params*>(cb->functionParams);
+        if (ContextState* cs = p->FindContext(cb->context)) p->NoteStreamDestroy(cs, a->hStream);
+      }
+      break;
     case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize:
     case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz:
     case CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize:
@@ -887,7 +987,7 @@ void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds:
       if (!enter) {
-        if (ContextState* cs = p->FindContext(cb->context)) p->Harvest(cs, wire::kHarvestSync, false);
+        if (ContextState* cs = p->FindContext(cb->context)) p->Harvest(cs, wire::kHarvestSync, HarvestMode::kIfIdle);
       }
       break;
     default:
@@ -912,7 +1012,8 @@ bool Subscribe(Profiler& p) {
       CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,      CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
       CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,       CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2,
       CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds,     CUPTI_DRIVER_TRACE_CBID_cuMemcpy,
-      CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds,
+      CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds,            CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy,
+      CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy_v2,
   };
   bool ok = true;
   for (CUpti_CallbackId id : driver_ids) {
@@ -929,12 +1030,35 @@ bool Subscribe(Profiler& p) {
 }
 
 void ShutdownAtExit() { Shutdown(); }
+bool StartOnce();
+void ShutdownOnce();
 
 }  // namespace
 
 bool Start() {
   static std::atomic<bool> started{false};
   if (started.exchange(true)) return g_profiler != nullptr;
+  try {
+    return StartOnce();
+  } catch (const std::exception& e) {
+    Log().error("not profiling: {}", e.what());
+  } catch (...) {
+    Log().error("not profiling: unknown internal error");
+  }
+  return false;
+}
+
+void Shutdown() {
+  try {
+    ShutdownOnce();
+  } catch (...) {
+    Log().error("the last harvest failed with an internal error; events since the previous one are lost");
+  }
+}
+
+namespace {
+
+bool StartOnce() {
   InSmprof guard;
   auto* p = new Profiler();
   std::vector<std::string> errors;
@@ -973,7 +1097,7 @@ bool Start() {
   return true;
 }
 
-void Shutdown() {
+void ShutdownOnce() {
   Profiler* p = g_profiler;
   if (p == nullptr || getpid() != p->pid || p->shutting_down.exchange(true)) return;
   InSmprof guard;
@@ -983,7 +1107,7 @@ void Shutdown() {
     for (auto& [ctx, cs] : p->contexts) contexts.push_back(cs);
   }
   for (ContextState* cs : contexts) {
-    if (!cs->destroyed) p->Harvest(cs, wire::kHarvestExit, true);
+    if (!cs->destroyed) p->Harvest(cs, wire::kHarvestExit, HarvestMode::kForce);
   }
   {
     std::lock_guard<std::mutex> lock(p->ship_mu);
@@ -996,4 +1120,5 @@ void Shutdown() {
   p->producer->Detach();
 }
 
+}  // namespace
 }  // namespace smprof::injector

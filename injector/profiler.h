@@ -18,8 +18,10 @@
 //   - no synchronisation of the application's streams on the normal path:
 //     harvests happen where the application already synchronised, after
 //     checking (cuStreamQuery) that every stream with profiled work is idle.
-//     Only a forced drain (arena past its high-water mark), a module unload,
-//     context destruction and process exit wait for those streams.
+//     Work smprof cannot query (another thread's per-thread default stream, a
+//     stream destroyed while busy) waits for the application's next context
+//     synchronisation. Only a forced drain (arena past its high-water mark), a
+//     module unload, context destruction and process exit wait for streams.
 #pragma once
 
 namespace smprof::injector {

@@ -24,72 +24,36 @@
 
 #include "common/transport.h"
 #include "smprof/wire.h"
+#include "tests/support/wire_builders.h"
 
 namespace smprof {
 namespace {
 
-using Bytes = std::vector<uint8_t>;
 using nlohmann::json;
+using testing::Bytes;
+using testing::Name;
+using testing::Process;
 
 constexpr uint64_t kT0 = 5000000000ull;
 // Safety nets only: nothing asserts on how long things take.
 constexpr auto kSafetyTimeout = std::chrono::seconds(60);
 
-// --- message builders --------------------------------------------------------
-
-template <typename T>
-Bytes Frame(T fixed, wire::MsgType type, std::string_view tail = {}) {
-  const uint32_t size = wire::PaddedSize(static_cast<uint32_t>(sizeof(T) + tail.size()));
-  fixed.h.type = type;
-  fixed.h.size = size;
-  Bytes out(size, 0);
-  std::memcpy(out.data(), &fixed, sizeof(T));
-  if (!tail.empty()) std::memcpy(out.data() + sizeof(T), tail.data(), tail.size());
-  return out;
-}
-
-Bytes Process(uint32_t pid, uint64_t gpu_ns, std::string_view cmdline) {
-  wire::ProcessMsg m{};
-  m.pid = pid;
-  m.gpu_time_ns = gpu_ns;
-  m.cmdline_len = static_cast<uint32_t>(cmdline.size());
-  return Frame(m, wire::kMsgProcess, cmdline);
-}
-
-Bytes Name(uint32_t id, std::string_view name) {
-  wire::NameMsg m{};
-  m.name_id = id;
-  m.name_len = static_cast<uint32_t>(name.size());
-  return Frame(m, wire::kMsgName, name);
-}
+// --- message builders (tests/support/wire_builders.h, with this file's defaults) ---
 
 Bytes Launch(uint64_t id, std::string_view kernel) {
-  wire::LaunchMsg m{};
-  m.launch_id = id;
-  m.start_ns = kT0 + 1000;
-  m.end_ns = kT0 + 100000;
-  m.grid[0] = m.grid[1] = m.grid[2] = 1;
+  wire::LaunchMsg m = testing::LaunchFields(id, kT0 + 1000, kT0 + 100000);
+  m.grid[0] = 1;
   m.block[0] = 32;
-  m.block[1] = m.block[2] = 1;
-  m.name_len = static_cast<uint32_t>(kernel.size());
-  return Frame(m, wire::kMsgLaunch, kernel);
+  return testing::Launch(m, kernel);
 }
 
 Bytes Warp(uint64_t launch, const std::vector<wire::WireEvent>& events) {
-  wire::WarpEventsMsg m{};
-  m.launch_id = launch;
-  m.count = static_cast<uint32_t>(events.size());
-  return Frame(m, wire::kMsgWarpEvents,
-               std::string_view(reinterpret_cast<const char*>(events.data()),
-                                events.size() * sizeof(wire::WireEvent)));
+  return testing::Warp(launch, 0, 0, 0, events);
 }
 
+// `t` relative to kT0.
 Bytes Harvest(uint64_t t, uint64_t dropped) {
-  wire::HarvestMsg m{};
-  m.time_ns = kT0 + t;
-  m.reason = wire::kHarvestSync;
-  m.dropped_events = dropped;
-  return Frame(m, wire::kMsgHarvest);
+  return testing::Harvest(kT0 + t, wire::kHarvestSync, dropped);
 }
 
 // --- process helpers ---------------------------------------------------------

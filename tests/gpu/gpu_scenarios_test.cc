@@ -319,6 +319,71 @@ TEST(GpuScenarios, NonZeroExitWithoutSyncKeepsEventsAndExitCode) {
   EXPECT_EQ(groups[0]->Warps(), 16);
 }
 
+// Per-warp "step" counts of every count_kernel launch, sorted.
+std::multiset<int> StepCounts(const ProfiledRun& run) {
+  std::multiset<int> counts;
+  for (const LaunchGroup* g : GroupsOf(run, "count_kernel")) {
+    EXPECT_EQ(g->Warps(), 4) << g->name;
+    for (const auto& [tid, t] : g->threads) {
+      if (IsWarp(t)) counts.insert(Count(t, "i", "step"));
+    }
+  }
+  return counts;
+}
+
+TEST(GpuScenarios, StreamDestroyedWhileBusyIsHarvestedAtDeviceSync) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("destroyed-stream");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(StepCounts(run), (std::multiset<int>{8, 8, 8, 8}));
+  EXPECT_EQ(SummaryNumber(run, R"(lost (\d+) events)"), 0);
+}
+
+TEST(GpuScenarios, PerThreadDefaultStreamsOfSeveralThreads) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("threads");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(StepCounts(run), (std::multiset<int>{5, 5, 5, 5, 7, 7, 7, 7}));
+  EXPECT_EQ(SummaryNumber(run, R"(lost (\d+) events)"), 0);
+}
+
+TEST(GpuScenarios, DriverApiModuleAndLaunch) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("driver-api " + BuildDir() + "/bin/smprof_driver_module.fatbin");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  const auto groups = GroupsOf(run, "driver_kernel");
+  ASSERT_EQ(groups.size(), 1u) << run.stderr_text;
+  ASSERT_EQ(groups[0]->Warps(), 4);
+  ExpectEventsInsideKernelSpan(*groups[0]);
+  for (const auto& [tid, t] : groups[0]->threads) {
+    if (!IsWarp(t)) continue;
+    EXPECT_EQ(Count(t, "i", "drv"), 9) << t.name;
+  }
+}
+
+TEST(GpuScenarios, WarpSelectionRecordsOnlyChosenWarps) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("basic", "--warps 0,3");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  ASSERT_EQ(run.launches.size(), 1u);
+  const LaunchGroup& g = run.launches.begin()->second;
+  ASSERT_EQ(g.Warps(), 8) << "warps 0 and 3 of 4 blocks";
+  for (const auto& [tid, t] : g.threads) {
+    if (!IsWarp(t)) continue;
+    const bool chosen = t.name.find("warp 0") != std::string::npos || t.name.find("warp 3") != std::string::npos;
+    EXPECT_TRUE(chosen) << t.name;
+    EXPECT_EQ(t.events.size(), 5u) << t.name;
+  }
+}
+
+TEST(GpuScenarios, PreloadInjectionWorksToo) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("basic", "--preload");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  ASSERT_EQ(GroupsOf(run, "marker_grid").size(), 1u) << run.stderr_text;
+  EXPECT_EQ(SummaryNumber(run, R"((\d+) events from)"), 16 * 7);
+}
+
 TEST(GpuScenarios, ProcessesOfOneRunShareOneTrace) {
   REQUIRE_GPU();
   // sh runs two copies of the app at once; both inherit the injection.
@@ -333,6 +398,14 @@ TEST(GpuScenarios, ProcessesOfOneRunShareOneTrace) {
     pids.insert(g->name.substr(g->name.rfind("pid ")));
   }
   EXPECT_EQ(pids.size(), 2u) << "the two launches must come from two processes";
+}
+
+TEST(GpuScenarios, CuptiHeldByAnotherToolIsOneClearLineAndTheAppRuns) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("cupti-taken");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_NE(run.stderr_text.find("holds CUPTI"), std::string::npos) << run.stderr_text;
+  EXPECT_EQ(run.launches.size(), 0u);
 }
 
 TEST(GpuScenarios, BadKernelPatternInInjectorRunsUnprofiled) {

@@ -16,41 +16,21 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/wire_builders.h"
+
 namespace smprof {
 namespace {
 
-using Bytes = std::vector<uint8_t>;
 using nlohmann::json;
+using testing::Bytes;
+using testing::Frame;
+using testing::Name;
+using testing::Process;
+using testing::Warp;
 
 constexpr uint64_t kT0 = 5000000000ull;  // first ProcessMsg GPU time; base = kT0 - 1 s
 
-// --- message builders --------------------------------------------------------
-
-template <typename T>
-Bytes Frame(T fixed, wire::MsgType type, std::string_view tail = {}) {
-  const uint32_t size = wire::PaddedSize(static_cast<uint32_t>(sizeof(T) + tail.size()));
-  fixed.h.type = type;
-  fixed.h.size = size;
-  Bytes out(size, 0);
-  std::memcpy(out.data(), &fixed, sizeof(T));
-  if (!tail.empty()) std::memcpy(out.data() + sizeof(T), tail.data(), tail.size());
-  return out;
-}
-
-Bytes Process(uint32_t pid, uint64_t gpu_ns, std::string_view cmdline) {
-  wire::ProcessMsg m{};
-  m.pid = pid;
-  m.gpu_time_ns = gpu_ns;
-  m.cmdline_len = static_cast<uint32_t>(cmdline.size());
-  return Frame(m, wire::kMsgProcess, cmdline);
-}
-
-Bytes Name(uint32_t id, std::string_view name) {
-  wire::NameMsg m{};
-  m.name_id = id;
-  m.name_len = static_cast<uint32_t>(name.size());
-  return Frame(m, wire::kMsgName, name);
-}
+// --- message builders (tests/support/wire_builders.h, with this file's defaults) ---
 
 struct LaunchSpec {
   uint64_t id = 1;
@@ -63,50 +43,25 @@ struct LaunchSpec {
 };
 
 Bytes Launch(const LaunchSpec& s) {
-  wire::LaunchMsg m{};
-  m.launch_id = s.id;
-  m.start_ns = s.start;
-  m.end_ns = s.end;
+  wire::LaunchMsg m = testing::LaunchFields(s.id, s.start, s.end);
   m.grid_id = 55;
   m.correlation_id = 77;
   m.stream_id = s.stream;
   m.device = s.device;
   m.flags = s.flags;
-  m.grid[0] = 4;
-  m.grid[1] = m.grid[2] = 1;
-  m.block[0] = 64;
-  m.block[1] = m.block[2] = 1;
   m.dynamic_smem = 1024;
   m.static_smem = 256;
   m.registers = 32;
-  m.name_len = static_cast<uint32_t>(s.kernel.size());
-  return Frame(m, wire::kMsgLaunch, s.kernel);
+  return testing::Launch(m, s.kernel);
 }
 
 wire::WireEvent B(uint64_t t, uint32_t name) { return {kT0 + t, name, wire::kEventBegin}; }
 wire::WireEvent E(uint64_t t, uint32_t name) { return {kT0 + t, name, wire::kEventEnd}; }
 wire::WireEvent I(uint64_t t, uint32_t name) { return {kT0 + t, name, wire::kEventInstant}; }
 
-Bytes Warp(uint64_t launch, uint16_t sm, uint32_t bx, uint16_t warp,
-           const std::vector<wire::WireEvent>& events) {
-  wire::WarpEventsMsg m{};
-  m.launch_id = launch;
-  m.block[0] = bx;
-  m.sm = sm;
-  m.warp = warp;
-  m.count = static_cast<uint32_t>(events.size());
-  return Frame(m, wire::kMsgWarpEvents,
-               std::string_view(reinterpret_cast<const char*>(events.data()),
-                                events.size() * sizeof(wire::WireEvent)));
-}
-
+// `t` relative to kT0.
 Bytes Harvest(uint64_t t, uint32_t reason, uint64_t dropped, uint64_t unplaced) {
-  wire::HarvestMsg m{};
-  m.time_ns = kT0 + t;
-  m.reason = reason;
-  m.dropped_events = dropped;
-  m.unplaced_events = unplaced;
-  return Frame(m, wire::kMsgHarvest);
+  return testing::Harvest(kT0 + t, reason, dropped, unplaced);
 }
 
 // --- harness -------------------------------------------------------------------

@@ -3,3 +3,10 @@ smprof_add_test(injector_core_test
           ${CMAKE_CURRENT_LIST_DIR}/injector_config_test.cc
   LIBS smprof_injector_core
   LABELS unit)
+
+# libsmprof_inject.so is a guest in the application: it exports its entry
+# point only and needs no shared spdlog, fmt or Boost at run time.
+add_test(NAME injector.exports_only_its_entry_point
+  COMMAND ${CMAKE_COMMAND} -DLIBRARY=$<TARGET_FILE:smprof_inject>
+          -P ${CMAKE_CURRENT_LIST_DIR}/check_injector_exports.cmake)
+set_tests_properties(injector.exports_only_its_entry_point PROPERTIES LABELS unit)

@@ -10,30 +10,20 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/wire_builders.h"
+
 namespace smprof {
 namespace {
 
-using Bytes = std::vector<uint8_t>;
+using testing::Bytes;
+using testing::Frame;
+using testing::Launch;
+using testing::Name;
 
-template <typename T>
-Bytes Frame(T fixed, wire::MsgType type, std::string_view tail = {}) {
-  const uint32_t size = wire::PaddedSize(static_cast<uint32_t>(sizeof(T) + tail.size()));
-  fixed.h.type = type;
-  fixed.h.size = size;
-  Bytes out(size, 0);
-  std::memcpy(out.data(), &fixed, sizeof(T));
-  if (!tail.empty()) std::memcpy(out.data() + sizeof(T), tail.data(), tail.size());
-  return out;
-}
+// --- message builders (tests/support/wire_builders.h, with this file's defaults) ---
 
 Bytes Process(uint32_t pid, uint64_t gpu_ns, std::string_view cmdline) {
-  wire::ProcessMsg m{};
-  m.pid = pid;
-  m.ppid = 1;
-  m.host_realtime_ns = 42;
-  m.gpu_time_ns = gpu_ns;
-  m.cmdline_len = static_cast<uint32_t>(cmdline.size());
-  return Frame(m, wire::kMsgProcess, cmdline);
+  return testing::Process(pid, gpu_ns, cmdline, /*ppid=*/1, /*host_realtime_ns=*/42);
 }
 
 Bytes Device(uint32_t device, std::string_view name) {
@@ -45,44 +35,12 @@ Bytes Device(uint32_t device, std::string_view name) {
   return Frame(m, wire::kMsgDevice, name);
 }
 
-Bytes Name(uint32_t id, std::string_view name) {
-  wire::NameMsg m{};
-  m.name_id = id;
-  m.name_len = static_cast<uint32_t>(name.size());
-  return Frame(m, wire::kMsgName, name);
-}
-
-Bytes Launch(uint64_t id, uint64_t start, uint64_t end, std::string_view kernel) {
-  wire::LaunchMsg m{};
-  m.launch_id = id;
-  m.start_ns = start;
-  m.end_ns = end;
-  m.grid[0] = 4;
-  m.grid[1] = m.grid[2] = 1;
-  m.block[0] = 64;
-  m.block[1] = m.block[2] = 1;
-  m.name_len = static_cast<uint32_t>(kernel.size());
-  return Frame(m, wire::kMsgLaunch, kernel);
-}
-
 Bytes Warp(uint64_t launch, const std::vector<wire::WireEvent>& events) {
-  wire::WarpEventsMsg m{};
-  m.launch_id = launch;
-  m.block[0] = 1;
-  m.sm = 5;
-  m.warp = 3;
-  m.count = static_cast<uint32_t>(events.size());
-  return Frame(m, wire::kMsgWarpEvents,
-               std::string_view(reinterpret_cast<const char*>(events.data()),
-                                events.size() * sizeof(wire::WireEvent)));
+  return testing::Warp(launch, /*sm=*/5, /*bx=*/1, /*warp=*/3, events);
 }
 
 Bytes Harvest(uint32_t reason, uint64_t dropped) {
-  wire::HarvestMsg m{};
-  m.time_ns = 777;
-  m.reason = reason;
-  m.dropped_events = dropped;
-  return Frame(m, wire::kMsgHarvest);
+  return testing::Harvest(/*time_ns=*/777, reason, dropped);
 }
 
 Bytes Stats(uint64_t dropped) {

@@ -2,9 +2,13 @@
 // It knows nothing about smprof; tests/gpu/gpu_scenarios_test.cc runs it
 // under smprof-run and checks the trace against the counts documented in
 // kernels_opted.cu.
+#include <cuda.h>
+#include <cupti.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "tests/gpu/apps/kernels.h"
@@ -90,6 +94,58 @@ int HighWater() {  // 12 launches of flood(20) on 66x256 (528 warps x 20), no sy
   return 0;
 }
 
+int DestroyedStream() {  // count_kernel(8) on a stream destroyed while it runs, then a device sync
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  LaunchCount(2, 64, 8, 200000, s);
+  CHECK(cudaGetLastError());
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaDeviceSynchronize());
+  return 0;
+}
+
+int Threads() {  // two threads launch count_kernel(5) and (7) on their per-thread streams
+  auto work = [](int n) {
+    LaunchCount(2, 64, n, 100000, cudaStreamPerThread);
+    if (cudaGetLastError() != cudaSuccess) std::exit(92);
+  };
+  std::thread a(work, 5), b(work, 7);
+  a.join();
+  b.join();
+  CHECK(cudaDeviceSynchronize());
+  return 0;
+}
+
+int DriverApi(const char* fatbin) {  // driver_kernel(9) on 2x64 threads through cuModuleLoad + cuLaunchKernel
+  CHECK(cudaFree(nullptr));  // the runtime makes the primary context current
+  CUmodule module;
+  CUfunction f;
+  if (cuModuleLoad(&module, fatbin) != CUDA_SUCCESS ||
+      cuModuleGetFunction(&f, module, "driver_kernel") != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cannot load %s\n", fatbin);
+    return 93;
+  }
+  int n = 9;
+  void* args[] = {&n};
+  if (cuLaunchKernel(f, 2, 1, 1, 64, 1, 1, 0, nullptr, args, nullptr) != CUDA_SUCCESS ||
+      cuCtxSynchronize() != CUDA_SUCCESS) {
+    return 94;
+  }
+  return cuModuleUnload(module) == CUDA_SUCCESS ? 0 : 95;
+}
+
+void CUPTIAPI IgnoreCallback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
+
+int CuptiTaken() {  // the application holds CUPTI itself (like a framework profiler), then runs basic
+  CUpti_SubscriberHandle subscriber;
+  const CUptiResult r = cuptiSubscribe(&subscriber, reinterpret_cast<CUpti_CallbackFunc>(IgnoreCallback), nullptr);
+  if (r != CUPTI_SUCCESS) {
+    std::fprintf(stderr, "app: cuptiSubscribe failed (%d): someone else holds CUPTI\n", static_cast<int>(r));
+    return 96;
+  }
+  return Basic();
+}
+
 int ExitNoSync(int code) {  // marker_grid, then exit without synchronising
   int* out;
   CHECK(cudaMalloc(&out, sizeof(int)));
@@ -109,6 +165,11 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "overflow")) return Overflow();
   if (!std::strcmp(scenario, "highwater")) return HighWater();
   if (!std::strcmp(scenario, "exit7")) return ExitNoSync(7);
-  std::fprintf(stderr, "usage: %s basic|streams|filter|graph|overflow|highwater|exit7\n", argv[0]);
+  if (!std::strcmp(scenario, "destroyed-stream")) return DestroyedStream();
+  if (!std::strcmp(scenario, "threads")) return Threads();
+  if (!std::strcmp(scenario, "driver-api") && argc > 2) return DriverApi(argv[2]);
+  if (!std::strcmp(scenario, "cupti-taken")) return CuptiTaken();
+  std::fprintf(stderr, "usage: %s basic|streams|filter|graph|overflow|highwater|exit7|destroyed-stream|threads|driver-api <fatbin>|cupti-taken\n",
+               argv[0]);
   return 2;
 }

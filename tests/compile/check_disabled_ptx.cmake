@@ -1,0 +1,28 @@
+# Compiles disable_check.cu to PTX with and without SMPROF_DISABLE and checks
+# that the disabled build leaves no trace of the markers (see CMakeLists.txt).
+foreach(mode enabled disabled)
+  set(defs)
+  if(mode STREQUAL disabled)
+    set(defs -DSMPROF_DISABLE)
+  else()
+    set(defs -DSMPROF_CHECK_ENABLED)
+  endif()
+  execute_process(
+    COMMAND ${NVCC} -std=c++17 -arch=sm_90 -ptx ${defs} -I${INCLUDE} ${SOURCE} -o ${WORK}/disable_check_${mode}.ptx
+    RESULT_VARIABLE rc ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "nvcc failed for the ${mode} build: ${err}")
+  endif()
+  file(READ ${WORK}/disable_check_${mode}.ptx ptx_${mode})
+endforeach()
+foreach(needle g_arena globaltimer "\\$str")
+  string(REGEX MATCH "${needle}" in_enabled "${ptx_enabled}")
+  string(REGEX MATCH "${needle}" in_disabled "${ptx_disabled}")
+  if(NOT in_enabled)
+    message(FATAL_ERROR "the enabled build does not contain '${needle}': the check is broken")
+  endif()
+  if(in_disabled)
+    message(FATAL_ERROR "with SMPROF_DISABLE the PTX still contains '${needle}': markers did not compile away")
+  endif()
+endforeach()
+message(STATUS "markers compile to nothing under SMPROF_DISABLE")

@@ -1,0 +1,94 @@
+// Test-only builders of transport messages (include/smprof/wire.h): each
+// returns the padded bytes a producer would ship. Shared by the collector,
+// message-decoder and collector end-to-end tests; a test that needs other
+// field values keeps a thin local wrapper over these.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "smprof/wire.h"
+
+namespace smprof::testing {
+
+using Bytes = std::vector<uint8_t>;
+
+// `fixed` with its MsgHeader filled in, then `tail`, zero-padded to kMsgAlign.
+template <typename T>
+Bytes Frame(T fixed, wire::MsgType type, std::string_view tail = {}) {
+  const uint32_t size = wire::PaddedSize(static_cast<uint32_t>(sizeof(T) + tail.size()));
+  fixed.h.type = type;
+  fixed.h.size = size;
+  Bytes out(size, 0);
+  std::memcpy(out.data(), &fixed, sizeof(T));
+  if (!tail.empty()) std::memcpy(out.data() + sizeof(T), tail.data(), tail.size());
+  return out;
+}
+
+inline Bytes Process(uint32_t pid, uint64_t gpu_ns, std::string_view cmdline, uint32_t ppid = 0,
+                     uint64_t host_realtime_ns = 0) {
+  wire::ProcessMsg m{};
+  m.pid = pid;
+  m.ppid = ppid;
+  m.host_realtime_ns = host_realtime_ns;
+  m.gpu_time_ns = gpu_ns;
+  m.cmdline_len = static_cast<uint32_t>(cmdline.size());
+  return Frame(m, wire::kMsgProcess, cmdline);
+}
+
+inline Bytes Name(uint32_t id, std::string_view name) {
+  wire::NameMsg m{};
+  m.name_id = id;
+  m.name_len = static_cast<uint32_t>(name.size());
+  return Frame(m, wire::kMsgName, name);
+}
+
+// A launch of a 4x1x1 grid of 64x1x1 blocks; every other field zero.
+inline wire::LaunchMsg LaunchFields(uint64_t id, uint64_t start, uint64_t end) {
+  wire::LaunchMsg m{};
+  m.launch_id = id;
+  m.start_ns = start;
+  m.end_ns = end;
+  m.grid[0] = 4;
+  m.grid[1] = m.grid[2] = 1;
+  m.block[0] = 64;
+  m.block[1] = m.block[2] = 1;
+  return m;
+}
+
+// `m` followed by the kernel name (name_len is set here).
+inline Bytes Launch(wire::LaunchMsg m, std::string_view kernel) {
+  m.name_len = static_cast<uint32_t>(kernel.size());
+  return Frame(m, wire::kMsgLaunch, kernel);
+}
+
+inline Bytes Launch(uint64_t id, uint64_t start, uint64_t end, std::string_view kernel) {
+  return Launch(LaunchFields(id, start, end), kernel);
+}
+
+// The events of warp `warp` of block (bx, 0, 0) on SM `sm`.
+inline Bytes Warp(uint64_t launch, uint16_t sm, uint32_t bx, uint16_t warp,
+                  const std::vector<wire::WireEvent>& events) {
+  wire::WarpEventsMsg m{};
+  m.launch_id = launch;
+  m.block[0] = bx;
+  m.sm = sm;
+  m.warp = warp;
+  m.count = static_cast<uint32_t>(events.size());
+  return Frame(m, wire::kMsgWarpEvents,
+               std::string_view(reinterpret_cast<const char*>(events.data()),
+                                events.size() * sizeof(wire::WireEvent)));
+}
+
+inline Bytes Harvest(uint64_t time_ns, uint32_t reason, uint64_t dropped, uint64_t unplaced = 0) {
+  wire::HarvestMsg m{};
+  m.time_ns = time_ns;
+  m.reason = reason;
+  m.dropped_events = dropped;
+  m.unplaced_events = unplaced;
+  return Frame(m, wire::kMsgHarvest);
+}
+
+}  // namespace smprof::testing
