@@ -31,15 +31,13 @@ __global__ void stage_loop(long long* cycles, unsigned long long* sink) {
       continue;
     }
     const uint64_t now = sd::sreg::GlobalTimer();
-    const unsigned active = __activemask();
-    const bool leader = sd::sreg::LaneId() == static_cast<uint32_t>(__ffs(active) - 1);
-    uint64_t tag = 0, c = 0;
-    if (kStage >= 1) sd::LoadCursor(addr, tag, c);
+    const bool leader = (__activemask() & sd::sreg::LaneMaskLt()) == 0;
+    uint64_t tag = 0, next = 0;
+    if (kStage >= 1) sd::LoadCursor(addr, tag, next);
     if (kStage >= 2) tag ^= sd::WarpTag(sd::sreg::GridId(), 1);
-    const uint32_t fill = static_cast<uint32_t>(c >> 32) + 1;
-    if (kStage >= 1) sd::StoreFillIf(leader, addr, fill);
+    if (kStage >= 1) sd::StoreNextIf(leader, addr, next + 16);
     if (kStage >= 3) {
-      sd::Store16If(leader, sink + 2 * (fill & 255), now, tag);
+      sd::Store16If(leader, reinterpret_cast<uint64_t>(sink) + ((next & 255) << 4), now, tag);
     } else {
       acc += (now ^ tag) & (leader ? ~0ull : 0ull);
     }

@@ -490,10 +490,6 @@ bool Profiler::CreateArena(ContextState* cs) {
   cs->device = static_cast<uint32_t>(ordinal);
   cuptiGetContextId(cs->ctx, &cs->context_id);
 
-  const uint64_t chunk = config.chunk_bytes;
-  const uint64_t chunks_offset = std::max<uint64_t>(chunk, sizeof(wire::ArenaHeader));
-  const uint64_t num_chunks = std::min<uint64_t>((config.buffer_bytes - chunks_offset) / chunk, 0x7fffffffu);
-
   if (!SMPROF_CU(cuStreamCreate(&cs->stream, CU_STREAM_NON_BLOCKING)) ||
       !SMPROF_CU(cuEventCreate(&cs->poll_event, CU_EVENT_DISABLE_TIMING)) ||
       !SMPROF_CU(cuMemHostAlloc(reinterpret_cast<void**>(&cs->poll_host), 64, 0)) ||
@@ -502,6 +498,11 @@ bool Profiler::CreateArena(ContextState* cs) {
                 config.buffer_bytes >> 20, ordinal);
     return false;
   }
+  // Chunks are aligned to their size: the recorder tells a full chunk by its
+  // cursor reaching a multiple of chunk_bytes.
+  const uint64_t chunk = config.chunk_bytes;
+  const uint64_t chunks_offset = (cs->arena + sizeof(wire::ArenaHeader) + chunk - 1) / chunk * chunk - cs->arena;
+  const uint64_t num_chunks = std::min<uint64_t>((config.buffer_bytes - chunks_offset) / chunk, 0x7fffffffu);
   *cs->poll_host = 0;
   wire::ArenaHeader header{};
   header.magic = wire::kArenaMagic;

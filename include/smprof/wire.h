@@ -45,7 +45,7 @@ namespace smprof::wire {
 inline constexpr uint32_t kArenaAbiVersion = 1;
 inline constexpr uint32_t kArenaMagic = 0x534d5041u;  // "SMPA"
 inline constexpr uint8_t kChunkMagic = 0xC5;
-inline constexpr uint32_t kNoChunk = 0xffffffffu;
+inline constexpr uint32_t kNoChunk = 0xffffffffu;  // ClaimChunk: the arena is full
 
 enum EventKind : uint32_t {
   kEventBegin = 1,
@@ -80,9 +80,9 @@ inline constexpr uint32_t kChunkHeaderSlots = sizeof(ChunkHeader) / sizeof(Event
 // Shared memory is not cleared between blocks, so a cursor is trusted only
 // when its tag equals the warp's identity hash (grid, block, warp, epoch).
 struct WarpCursor {
-  uint64_t tag;    // identity hash of the owning warp
-  uint32_t chunk;  // chunk being filled, or kNoChunk once the arena is full
-  uint32_t fill;   // next event index inside that chunk
+  uint64_t tag;   // identity hash of the owning block (the slot says which warp)
+  uint64_t next;  // device address of the warp's next event slot; a multiple of
+                  // chunk_bytes when the chunk is full; 0 once the arena is full
 };
 
 // At offset 0 of the arena. The injector writes the configuration line before
@@ -111,7 +111,7 @@ struct ArenaHeader {
 // changes at every harvest.
 struct ArenaRef {
   uint64_t arena;   // ArenaHeader device address; 0 = not profiling (the one load)
-  uint64_t chunks;  // chunk 0
+  uint64_t chunks;  // chunk 0, aligned to chunk_bytes
   uint32_t num_chunks;
   uint32_t chunk_shift;  // log2(chunk_bytes)
   uint32_t warp_mask;    // bit w: warp w of each block records (warps >= 31 use bit 31)

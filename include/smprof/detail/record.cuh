@@ -10,19 +10,23 @@
 //
 // Per event, for one lane of the warp (the lowest active lane; the other
 // active lanes run the same instructions with their stores predicated off, so
-// the common path has no divergent branch):
+// the common path has no divergent branch and no warp-collective operation):
 //   1. read %globaltimer first, so the marker's own cost lands after the stamp;
 //   2. read the warp's cursor from static shared memory (16 bytes per warp,
-//      512 bytes per block). Shared memory survives from earlier blocks, so
-//      the cursor counts only if its tag equals this warp's identity hash
-//      (%gridid, block, warp, harvest epoch);
-//   3. append a 16-byte Event to the warp's chunk, or claim the next chunk
-//      with one atomicAdd when the cursor is foreign or the chunk is full;
-//   4. when no chunk is left, count the event in dropped_events (exact loss
-//      accounting) and remember kNoChunk so the warp stops claiming.
+//      512 bytes per block): the tag and the address of the next event slot.
+//      Shared memory survives from earlier blocks, so the cursor counts only if
+//      its tag equals this block's identity hash (%gridid, block, harvest
+//      epoch) and its address lies inside the arena;
+//   3. store the 16-byte Event there and advance the cursor (the common path:
+//      a handful of instructions after the load);
+//   4. when the cursor is foreign or the chunk is full, claim the next chunk
+//      with one atomicAdd and write a ChunkHeader naming the warp; when no
+//      chunk is left, count the event in dropped_events (exact loss
+//      accounting) and set the address to 0 so the warp stops claiming.
 // The warp must not split inside a marker, or the next marker would elect a
-// second recording lane (seen on H200 with a leader-only branch: a duplicate
-// event); the rare chunk-claim branch ends in a __shfl_sync that rejoins it.
+// second recording lane (seen on H200 with a leader-only early return: a
+// duplicate event); the rare claim branch ends in __syncwarp over the lanes
+// that took it.
 //
 // Records are never overwritten: each chunk has a single writer between two
 // harvests, and the injector reads and zeroes the arena only when no kernel of
@@ -84,27 +88,25 @@ __device__ SMPROF_FORCEINLINE uint32_t CursorAddress(uint32_t warp) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(&cursors[warp]));
 }
 
-__device__ SMPROF_FORCEINLINE void LoadCursor(uint32_t addr, uint64_t& tag, uint64_t& cursor) {
-  asm volatile("ld.volatile.shared.v2.u64 {%0, %1}, [%2];" : "=l"(tag), "=l"(cursor) : "r"(addr) : "memory");
+__device__ SMPROF_FORCEINLINE void LoadCursor(uint32_t addr, uint64_t& tag, uint64_t& next) {
+  asm volatile("ld.volatile.shared.v2.u64 {%0, %1}, [%2];" : "=l"(tag), "=l"(next) : "r"(addr) : "memory");
 }
 
-__device__ SMPROF_FORCEINLINE void StoreCursor(uint32_t addr, uint64_t tag, uint32_t chunk, uint32_t fill) {
-  const uint64_t cursor = static_cast<uint64_t>(chunk) | (static_cast<uint64_t>(fill) << 32);
-  asm volatile("st.volatile.shared.v2.u64 [%0], {%1, %2};" ::"r"(addr), "l"(tag), "l"(cursor) : "memory");
+__device__ SMPROF_FORCEINLINE void StoreCursor(uint32_t addr, uint64_t tag, uint64_t next) {
+  asm volatile("st.volatile.shared.v2.u64 [%0], {%1, %2};" ::"r"(addr), "l"(tag), "l"(next) : "memory");
 }
 
-// Predicated on `leader`: every lane of the warp runs the recorder in
-// lockstep and only the recording lane's stores take effect, so the common
-// path has no divergent branch and the warp never splits.
-__device__ SMPROF_FORCEINLINE void StoreFillIf(bool leader, uint32_t addr, uint32_t fill) {
+// Predicated on `leader`: the other lanes run the same instructions without
+// effect, so the warp stays converged.
+__device__ SMPROF_FORCEINLINE void StoreNextIf(bool leader, uint32_t addr, uint64_t next) {
   asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p st.volatile.shared.u32 [%1], %2;\n}" ::"r"(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p st.volatile.shared.u64 [%1], %2;\n}" ::"r"(
           static_cast<uint32_t>(leader)),
-      "r"(addr + 12), "r"(fill)
+      "r"(addr + 8), "l"(next)
       : "memory");
 }
 
-__device__ SMPROF_FORCEINLINE void Store16If(bool leader, void* dst, uint64_t lo, uint64_t hi) {
+__device__ SMPROF_FORCEINLINE void Store16If(bool leader, uint64_t dst, uint64_t lo, uint64_t hi) {
   asm volatile(
       "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p st.global.v2.u64 [%1], {%2, %3};\n}" ::"r"(
           static_cast<uint32_t>(leader)),
@@ -112,7 +114,7 @@ __device__ SMPROF_FORCEINLINE void Store16If(bool leader, void* dst, uint64_t lo
       : "memory");
 }
 
-__device__ SMPROF_FORCEINLINE void Store16(void* dst, uint64_t lo, uint64_t hi) {
+__device__ SMPROF_FORCEINLINE void Store16(uint64_t dst, uint64_t lo, uint64_t hi) {
   asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(dst), "l"(lo), "l"(hi) : "memory");
 }
 
@@ -121,70 +123,64 @@ __device__ SMPROF_FORCEINLINE void Count(uint64_t arena, uint32_t offset) {
   asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(arena + offset) : "memory");
 }
 
-// Claims a chunk for the calling warp and writes its header. Returns kNoChunk
-// when the arena is full. Out of line: it runs once per chunk.
-__device__ SMPROF_NOINLINE uint32_t ClaimChunk(uint64_t grid, uint32_t warp) {
+// Claims a chunk for the calling warp and writes its header; returns the
+// address of its first event slot, or 0 when the arena is full. Out of line:
+// it runs once per chunk.
+__device__ SMPROF_NOINLINE uint64_t ClaimChunk(uint64_t grid, uint32_t warp) {
   const wire::ArenaRef& ref = g_arena<kAbiVersion>;
   uint32_t chunk;
   asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;"
                : "=r"(chunk)
                : "l"(ref.arena + offsetof(wire::ArenaHeader, next_chunk))
                : "memory");
-  if (chunk >= ref.num_chunks) return wire::kNoChunk;
-  char* base = reinterpret_cast<char*>(ref.chunks) + (static_cast<uint64_t>(chunk) << ref.chunk_shift);
+  if (chunk >= ref.num_chunks) return 0;
+  const uint64_t base = ref.chunks + (static_cast<uint64_t>(chunk) << ref.chunk_shift);
   const uint64_t w2 = static_cast<uint64_t>(blockIdx.x) | (static_cast<uint64_t>(blockIdx.y) << 32) |
                       (static_cast<uint64_t>(blockIdx.z) << 48);
   const uint64_t w3 = static_cast<uint64_t>(sreg::SmId() & 0xffff) | (static_cast<uint64_t>(warp) << 16) |
                       (static_cast<uint64_t>(wire::kChunkMagic) << 24);
   Store16(base, grid, reinterpret_cast<uint64_t>(&g_name_base<kAbiVersion>));
   Store16(base + 16, w2, w3);
-  return chunk;
+  return base + sizeof(wire::ChunkHeader);
 }
 
-// Runs on every active lane of the warp; `leader` is the one that records.
-__device__ SMPROF_RECORDER_INLINE void RecordEvent(const char* name, uint32_t kind, uint64_t now, unsigned active,
-                                                   uint32_t leader_lane) {
+// Runs on every active lane of the warp; only `leader`'s stores take effect.
+__device__ SMPROF_RECORDER_INLINE void RecordEvent(const char* name, uint32_t kind, uint64_t now, bool leader) {
   const wire::ArenaRef& ref = g_arena<kAbiVersion>;
   const uint32_t warp = LinearThreadId() >> 5;
   if (((ref.warp_mask >> (warp < 31 ? warp : 31)) & 1u) == 0) return;  // same for the whole warp
-  const bool leader = sreg::LaneId() == leader_lane;
   if (ref.chunks == 0 || ref.num_chunks == 0) {  // raced the publication
     if (leader) Count(ref.arena, offsetof(wire::ArenaHeader, unplaced_events));
     return;
   }
+  const uint64_t payload =
+      static_cast<uint32_t>(reinterpret_cast<intptr_t>(name) - reinterpret_cast<intptr_t>(&g_name_base<kAbiVersion>)) |
+      (static_cast<uint64_t>(kind) << 32);
   const uint32_t cursor_addr = CursorAddress(warp);
   const uint64_t grid = sreg::GridId();
   const uint64_t tag = WarpTag(grid, ref.epoch);
-  uint64_t cursor_tag, cursor;
-  LoadCursor(cursor_addr, cursor_tag, cursor);
-  uint32_t chunk = static_cast<uint32_t>(cursor);
-  uint32_t fill = static_cast<uint32_t>(cursor >> 32);
-  const uint32_t capacity = 1u << (ref.chunk_shift - 4);
-  const bool fresh = cursor_tag != tag || fill >= capacity || chunk >= ref.num_chunks;
-  // The leader's view decides, for the whole warp (a vote keeps it uniform).
-  if (__any_sync(active, leader && fresh)) {
-    uint32_t claimed = wire::kNoChunk;
-    if (leader) {
-      if (cursor_tag != tag || chunk != wire::kNoChunk) claimed = ClaimChunk(grid, warp);
-      if (claimed == wire::kNoChunk) {
-        StoreCursor(cursor_addr, tag, wire::kNoChunk, 0);
-        Count(ref.arena, offsetof(wire::ArenaHeader, dropped_events));
-      } else {
-        StoreCursor(cursor_addr, tag, claimed, wire::kChunkHeaderSlots + 1);
-      }
-    }
-    chunk = __shfl_sync(active, claimed, leader_lane);
-    if (chunk == wire::kNoChunk) return;
-    fill = wire::kChunkHeaderSlots;
-  } else {
-    StoreFillIf(leader, cursor_addr, fill + 1);
+  uint64_t cursor_tag, next;
+  LoadCursor(cursor_addr, cursor_tag, next);
+  const uint64_t chunk_mask = (uint64_t{1} << ref.chunk_shift) - 1;
+  const uint64_t span = static_cast<uint64_t>(ref.num_chunks) << ref.chunk_shift;
+  if (cursor_tag == tag && (next & chunk_mask) != 0 && next - ref.chunks < span) {
+    StoreNextIf(leader, cursor_addr, next + sizeof(wire::Event));
+    Store16If(leader, next, now, payload);
+    return;
   }
-  char* event = reinterpret_cast<char*>(ref.chunks) + (static_cast<uint64_t>(chunk) << ref.chunk_shift) +
-                fill * sizeof(wire::Event);
-  const auto offset = static_cast<int32_t>(reinterpret_cast<intptr_t>(name) -
-                                           reinterpret_cast<intptr_t>(&g_name_base<kAbiVersion>));
-  Store16If(leader, event, now,
-            static_cast<uint64_t>(static_cast<uint32_t>(offset)) | (static_cast<uint64_t>(kind) << 32));
+  // Rare: a new warp, a full chunk, or a full arena.
+  const unsigned here = __activemask();
+  if (leader) {
+    next = cursor_tag == tag && next == 0 ? 0 : ClaimChunk(grid, warp);
+    if (next == 0) {
+      StoreCursor(cursor_addr, tag, 0);
+      Count(ref.arena, offsetof(wire::ArenaHeader, dropped_events));
+    } else {
+      StoreCursor(cursor_addr, tag, next + sizeof(wire::Event));
+      Store16(next, now, payload);
+    }
+  }
+  __syncwarp(here);
 }
 
 // The marker entry point: one constant load and one uniform branch when not
@@ -193,8 +189,8 @@ __device__ SMPROF_RECORDER_INLINE void RecordEvent(const char* name, uint32_t ki
 __device__ SMPROF_FORCEINLINE void Record(const char* name, uint32_t kind) {
   if (g_arena<kAbiVersion>.arena == 0) return;
   const uint64_t now = sreg::GlobalTimer();
-  const unsigned active = __activemask();
-  RecordEvent(name, kind, now, active, static_cast<uint32_t>(__ffs(active) - 1));
+  // The lowest active lane has no active lane below it.
+  RecordEvent(name, kind, now, (__activemask() & sreg::LaneMaskLt()) == 0);
 }
 
 // Scoped range: begin on construction, end on destruction.

@@ -43,5 +43,12 @@ __device__ SMPROF_FORCEINLINE uint32_t LaneId() {
   return l;
 }
 
+// mov.u32 %r, %lanemask_lt;  bits of the lanes below this one
+__device__ SMPROF_FORCEINLINE uint32_t LaneMaskLt() {
+  uint32_t m;
+  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
+  return m;
+}
+
 }  // namespace smprof::detail::sreg
 #endif  // __CUDACC__
