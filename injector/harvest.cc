@@ -87,17 +87,12 @@ int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std:
 std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
                                   const std::vector<KernelRecord>& records,
                                   const std::function<bool(const std::string&)>& selected,
-                                  const std::function<bool(const KernelRecord&)>& keep_empty,
                                   int64_t clock_offset, MatchStats* stats) {
   std::unordered_map<uint64_t, std::vector<size_t>> by_grid;  // grid id -> record indexes
   for (size_t i = 0; i < records.size(); ++i) by_grid[records[i].grid_id].push_back(i);
 
   std::vector<Launch> launches(records.size());
-  std::vector<bool> keep(records.size(), false);
-  for (size_t i = 0; i < records.size(); ++i) {
-    launches[i].record = records[i];
-    keep[i] = selected(records[i].name) && keep_empty(records[i]);
-  }
+  for (size_t i = 0; i < records.size(); ++i) launches[i].record = records[i];
   std::map<uint64_t, Launch> synthetic;  // grid id -> launch without a record
 
   for (const WarpSegment& segment : segments) {
@@ -145,13 +140,12 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
       }
       launch.warps.back().events.push_back(e);
       ++launch.event_count;
-      keep[best] = true;
     }
   }
 
   std::vector<Launch> result;
-  for (size_t i = 0; i < launches.size(); ++i) {
-    if (keep[i]) result.push_back(std::move(launches[i]));
+  for (Launch& l : launches) {
+    if (l.event_count > 0) result.push_back(std::move(l));
   }
   for (auto& [grid, launch] : synthetic) result.push_back(std::move(launch));
   for (const Launch& l : result) stats->events += l.event_count;

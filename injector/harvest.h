@@ -94,16 +94,13 @@ int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std:
                             int64_t estimate);
 
 // Returns launches sorted by start time, with event times moved onto CUPTI's
-// clock by `clock_offset`: each record of a selected kernel
-// that received events, each record of a selected kernel that
-// `keep_empty(record)` asks for even without events (a profiled launch whose
-// warps stayed silent still gets its group in the trace), and one synthetic
-// launch per grid id that has events but no record. `selected(mangled_name)`
+// clock by `clock_offset`: each record of a selected kernel that received
+// events, and one synthetic launch per grid id that has events but no record.
+// Launches that recorded nothing are left out. `selected(mangled_name)`
 // decides whether a kernel's events are kept (others count as filtered).
 std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
                                   const std::vector<KernelRecord>& records,
                                   const std::function<bool(const std::string&)>& selected,
-                                  const std::function<bool(const KernelRecord&)>& keep_empty,
                                   int64_t clock_offset, MatchStats* stats);
 
 }  // namespace smprof::injector

@@ -256,7 +256,6 @@ struct ContextState {
   bool orphaned_work = false;               // a busy stream was destroyed before its work ended
   uint64_t pending = 0;                // profiled launches since the last harvest
   double projected_chunks = 0;         // chunks the launches since the last harvest may claim
-  std::unordered_set<uint64_t> profiled_correlations;
   std::unordered_map<CUmodule, CUdeviceptr> published;  // module -> its g_arena constant
 
   // Clock probe: a one-thread kernel that stores %globaltimer, whose CUPTI
@@ -277,7 +276,6 @@ enum class HarvestMode {
 
 struct FunctionInfo {
   bool opted_in = false;
-  bool selected = false;
   CUmodule module = nullptr;
 };
 
@@ -349,7 +347,7 @@ class Profiler {
   bool Publish(ContextState* cs, CUmodule module);
   void Poll(ContextState* cs);
   bool NeedsDrain(ContextState* cs, double chunks);
-  void NoteLaunch(ContextState* cs, CUstream stream, bool per_thread_stream, uint64_t correlation, double chunks);
+  void NoteLaunch(ContextState* cs, CUstream stream, bool per_thread_stream, double chunks);
   void NoteStreamDestroy(ContextState* cs, CUstream stream);
   bool Quiesce(ContextState* cs, HarvestMode mode);
   void Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode mode);
@@ -430,9 +428,8 @@ FunctionInfo Profiler::LookupFunction(CUcontext ctx, CUfunction f, const char* s
   info.module = module;
   if (info.opted_in) {
     const std::string mangled = symbol ? symbol : "";
-    info.selected = Selected(mangled);
     activity.Track(mangled);
-    Log().debug("kernel {} opted in, {}", Demangle(mangled), info.selected ? "selected" : "not selected");
+    Log().debug("kernel {} opted in, {}", Demangle(mangled), Selected(mangled) ? "selected" : "not selected");
   }
   std::lock_guard<std::mutex> lock(mu);
   functions.emplace(key, info);
@@ -590,12 +587,10 @@ bool Profiler::NeedsDrain(ContextState* cs, double chunks) {
   return sampled >= limit || cs->projected_chunks + chunks > limit;
 }
 
-void Profiler::NoteLaunch(ContextState* cs, CUstream stream, bool per_thread_stream, uint64_t correlation,
-                          double chunks) {
+void Profiler::NoteLaunch(ContextState* cs, CUstream stream, bool per_thread_stream, double chunks) {
   std::lock_guard<std::mutex> lock(cs->mu);
   ++cs->pending;
   cs->projected_chunks += chunks;
-  if (correlation != 0) cs->profiled_correlations.insert(correlation);
   if (per_thread_stream) {
     const std::thread::id self = std::this_thread::get_id();
     if (std::find(cs->ptds_users.begin(), cs->ptds_users.end(), self) == cs->ptds_users.end()) {
@@ -701,7 +696,6 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
     return;
   }
   if (!Quiesce(cs, mode)) return;
-  std::unordered_set<uint64_t> correlations;
   const uint64_t harvest_time = GpuNow();
   wire::ArenaHeader header{};
   if (!SMPROF_CU(cuMemcpyDtoHAsync(&header, cs->arena, sizeof(header), cs->stream)) ||
@@ -748,7 +742,6 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
     cs->orphaned_work = false;
     cs->pending = 0;
     cs->projected_chunks = 0;
-    correlations.swap(cs->profiled_correlations);
   }
   gate.unlock();
 
@@ -770,8 +763,7 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
   cs->clock_offset = EstimateClockOffset(segments, records, cs->clock_offset);
   MatchStats match;
   std::vector<Launch> launches = MatchLaunches(
-      segments, records, [this](const std::string& n) { return Selected(n); },
-      [&](const KernelRecord& r) { return correlations.count(r.correlation_id) > 0; }, cs->clock_offset, &match);
+      segments, records, [this](const std::string& n) { return Selected(n); }, cs->clock_offset, &match);
 
   // Names are read from device memory, so before a module unload completes.
   std::unordered_map<uint64_t, std::string> names;
@@ -846,14 +838,12 @@ bool IsCapturing(CUstream stream) {
 void OnLaunchEnter(Profiler& p, const CUpti_CallbackData* cb, CUpti_CallbackId cbid, CUfunction f,
                    CUstream stream, uint64_t warps) {
   ContextState* cs = nullptr;
-  bool selected = true;
   double chunks = 0;
   if (f != nullptr) {
     const FunctionInfo info = p.LookupFunction(cb->context, f, cb->symbolName);
     if (!info.opted_in) return;
     cs = p.ContextFor(cb->context);
     if (cs == nullptr || !p.Publish(cs, info.module)) return;
-    selected = info.selected;
     chunks = static_cast<double>(warps) * p.ChunksPerWarp(cb->symbolName);
   } else {  // graph launch: any captured kernel may record
     cs = p.FindContext(cb->context);
@@ -869,7 +859,7 @@ void OnLaunchEnter(Profiler& p, const CUpti_CallbackData* cb, CUpti_CallbackId c
     t_gate_held = cs;
   }
   if (!capturing) {
-    p.NoteLaunch(cs, stream, IsPerThread(cbid, stream), f != nullptr && selected ? cb->correlationId : 0, chunks);
+    p.NoteLaunch(cs, stream, IsPerThread(cbid, stream), chunks);
   }
 }
 

@@ -99,7 +99,6 @@ KernelRecord Record(uint64_t grid, uint64_t start, uint64_t end, uint64_t corr, 
 }
 
 const auto kAll = [](const std::string&) { return true; };
-const auto kNoEmpty = [](const KernelRecord&) { return false; };
 
 TEST(MatchLaunches, SeparatesGraphReplaysSharingAGridIdByTime) {
   // One warp continued the same chunk across two replays of grid 9.
@@ -113,7 +112,7 @@ TEST(MatchLaunches, SeparatesGraphReplaysSharingAGridIdByTime) {
   DecodeChunks(a.data(), a.used(), kChunk, &segs, &ds);
   const std::vector<KernelRecord> records = {Record(9, 40000, 60000, 2, "k"), Record(9, 900, 1200, 1, "k")};
   MatchStats ms;
-  const auto launches = MatchLaunches(segs, records, kAll, kNoEmpty, 0, &ms);
+  const auto launches = MatchLaunches(segs, records, kAll, 0, &ms);
   ASSERT_EQ(launches.size(), 2u);
   EXPECT_EQ(launches[0].record.correlation_id, 1u);  // sorted by start
   EXPECT_EQ(launches[0].event_count, 2u);
@@ -136,10 +135,8 @@ TEST(MatchLaunches, FiltersUnselectedKernelsAndKeepsOrphans) {
   const std::vector<KernelRecord> records = {Record(1, 50, 150, 1, "gemm"), Record(2, 50, 150, 2, "other"),
                                              Record(4, 10, 20, 3, "gemm")};
   MatchStats ms;
-  const auto launches = MatchLaunches(
-      segs, records, [](const std::string& n) { return n == "gemm"; },
-      [](const KernelRecord& r) { return r.correlation_id == 3; }, 0, &ms);
-  ASSERT_EQ(launches.size(), 3u);  // gemm (events), gemm without events (kept), orphan grid 3
+  const auto launches = MatchLaunches(segs, records, [](const std::string& n) { return n == "gemm"; }, 0, &ms);
+  ASSERT_EQ(launches.size(), 2u);  // gemm with events, orphan grid 3; not "other", not the silent gemm
   EXPECT_EQ(ms.filtered, 2u);
   EXPECT_EQ(ms.unattributed, 1u);
   EXPECT_EQ(ms.events, 2u);
@@ -159,7 +156,7 @@ TEST(MatchLaunches, MovesEventsOntoCuptiClock) {
   DecodeStats ds;
   DecodeChunks(a.data(), a.used(), kChunk, &segs, &ds);
   MatchStats ms;
-  const auto launches = MatchLaunches(segs, {Record(5, 100900, 101200, 1, "k")}, kAll, kNoEmpty, 100000, &ms);
+  const auto launches = MatchLaunches(segs, {Record(5, 100900, 101200, 1, "k")}, kAll, 100000, &ms);
   ASSERT_EQ(launches.size(), 1u);
   EXPECT_EQ(launches[0].warps[0].events[0].time_ns, 101000u);
 }
