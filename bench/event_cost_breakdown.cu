@@ -2,7 +2,7 @@
 // stage of the recorder in a loop on lane 0 of one warp and reports cycles
 // per iteration:
 //   timer     %globaltimer + lane election
-//   cursor    + the shared-memory cursor load/store
+//   cursor    + the shared-memory cursor: tag load, slot atomic, broadcast
 //   tag       + the identity hash the cursor is checked against
 //   store     + the 16-byte event store to global memory
 //   marker    the real SMPROF_INSTANT, with an arena this program publishes
@@ -31,15 +31,18 @@ __global__ void stage_loop(long long* cycles, unsigned long long* sink) {
       continue;
     }
     const uint64_t now = sd::sreg::GlobalTimer();
-    const bool leader = (__activemask() & sd::sreg::LaneMaskLt()) == 0;
+    const unsigned active = __activemask();
+    const bool leader = sd::sreg::LaneId() == static_cast<uint32_t>(__ffs(active) - 1);
     uint64_t tag = 0, next = 0;
-    if (kStage >= 1) sd::LoadCursor(addr, tag, next);
+    if (kStage >= 1) {
+      tag = sd::LoadTag(addr);
+      next = __shfl_sync(active, sd::TakeSlotIf(leader, addr), __ffs(active) - 1);
+    }
     if (kStage >= 2) tag ^= sd::WarpTag(sd::sreg::GridId(), 1);
-    if (kStage >= 1) sd::StoreNextIf(leader, addr, next + 16);
     if (kStage >= 3) {
       sd::Store16If(leader, reinterpret_cast<uint64_t>(sink) + ((next & 255) << 4), now, tag);
     } else {
-      acc += (now ^ tag) & (leader ? ~0ull : 0ull);
+      acc += (now ^ tag ^ next) & (leader ? ~0ull : 0ull);
     }
   }
   const long long t1 = clock64();
@@ -77,7 +80,7 @@ int main() {
   }
   long long h[5];
   cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
-  const char* names[] = {"timer+elect", "+cursor lds/sts", "+identity hash", "+16B event store",
+  const char* names[] = {"timer+elect", "+cursor tag/atomic/shfl", "+identity hash", "+16B event store",
                          "SMPROF_INSTANT (full)"};
   std::printf("recorder stages, one warp, cycles per iteration:\n");
   for (int s = 0; s < 5; ++s) std::printf("  %-24s %8.1f\n", names[s], static_cast<double>(h[s]) / kIters);

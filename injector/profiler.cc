@@ -101,6 +101,25 @@ uint64_t Warps(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, 
   return (uint64_t{bx} * by * bz + 31) / 32 * gx * gy * gz;
 }
 
+// A process-unique id for the calling thread (std::thread::id values are
+// reused after a thread exits; these never are).
+uint64_t ThreadToken() {
+  static std::atomic<uint64_t> next{1};
+  thread_local const uint64_t token = next.fetch_add(1);
+  return token;
+}
+
+// Waits for `stream` to finish until `deadline`. Never blocks for longer: the
+// work may wait on something a blocked application thread would launch.
+bool WaitIdle(CUstream stream, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const CUresult r = cuStreamQuery(stream);
+    if (r == CUDA_SUCCESS) return true;
+    if (r != CUDA_ERROR_NOT_READY || std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 uint64_t GpuNow() {
   uint64_t t = 0;
   cuptiGetTimestamp(&t);
@@ -252,16 +271,23 @@ struct ContextState {
 
   std::mutex mu;  // guards the fields below; never held across a driver call
   std::vector<CUstream> busy_streams;       // streams with profiled work since the last harvest
-  std::vector<std::thread::id> ptds_users;  // threads with profiled work on their per-thread stream
+  std::vector<uint64_t> ptds_users;          // ThreadToken()s with profiled work on their per-thread stream
   bool orphaned_work = false;               // a busy stream was destroyed before its work ended
   uint64_t pending = 0;                // profiled launches since the last harvest
   double projected_chunks = 0;         // chunks the launches since the last harvest may claim
   std::unordered_map<CUmodule, CUdeviceptr> published;  // module -> its g_arena constant
+  // A module was unloaded: handles in `published` may be stale (or reused by
+  // a new module), so they are resolved again before the next write.
+  bool published_stale = false;
+  // Serialises harvests of this context from start to shipping, so two
+  // threads never split one harvest's CUPTI records between them.
+  std::timed_mutex harvest_mu;
 
   // Clock probe: a one-thread kernel that stores %globaltimer, whose CUPTI
   // record gives the offset between the two clocks (see EstimateClockOffset).
   CUmodule probe_module = nullptr;
   CUfunction probe = nullptr;
+  CUstream probe_stream = nullptr;  // own stream: a probe stuck behind a persistent kernel blocks nothing
   int64_t clock_offset = 0;
   std::unordered_map<uint64_t, std::string> names;  // device address -> marker name
 };
@@ -349,7 +375,8 @@ class Profiler {
   bool NeedsDrain(ContextState* cs, double chunks);
   void NoteLaunch(ContextState* cs, CUstream stream, bool per_thread_stream, double chunks);
   void NoteStreamDestroy(ContextState* cs, CUstream stream);
-  bool Quiesce(ContextState* cs, HarvestMode mode);
+  bool Quiesce(ContextState* cs, HarvestMode mode, std::chrono::steady_clock::time_point deadline);
+  std::vector<CUdeviceptr> PublishedGlobals(ContextState* cs);
   void Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode mode);
   std::string ReadName(ContextState* cs, uint64_t address);
   void EnableActivity();
@@ -466,6 +493,8 @@ void Profiler::ReleaseArena(ContextState* cs) {
   if (cs->poll_event != nullptr) cuEventDestroy(cs->poll_event);
   if (cs->stream != nullptr) cuStreamDestroy(cs->stream);
   if (cs->probe_module != nullptr) cuModuleUnload(cs->probe_module);
+  if (cs->probe_stream != nullptr) cuStreamDestroy(cs->probe_stream);
+  cs->probe_stream = nullptr;
   cs->arena = 0;
   cs->poll_host = nullptr;
   cs->poll_event = nullptr;
@@ -520,7 +549,8 @@ bool Profiler::CreateArena(ContextState* cs) {
   cs->ref.epoch = 1;
   EnableActivity();
   activity.Track(kProbeName);
-  if (!SMPROF_CU(cuModuleLoadData(&cs->probe_module, kProbePtx)) ||
+  if (!SMPROF_CU(cuStreamCreate(&cs->probe_stream, CU_STREAM_NON_BLOCKING)) ||
+      !SMPROF_CU(cuModuleLoadData(&cs->probe_module, kProbePtx)) ||
       !SMPROF_CU(cuModuleGetFunction(&cs->probe, cs->probe_module, kProbeName))) {
     cs->probe = nullptr;
     Log().warn("GPU {}: the clock probe did not load; event times are aligned from launches alone", ordinal);
@@ -535,10 +565,12 @@ bool Profiler::CreateArena(ContextState* cs) {
   return true;
 }
 
+// Makes `module` see the arena. Called with the context's launch gate held
+// shared, so no harvest (which bumps the epoch) runs meanwhile.
 bool Profiler::Publish(ContextState* cs, CUmodule module) {
   {
     std::lock_guard<std::mutex> lock(cs->mu);
-    if (cs->published.count(module)) return true;
+    if (!cs->published_stale && cs->published.count(module)) return true;
   }
   // Names are stored relative to g_name_base: check the module has it too.
   CUdeviceptr base = 0;
@@ -550,16 +582,17 @@ bool Profiler::Publish(ContextState* cs, CUmodule module) {
   if (!SMPROF_CU(cuModuleGetGlobal(&global, &bytes, module, ArenaSymbol(kAbi).c_str()))) return false;
   // Everything but `arena` first, then `arena`: a kernel of this module that
   // is already running sees either nothing or a complete reference.
+  const wire::ArenaRef ref = cs->ref;
   const size_t rest = sizeof(wire::ArenaRef) - sizeof(uint64_t);
-  if (!SMPROF_CU(cuMemcpyHtoDAsync(global + sizeof(uint64_t), reinterpret_cast<const char*>(&cs->ref) + 8, rest,
+  if (!SMPROF_CU(cuMemcpyHtoDAsync(global + sizeof(uint64_t), reinterpret_cast<const char*>(&ref) + 8, rest,
                                    cs->stream)) ||
       !SMPROF_CU(cuStreamSynchronize(cs->stream)) ||
-      !SMPROF_CU(cuMemcpyHtoDAsync(global, &cs->ref.arena, sizeof(uint64_t), cs->stream)) ||
+      !SMPROF_CU(cuMemcpyHtoDAsync(global, &ref.arena, sizeof(uint64_t), cs->stream)) ||
       !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
     return false;
   }
   std::lock_guard<std::mutex> lock(cs->mu);
-  cs->published.emplace(module, global);
+  cs->published[module] = global;
   return true;
 }
 
@@ -592,7 +625,7 @@ void Profiler::NoteLaunch(ContextState* cs, CUstream stream, bool per_thread_str
   ++cs->pending;
   cs->projected_chunks += chunks;
   if (per_thread_stream) {
-    const std::thread::id self = std::this_thread::get_id();
+    const uint64_t self = ThreadToken();
     if (std::find(cs->ptds_users.begin(), cs->ptds_users.end(), self) == cs->ptds_users.end()) {
       cs->ptds_users.push_back(self);
     }
@@ -617,8 +650,12 @@ void Profiler::NoteStreamDestroy(ContextState* cs, CUstream stream) {
 
 // Called with the launch gate held exclusively: no profiled launch can be
 // enqueued meanwhile. True when no profiled kernel of the context can still
-// be running (waiting for it first in kForce mode).
-bool Profiler::Quiesce(ContextState* cs, HarvestMode mode) {
+// be running. kForce waits, but only until `deadline`.
+//
+// A capturing stream is never queried or synchronised (that would invalidate
+// the application's capture); work on it is not executing anyway, but the
+// stream may also hold earlier eager work, so a capturing stream counts as busy.
+bool Profiler::Quiesce(ContextState* cs, HarvestMode mode, std::chrono::steady_clock::time_point deadline) {
   std::vector<CUstream> streams;
   bool other_threads = false;
   bool orphaned;
@@ -626,8 +663,8 @@ bool Profiler::Quiesce(ContextState* cs, HarvestMode mode) {
     std::lock_guard<std::mutex> lock(cs->mu);
     streams = cs->busy_streams;
     orphaned = cs->orphaned_work;
-    for (std::thread::id id : cs->ptds_users) {
-      if (id == std::this_thread::get_id()) {
+    for (uint64_t token : cs->ptds_users) {
+      if (token == ThreadToken()) {
         streams.push_back(CU_STREAM_PER_THREAD);  // this thread's own per-thread stream
       } else {
         other_threads = true;
@@ -635,17 +672,15 @@ bool Profiler::Quiesce(ContextState* cs, HarvestMode mode) {
     }
   }
   if (orphaned || other_threads) {
-    if (mode == HarvestMode::kIfIdle) return false;
-    // Already synchronised (kContextSynced), this only covers launches that
-    // raced the application's synchronisation.
-    return SMPROF_CU(cuCtxSynchronize());
+    // Only the application's own context synchronisation proves such work
+    // done; smprof repeats it to cover launches that raced it. Without one,
+    // the harvest waits for a later synchronisation (or is lost at exit).
+    return mode == HarvestMode::kContextSynced && SMPROF_CU(cuCtxSynchronize());
   }
   for (CUstream s : streams) {
-    if (mode == HarvestMode::kForce) {
-      if (!SMPROF_CU(cuStreamSynchronize(s))) return false;
-    } else if (cuStreamQuery(s) != CUDA_SUCCESS) {
-      return false;  // still running: a later synchronisation harvests
-    }
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (cuStreamIsCapturing(s, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE) return false;
+    if (mode == HarvestMode::kForce ? !WaitIdle(s, deadline) : cuStreamQuery(s) != CUDA_SUCCESS) return false;
   }
   return true;
 }
@@ -679,23 +714,69 @@ std::string Profiler::ReadName(ContextState* cs, uint64_t address) {
   return name;
 }
 
+// The published modules' g_arena addresses, resolved again after a module
+// unload (a stale handle is dropped; a reused one gets the new module's
+// address). Called with the launch gate held exclusively.
+std::vector<CUdeviceptr> Profiler::PublishedGlobals(ContextState* cs) {
+  std::unordered_map<CUmodule, CUdeviceptr> published;
+  bool stale;
+  {
+    std::lock_guard<std::mutex> lock(cs->mu);
+    published = cs->published;
+    stale = cs->published_stale;
+  }
+  if (stale) {
+    for (auto it = published.begin(); it != published.end();) {
+      CUdeviceptr global = 0;
+      size_t bytes = 0;
+      if (cuModuleGetGlobal(&global, &bytes, it->first, ArenaSymbol(kAbi).c_str()) == CUDA_SUCCESS &&
+          bytes == sizeof(wire::ArenaRef)) {
+        it->second = global;
+        ++it;
+      } else {
+        it = published.erase(it);
+      }
+    }
+    std::lock_guard<std::mutex> lock(cs->mu);
+    cs->published = published;
+    cs->published_stale = false;
+  }
+  std::vector<CUdeviceptr> globals;
+  for (const auto& [module, global] : published) globals.push_back(global);
+  return globals;
+}
+
 // Reads and resets the arena when no kernel of the context can be writing it
 // (see HarvestMode).
 void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode mode) {
+  const bool force = mode == HarvestMode::kForce;
   {
     std::lock_guard<std::mutex> lock(cs->mu);
     if (cs->pending == 0 || cs->failed || cs->destroyed) return;
   }
+  // A harvest already running on another thread collects this work too.
+  std::unique_lock<std::timed_mutex> serial(cs->harvest_mu, std::defer_lock);
+  if (!(force ? serial.try_lock_for(std::chrono::seconds(10)) : serial.try_lock())) return;
   ScopedContext scoped(cs->ctx);
   if (!scoped.ok()) return;
   RelaxedCapture relaxed;
   std::unique_lock<std::shared_timed_mutex> gate(cs->gate, std::defer_lock);
-  const bool force = mode == HarvestMode::kForce;
   if (!gate.try_lock_for(force ? std::chrono::seconds(10) : std::chrono::milliseconds(20))) {
     Log().debug("harvest skipped on GPU {}: launches in progress", cs->device);
     return;
   }
-  if (!Quiesce(cs, mode)) return;
+  {
+    std::lock_guard<std::mutex> lock(cs->mu);
+    if (cs->pending == 0) return;  // harvested while this thread waited
+  }
+  const auto deadline = std::chrono::steady_clock::now() +
+                        (reason == wire::kHarvestHighWater ? std::chrono::seconds(2) : std::chrono::seconds(5));
+  if (!Quiesce(cs, mode, deadline)) {
+    if (force) {
+      Log().warn("GPU {}: profiled work did not finish in time; its events wait for a later harvest", cs->device);
+    }
+    return;
+  }
   const uint64_t harvest_time = GpuNow();
   wire::ArenaHeader header{};
   if (!SMPROF_CU(cuMemcpyDtoHAsync(&header, cs->arena, sizeof(header), cs->stream)) ||
@@ -707,12 +788,10 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
   std::vector<uint8_t> data(static_cast<size_t>(used) * chunk_bytes);
   // Zero what was used, and move every published module to a new epoch so
   // that cursors left in shared memory by earlier blocks never match again.
+  // Copies and memsets only: they need no SM, so they finish even while
+  // other kernels occupy the GPU.
   ++cs->ref.epoch;
-  std::vector<CUdeviceptr> globals;
-  {
-    std::lock_guard<std::mutex> lock(cs->mu);
-    for (const auto& [module, global] : cs->published) globals.push_back(global);
-  }
+  const std::vector<CUdeviceptr> globals = PublishedGlobals(cs);
   bool ok = (used == 0 || (SMPROF_CU(cuMemcpyDtoHAsync(data.data(), cs->ref.chunks, data.size(), cs->stream)) &&
                            SMPROF_CU(cuMemsetD8Async(cs->ref.chunks, 0, data.size(), cs->stream)))) &&
             SMPROF_CU(cuMemsetD8Async(cs->arena + offsetof(wire::ArenaHeader, next_chunk), 0,
@@ -722,18 +801,11 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
     ok = ok && SMPROF_CU(cuMemcpyHtoDAsync(global + offsetof(wire::ArenaRef, epoch), &cs->ref.epoch,
                                            sizeof(cs->ref.epoch), cs->stream));
   }
-  uint64_t probe_time = 0;
-  CUdeviceptr probe_out = cs->arena + offsetof(wire::ArenaHeader, reserved2);
-  void* probe_args[] = {&probe_out};
-  const bool probed = ok && cs->probe != nullptr &&
-                      SMPROF_CU(cuLaunchKernel(cs->probe, 1, 1, 1, 1, 1, 1, 0, cs->stream, probe_args, nullptr)) &&
-                      SMPROF_CU(cuMemcpyDtoHAsync(&probe_time, probe_out, sizeof(probe_time), cs->stream));
   if (!ok || !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
     cs->failed = true;  // the arena may be half reset: stop using it
     Log().error("profiling stops on GPU {}: the profile buffer could not be read back", cs->device);
     return;
   }
-  const uint64_t records_until = GpuNow();
   __atomic_store_n(cs->poll_host, 0u, __ATOMIC_RELAXED);
   {
     std::lock_guard<std::mutex> lock(cs->mu);
@@ -745,11 +817,25 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
   }
   gate.unlock();
 
+  // The clock probe runs outside the gate on its own stream, and is given up
+  // (this harvest keeps the previous offset) if the GPU is too busy to run it.
+  uint64_t probe_time = 0;
+  const uint64_t probe_launched = GpuNow();
+  CUdeviceptr probe_out = cs->arena + offsetof(wire::ArenaHeader, reserved2);
+  void* probe_args[] = {&probe_out};
+  const bool probed =
+      cs->probe != nullptr &&
+      SMPROF_CU(cuLaunchKernel(cs->probe, 1, 1, 1, 1, 1, 1, 0, cs->probe_stream, probe_args, nullptr)) &&
+      SMPROF_CU(cuMemcpyDtoHAsync(&probe_time, probe_out, sizeof(probe_time), cs->probe_stream)) &&
+      WaitIdle(cs->probe_stream, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+
   CheckCupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
-  std::vector<KernelRecord> records = activity.Take(cs->context_id, records_until);
+  std::vector<KernelRecord> records = activity.Take(cs->context_id, GpuNow());
   const KernelRecord* probe = nullptr;
   for (const KernelRecord& r : records) {
-    if (r.name == kProbeName && (probe == nullptr || r.start_ns > probe->start_ns)) probe = &r;
+    if (r.name == kProbeName && r.start_ns >= probe_launched && (probe == nullptr || r.start_ns < probe->start_ns)) {
+      probe = &r;
+    }
   }
   if (probed && probe != nullptr) {
     cs->clock_offset = static_cast<int64_t>((probe->start_ns + probe->end_ns) / 2 - probe_time);
@@ -776,12 +862,17 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
     }
   }
   {
-    std::lock_guard<std::mutex> lock(mu);
+    // What each kernel claimed per warp this time (0 for kernels whose
+    // launches recorded nothing) sizes the drain projection of its next launch.
+    std::unordered_map<std::string, double> learned;
+    for (const KernelRecord& r : records) learned.emplace(r.name, 0.0);
     for (const Launch& l : launches) {
       const double warps = static_cast<double>(Warps(l.record.grid[0], l.record.grid[1], l.record.grid[2],
                                                      l.record.block[0], l.record.block[1], l.record.block[2]));
-      if (warps > 0 && !l.record.name.empty()) chunks_per_warp[l.record.name] = l.warps.size() / warps;
+      if (warps > 0 && !l.record.name.empty()) learned[l.record.name] = l.warps.size() / warps;
     }
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [name, per_warp] : learned) chunks_per_warp[name] = per_warp;
   }
   std::lock_guard<std::mutex> lock(ship_mu);
   shipper->SendLaunches(
@@ -833,23 +924,27 @@ bool IsCapturing(CUstream stream) {
   return cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-// Launch API enter: make the kernel's module see the arena, drain if the
-// arena is nearly full, then hold the gate until API exit.
+// Launch API enter: drain if the arena is nearly full, take the gate (held
+// until API exit), make the kernel's module see the arena, note the work.
 void OnLaunchEnter(Profiler& p, const CUpti_CallbackData* cb, CUpti_CallbackId cbid, CUfunction f,
                    CUstream stream, uint64_t warps) {
   ContextState* cs = nullptr;
+  CUmodule module = nullptr;
   double chunks = 0;
   if (f != nullptr) {
     const FunctionInfo info = p.LookupFunction(cb->context, f, cb->symbolName);
     if (!info.opted_in) return;
     cs = p.ContextFor(cb->context);
-    if (cs == nullptr || !p.Publish(cs, info.module)) return;
-    chunks = static_cast<double>(warps) * p.ChunksPerWarp(cb->symbolName);
+    if (cs == nullptr) return;
+    module = info.module;
+    chunks = std::min(static_cast<double>(warps) * p.ChunksPerWarp(cb->symbolName),
+                      static_cast<double>(cs->ref.num_chunks));
   } else {  // graph launch: any captured kernel may record
     cs = p.FindContext(cb->context);
     if (cs == nullptr || cs->failed || cs->destroyed) return;
   }
-  const bool capturing = IsCapturing(stream);
+  const bool per_thread = IsPerThread(cbid, stream);
+  const bool capturing = IsCapturing(per_thread ? CU_STREAM_PER_THREAD : stream);
   if (!capturing) {
     if (p.NeedsDrain(cs, chunks)) p.Harvest(cs, wire::kHarvestHighWater, HarvestMode::kForce);
     p.Poll(cs);
@@ -858,9 +953,8 @@ void OnLaunchEnter(Profiler& p, const CUpti_CallbackData* cb, CUpti_CallbackId c
     cs->gate.lock_shared();
     t_gate_held = cs;
   }
-  if (!capturing) {
-    p.NoteLaunch(cs, stream, IsPerThread(cbid, stream), chunks);
-  }
+  if (module != nullptr && !p.Publish(cs, module)) return;
+  if (!capturing) p.NoteLaunch(cs, stream, per_thread, chunks);
 }
 
 void OnLaunchExit() {
@@ -906,7 +1000,7 @@ void Dispatch(Profiler* p, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, c
         it = it->first.ctx == rd->context ? p->functions.erase(it) : std::next(it);
       }
       std::lock_guard<std::mutex> cs_lock(cs->mu);
-      cs->published.clear();
+      cs->published_stale = true;
       cs->names.clear();
     } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
       p->Harvest(cs, wire::kHarvestContextDestroy, HarvestMode::kForce);
@@ -967,7 +1061,10 @@ void Dispatch(Profiler* p, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, c
     case CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy_v2:
       if (enter) {
         const auto* a = static_cast<const cuStreamDestroy_v2_params*>(cb->functionParams);
-        if (ContextState* cs = p->FindContext(cb->context)) p->NoteStreamDestroy(cs, a->hStream);
+        CUcontext owner = nullptr;
+        if (cuStreamGetCtx(a->hStream, &owner) == CUDA_SUCCESS) {
+          if (ContextState* cs = p->FindContext(owner)) p->NoteStreamDestroy(cs, a->hStream);
+        }
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize:
@@ -1090,16 +1187,20 @@ bool StartOnce() {
 
 void ShutdownOnce() {
   Profiler* p = g_profiler;
-  if (p == nullptr || getpid() != p->pid || p->shutting_down.exchange(true)) return;
+  static std::atomic<bool> once{false};
+  if (p == nullptr || getpid() != p->pid || once.exchange(true)) return;
   InSmprof guard;
   std::vector<ContextState*> contexts;
   {
     std::lock_guard<std::mutex> lock(p->mu);
     for (auto& [ctx, cs] : p->contexts) contexts.push_back(cs);
   }
+  // Other threads' launches still take the gate during this last harvest;
+  // only afterwards does the profiler stop looking at callbacks.
   for (ContextState* cs : contexts) {
     if (!cs->destroyed) p->Harvest(cs, wire::kHarvestExit, HarvestMode::kForce);
   }
+  p->shutting_down.store(true);
   {
     std::lock_guard<std::mutex> lock(p->ship_mu);
     p->SendStats();

@@ -21,7 +21,7 @@ uint32_t ClampedLength(const std::string& s) {
 
 }  // namespace
 
-void Shipper::Send(uint32_t type, const void* fixed, uint32_t fixed_size, const void* tail, uint32_t tail_size,
+bool Shipper::Send(uint32_t type, const void* fixed, uint32_t fixed_size, const void* tail, uint32_t tail_size,
                    uint64_t events) {
   const uint32_t size = wire::PaddedSize(fixed_size + tail_size);
   buffer_.assign(size, 0);
@@ -31,10 +31,11 @@ void Shipper::Send(uint32_t type, const void* fixed, uint32_t fixed_size, const 
   std::memcpy(buffer_.data(), &header, sizeof(header));
   if (sink_->Send(buffer_.data(), size, events)) {
     counters_.events += events;
-  } else {
-    ++counters_.messages_dropped;
-    counters_.events_dropped += events;
+    return true;
   }
+  ++counters_.messages_dropped;
+  counters_.events_dropped += events;
+  return false;
 }
 
 void Shipper::SendProcess(uint32_t pid, uint32_t ppid, uint64_t host_realtime_ns, uint64_t gpu_time_ns,
@@ -51,25 +52,23 @@ void Shipper::SendProcess(uint32_t pid, uint32_t ppid, uint64_t host_realtime_ns
 void Shipper::SendDevice(uint32_t device, uint32_t sm_count, uint32_t cc_major, uint32_t cc_minor,
                          const std::string& name) {
   if (std::find(devices_sent_.begin(), devices_sent_.end(), device) != devices_sent_.end()) return;
-  devices_sent_.push_back(device);
   auto m = Zeroed<wire::DeviceMsg>();
   m.device = device;
   m.sm_count = sm_count;
   m.cc_major = cc_major;
   m.cc_minor = cc_minor;
   m.name_len = ClampedLength(name);
-  Send(wire::kMsgDevice, &m, sizeof(m), name.data(), m.name_len, 0);
+  if (Send(wire::kMsgDevice, &m, sizeof(m), name.data(), m.name_len, 0)) devices_sent_.push_back(device);
 }
 
 uint32_t Shipper::InternName(const std::string& name) {
   auto it = name_ids_.find(name);
   if (it != name_ids_.end()) return it->second;
-  const uint32_t id = static_cast<uint32_t>(name_ids_.size() + 1);
-  name_ids_.emplace(name, id);
+  const uint32_t id = next_name_id_++;
   auto m = Zeroed<wire::NameMsg>();
   m.name_id = id;
   m.name_len = ClampedLength(name);
-  Send(wire::kMsgName, &m, sizeof(m), name.data(), m.name_len, 0);
+  if (Send(wire::kMsgName, &m, sizeof(m), name.data(), m.name_len, 0)) name_ids_.emplace(name, id);
   return id;
 }
 

@@ -2,8 +2,9 @@
 //
 // Owns the process-wide message state: launch ids (increasing with start
 // time across harvests), the interned marker names (a NameMsg precedes the
-// first use of each id), which devices were announced, and the counters of
-// what was shipped or lost on the way. Not thread-safe: the injector calls it
+// first use of each id; a name or device whose message the transport dropped
+// is announced again at its next use), and the counters of what was shipped
+// or lost on the way. Not thread-safe: the injector calls it
 // under its ship mutex.
 #pragma once
 
@@ -59,12 +60,13 @@ class Shipper {
 
  private:
   uint32_t InternName(const std::string& name);
-  void Send(uint32_t type, const void* fixed, uint32_t fixed_size, const void* tail, uint32_t tail_size,
+  bool Send(uint32_t type, const void* fixed, uint32_t fixed_size, const void* tail, uint32_t tail_size,
             uint64_t events);
 
   MessageSink* sink_;
   ShipperCounters counters_;
   uint64_t next_launch_id_ = 1;
+  uint32_t next_name_id_ = 1;
   std::unordered_map<std::string, uint32_t> name_ids_;
   std::unordered_map<uint64_t, uint32_t> address_ids_;  // name address -> id, per harvest
   std::vector<uint32_t> devices_sent_;

@@ -113,5 +113,25 @@ TEST(Shipper, SplitsLargeWarpsAndCountsDrops) {
   EXPECT_EQ(s.counters().messages_dropped, 4u);  // launch + 3 warp messages
 }
 
+TEST(Shipper, NameWhoseMessageWasDroppedIsAnnouncedAgain) {
+  RecordingSink sink;
+  Shipper s(&sink);
+  WarpSegment seg;
+  const std::vector<Launch> launches = {MakeLaunch(&seg, 10, 1)};
+  const auto name = [](uint64_t) { return std::string("load"); };
+  const auto kernel = [](const std::string& m) { return m; };
+  sink.reject_all = true;
+  s.SendLaunches(launches, 0, name, kernel);
+  sink.reject_all = false;
+  s.SendLaunches(launches, 0, name, kernel);
+  // launch, the name again (under a fresh id), the warp's events
+  ASSERT_EQ(sink.messages.size(), 3u);
+  EXPECT_EQ(sink.TypeAt(1), wire::kMsgName);
+  const auto announced = sink.As<wire::NameMsg>(1);
+  wire::WireEvent e;
+  std::memcpy(&e, sink.messages[2].data() + sizeof(wire::WarpEventsMsg), sizeof(e));
+  EXPECT_EQ(e.name_id, announced.name_id);
+}
+
 }  // namespace
 }  // namespace smprof::injector

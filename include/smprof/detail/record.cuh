@@ -54,10 +54,12 @@ inline constexpr int kMaxWarpsPerBlock = 32;
 // halving the recording cost (558 -> 279 cycles per event on one warp).
 // -DSMPROF_INLINE_RECORDER inlines it for builds that are always profiled.
 // Figures: docs/performance.md.
+// Both forms have inline linkage: the header is included by many translation
+// units of one program.
 #if defined(SMPROF_INLINE_RECORDER)
 #define SMPROF_RECORDER_INLINE SMPROF_FORCEINLINE
 #else
-#define SMPROF_RECORDER_INLINE SMPROF_NOINLINE
+#define SMPROF_RECORDER_INLINE inline SMPROF_NOINLINE
 #endif
 
 // Looked up by name: _ZN6smprof6detail7g_arenaILi1EEE and
@@ -79,7 +81,7 @@ __device__ SMPROF_FORCEINLINE uint32_t LinearThreadId() {
 __device__ SMPROF_FORCEINLINE uint64_t WarpTag(uint64_t grid, uint32_t epoch) {
   const uint64_t block = static_cast<uint64_t>(blockIdx.x) | (static_cast<uint64_t>(blockIdx.y) << 31) |
                          (static_cast<uint64_t>(blockIdx.z) << 47);
-  return block ^ ((grid ^ (static_cast<uint64_t>(epoch) << 48)) * 0x9E3779B97F4A7C15ull);
+  return block ^ ((grid ^ (static_cast<uint64_t>(epoch) << 32)) * 0x9E3779B97F4A7C15ull);
 }
 
 // The per-warp cursors of the block (static shared memory, one instance per
@@ -89,22 +91,27 @@ __device__ SMPROF_FORCEINLINE uint32_t CursorAddress(uint32_t warp) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(&cursors[warp]));
 }
 
-__device__ SMPROF_FORCEINLINE void LoadCursor(uint32_t addr, uint64_t& tag, uint64_t& next) {
-  asm volatile("ld.volatile.shared.v2.u64 {%0, %1}, [%2];" : "=l"(tag), "=l"(next) : "r"(addr) : "memory");
+__device__ SMPROF_FORCEINLINE uint64_t LoadTag(uint32_t addr) {
+  uint64_t tag;
+  asm volatile("ld.volatile.shared.u64 %0, [%1];" : "=l"(tag) : "r"(addr) : "memory");
+  return tag;
 }
 
 __device__ SMPROF_FORCEINLINE void StoreCursor(uint32_t addr, uint64_t tag, uint64_t next) {
   asm volatile("st.volatile.shared.v2.u64 [%0], {%1, %2};" ::"r"(addr), "l"(tag), "l"(next) : "memory");
 }
 
-// Predicated on `leader`: the other lanes run the same instructions without
-// effect, so the warp stays converged.
-__device__ SMPROF_FORCEINLINE void StoreNextIf(bool leader, uint32_t addr, uint64_t next) {
+// On the leader only: takes the next event slot of the cursor with a shared
+// memory atomic, so markers on divergent paths of one warp (each with its own
+// leader) never take the same slot. Other lanes get 0.
+__device__ SMPROF_FORCEINLINE uint64_t TakeSlotIf(bool leader, uint32_t addr) {
+  uint64_t slot = 0;
   asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p st.volatile.shared.u64 [%1], %2;\n}" ::"r"(
-          static_cast<uint32_t>(leader)),
-      "r"(addr + 8), "l"(next)
+      "{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n @p atom.shared.add.u64 %0, [%2], 16;\n}"
+      : "+l"(slot)
+      : "r"(static_cast<uint32_t>(leader)), "r"(addr + 8)
       : "memory");
+  return slot;
 }
 
 __device__ SMPROF_FORCEINLINE void Store16If(bool leader, uint64_t dst, uint64_t lo, uint64_t hi) {
@@ -127,7 +134,7 @@ __device__ SMPROF_FORCEINLINE void Count(uint64_t arena, uint32_t offset) {
 // Claims a chunk for the calling warp and writes its header; returns the
 // address of its first event slot, or 0 when the arena is full. Out of line:
 // it runs once per chunk.
-__device__ SMPROF_NOINLINE uint64_t ClaimChunk(uint64_t grid, uint32_t warp) {
+__device__ inline SMPROF_NOINLINE uint64_t ClaimChunk(uint64_t grid, uint32_t warp) {
   const wire::ArenaRef& ref = g_arena<kAbiVersion>;
   uint32_t chunk;
   asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;"
@@ -145,13 +152,19 @@ __device__ SMPROF_NOINLINE uint64_t ClaimChunk(uint64_t grid, uint32_t warp) {
   return base + sizeof(wire::ChunkHeader);
 }
 
-// Runs on every active lane of the warp; only `leader`'s stores take effect.
-__device__ SMPROF_RECORDER_INLINE void RecordEvent(const char* name, uint32_t kind, uint64_t now, bool leader) {
+// Runs on every lane in `active` (the lanes that reached the marker
+// together); only the leader's (lowest active lane's) stores take effect, and
+// every decision is the leader's, broadcast, so the lanes never diverge.
+__device__ SMPROF_RECORDER_INLINE void RecordEvent(const char* name, uint32_t kind, uint64_t now,
+                                                          unsigned active) {
   const wire::ArenaRef& ref = g_arena<kAbiVersion>;
   const uint32_t warp = LinearThreadId() >> 5;
   if (((ref.warp_mask >> (warp < 31 ? warp : 31)) & 1u) == 0) return;  // same for the whole warp
-  if (ref.chunks == 0 || ref.num_chunks == 0) {  // raced the publication
+  const uint32_t leader_lane = static_cast<uint32_t>(__ffs(active) - 1);
+  const bool leader = sreg::LaneId() == leader_lane;
+  if (ref.chunks == 0 || ref.num_chunks == 0) {  // raced the publication (uniform: constant memory)
     if (leader) Count(ref.arena, offsetof(wire::ArenaHeader, unplaced_events));
+    __syncwarp(active);
     return;
   }
   const uint64_t payload =
@@ -160,38 +173,45 @@ __device__ SMPROF_RECORDER_INLINE void RecordEvent(const char* name, uint32_t ki
   const uint32_t cursor_addr = CursorAddress(warp);
   const uint64_t grid = sreg::GridId();
   const uint64_t tag = WarpTag(grid, ref.epoch);
-  uint64_t cursor_tag, next;
-  LoadCursor(cursor_addr, cursor_tag, next);
   const uint64_t chunk_mask = (uint64_t{1} << ref.chunk_shift) - 1;
   const uint64_t span = static_cast<uint64_t>(ref.num_chunks) << ref.chunk_shift;
-  if (cursor_tag == tag && (next & chunk_mask) != 0 && next - ref.chunks < span) {
-    StoreNextIf(leader, cursor_addr, next + sizeof(wire::Event));
-    Store16If(leader, next, now, payload);
+  const bool own = LoadTag(cursor_addr) == tag;
+  // The leader's verdict, broadcast: a slot address; 0 = claim a chunk (a
+  // foreign cursor, or a full chunk, which leaves the cursor on a chunk
+  // boundary); 1 = the arena is full (the cursor holds an odd address).
+  uint64_t slot = TakeSlotIf(leader, cursor_addr);
+  if (!own) {
+    slot = 0;
+  } else if (slot & 1) {
+    slot = 1;
+  } else if ((slot & chunk_mask) == 0 || slot - ref.chunks >= span) {
+    slot = 0;
+  }
+  slot = __shfl_sync(active, slot, leader_lane);
+  if (slot > 1) {
+    Store16If(leader, slot, now, payload);
     return;
   }
-  // Rare: a new warp, a full chunk, or a full arena.
-  const unsigned here = __activemask();
+  // Rare: a new block or a full chunk (claim), or a full arena (drop).
   if (leader) {
-    next = cursor_tag == tag && next == 0 ? 0 : ClaimChunk(grid, warp);
-    if (next == 0) {
-      StoreCursor(cursor_addr, tag, 0);
+    const uint64_t first = slot == 1 ? 0 : ClaimChunk(grid, warp);
+    if (first == 0) {
+      StoreCursor(cursor_addr, tag, 1);  // odd: "arena full" until the next epoch
       Count(ref.arena, offsetof(wire::ArenaHeader, dropped_events));
     } else {
-      StoreCursor(cursor_addr, tag, next + sizeof(wire::Event));
-      Store16(next, now, payload);
+      StoreCursor(cursor_addr, tag, first + sizeof(wire::Event));
+      Store16(first, now, payload);
     }
   }
-  __syncwarp(here);
+  __syncwarp(active);
 }
 
 // The marker entry point: one constant load and one uniform branch when not
-// profiling. Every lane that reaches the marker runs the recorder; the lowest
-// active lane's stores are the only ones that take effect.
+// profiling. Every lane that reaches the marker runs the recorder.
 __device__ SMPROF_FORCEINLINE void Record(const char* name, uint32_t kind) {
   if (g_arena<kAbiVersion>.arena == 0) return;
   const uint64_t now = sreg::GlobalTimer();
-  // The lowest active lane has no active lane below it.
-  RecordEvent(name, kind, now, (__activemask() & sreg::LaneMaskLt()) == 0);
+  RecordEvent(name, kind, now, __activemask());
 }
 
 // Scoped range: begin on construction, end on destruction.

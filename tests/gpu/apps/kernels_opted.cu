@@ -40,14 +40,6 @@ __global__ void other_b(int n) {
   for (int i = 0; i < n; ++i) SMPROF_INSTANT("b_step");
 }
 
-// Graph kernels: k1 records 5 instants per warp, k2 one range (2 events).
-__global__ void graph_k1() {
-  for (int i = 0; i < 5; ++i) SMPROF_INSTANT("g1");
-}
-__global__ void graph_k2() {
-  SMPROF_SCOPE("g2");
-  Spin(1000);
-}
 
 // Per warp: `n` instants; used to overflow or fill the buffer.
 __global__ void flood(int n, long long spin_ns) {
@@ -61,8 +53,6 @@ void LaunchCount(int blocks, int threads, int n, long long spin_ns, cudaStream_t
 }
 void LaunchGemmLikeA(int n, cudaStream_t s) { gemm_like_a<<<2, 64, 0, s>>>(n); }
 void LaunchOtherB(int n, cudaStream_t s) { other_b<<<2, 64, 0, s>>>(n); }
-void LaunchGraphK1(cudaStream_t s) { graph_k1<<<2, 64, 0, s>>>(); }
-void LaunchGraphK2(cudaStream_t s) { graph_k2<<<3, 32, 0, s>>>(); }
 void LaunchFlood(int blocks, int threads, int n, long long spin_ns, cudaStream_t s) {
   flood<<<blocks, threads, 0, s>>>(n, spin_ns);
 }
