@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -17,6 +18,8 @@ constexpr uint64_t kBaseOffsetNs = 1000000000ull;  // base = first GPU time - 1 
 constexpr uint32_t kLastProducerPid = 9;           // producers get 2..9 first
 constexpr uint64_t kMalformedLogLimit = 20;
 constexpr size_t kCmdlineLabelBytes = 80;
+// Open BEGINs kept per warp track; beyond, the oldest is written as unterminated.
+constexpr size_t kMaxOpenBegins = size_t{1} << 16;
 
 uint64_t SatAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
@@ -168,14 +171,94 @@ std::string HarvestReasonName(uint32_t reason) {
 
 // --- state ------------------------------------------------------------------
 
+// The open BEGINs of one warp, oldest first. An END closes the most recent
+// open BEGIN of its name: `top` maps a name to that BEGIN's position and each
+// BEGIN links to the previous open one of its name, so an END costs one hash
+// lookup however many BEGINs are open. A BEGIN closed below the top of the
+// stack leaves a dead slot; dead slots at the top are popped at once and the
+// rest compacted away once they outnumber the open ones.
 struct Collector::WarpTrack {
+  static constexpr uint32_t kNone = UINT32_MAX;
   struct Open {
     uint32_t name_id;
+    uint32_t prev_same;  // position of the previous open BEGIN of this name, or kNone
     uint64_t begin_ns;
+    bool live;
   };
   uint32_t tid = 0;
   uint64_t last_ns = 0;    // latest event time seen on this warp (absolute)
-  std::vector<Open> open;  // BEGINs not yet closed, oldest first
+  std::vector<Open> open;  // BEGINs, oldest first; closed ones are dead until removed
+  size_t live = 0;         // live entries of `open`
+  size_t bottom = 0;       // no live entry below this position
+  std::unordered_map<uint32_t, uint32_t> top;  // name -> position of its latest open BEGIN
+
+  void Push(uint32_t name_id, uint64_t begin_ns) {
+    const uint32_t pos = static_cast<uint32_t>(open.size());
+    auto [it, inserted] = top.try_emplace(name_id, pos);
+    const uint32_t prev = inserted ? kNone : it->second;
+    it->second = pos;
+    open.push_back({name_id, prev, begin_ns, true});
+    ++live;
+  }
+
+  // The position of the most recent open BEGIN of `name_id`, or kNone.
+  uint32_t Find(uint32_t name_id) const {
+    auto it = top.find(name_id);
+    return it == top.end() ? kNone : it->second;
+  }
+
+  // Closes the BEGIN at `pos`: the latest open one of its name, or the
+  // oldest open BEGIN of all (Oldest()). A link to the latter from a newer
+  // BEGIN of its name is dropped lazily: a dead link target means no older
+  // open BEGIN of that name (nothing below the oldest is open).
+  void Close(uint32_t pos) {
+    Open& o = open[pos];
+    o.live = false;
+    --live;
+    auto it = top.find(o.name_id);
+    if (it->second == pos) {
+      if (o.prev_same == kNone || !open[o.prev_same].live) {
+        top.erase(it);
+      } else {
+        it->second = o.prev_same;
+      }
+    }
+    while (!open.empty() && !open.back().live) open.pop_back();
+    if (live == 0) {
+      open.clear();
+      bottom = 0;
+    } else if (open.size() >= 64 && open.size() - live > live) {
+      Compact();
+    }
+  }
+
+  // Position of the oldest open BEGIN (live != 0).
+  uint32_t Oldest() {
+    while (!open[bottom].live) ++bottom;
+    return static_cast<uint32_t>(bottom);
+  }
+
+  void Compact() {
+    std::vector<Open> kept;
+    kept.reserve(live);
+    top.clear();
+    for (const Open& o : open) {
+      if (!o.live) continue;
+      const uint32_t pos = static_cast<uint32_t>(kept.size());
+      auto [it, inserted] = top.try_emplace(o.name_id, pos);
+      kept.push_back({o.name_id, inserted ? kNone : it->second, o.begin_ns, true});
+      it->second = pos;
+    }
+    open.swap(kept);
+    bottom = 0;
+  }
+
+  void Clear() {
+    open.clear();
+    top.clear();
+    live = 0;
+    bottom = 0;
+  }
 };
 
 struct Collector::Launch {
@@ -233,6 +316,7 @@ nlohmann::json CollectorSummary::ToJson() const {
   j["lost"] = {{"device_buffer", lost_device_buffer},
                {"device_unplaced", lost_device_unplaced},
                {"transport", lost_transport},
+               {"orphan", orphan_events},
                {"total", lost_total}};
   j["filtered_events"] = filtered_events;
   j["unattributed_events"] = unattributed_events;
@@ -244,6 +328,9 @@ nlohmann::json CollectorSummary::ToJson() const {
   j["harvests"] = harvests;
   j["framing_errors"] = framing_errors;
   j["producers_incomplete"] = producers_incomplete;
+  j["registry_full"] = registry_full;
+  j["transport_unread_messages"] = transport_unread_messages;
+  if (!trace_ok) j["trace_error"] = trace_error;
   return j;
 }
 
@@ -467,18 +554,25 @@ void Collector::OnWarpEvents(Producer& p, const DecodedMessage& m) {
     p.last_ns = std::max(p.last_ns, e.time_ns);
     switch (e.kind) {
       case wire::kEventBegin:
-        w.open.push_back({e.name_id, e.time_ns});
+        if (w.live >= kMaxOpenBegins) {
+          // Bounded memory: the oldest open BEGIN is written as unterminated.
+          const uint32_t oldest = w.Oldest();
+          WriteUnterminated(p, l, w, w.open[oldest].name_id, w.open[oldest].begin_ns,
+                            "more than " + std::to_string(kMaxOpenBegins) +
+                                " ranges were open on this warp; the oldest was closed here");
+          w.Close(oldest);
+        }
+        w.Push(e.name_id, e.time_ns);
         break;
       case wire::kEventEnd: {
-        auto rit = std::find_if(w.open.rbegin(), w.open.rend(),
-                                [&](const WarpTrack::Open& o) { return o.name_id == e.name_id; });
-        if (rit != w.open.rend()) {
-          const uint64_t ts = Rel(rit->begin_ns);
+        const uint32_t pos = w.Find(e.name_id);
+        if (pos != WarpTrack::kNone) {
+          const uint64_t ts = Rel(w.open[pos].begin_ns);
           const uint64_t end = std::max(ts, Rel(e.time_ns));
           writer_->Complete(l.json_pid, w.tid, NameOf(p, e.name_id), ts, end - ts, nullptr);
           Touch(end);
           summary_.events += 2;
-          w.open.erase(std::next(rit).base());
+          w.Close(pos);
         } else {
           JsonArgs args;
           args.String("smprof_error", "unmatched end");
@@ -504,23 +598,29 @@ void Collector::OnWarpEvents(Producer& p, const DecodedMessage& m) {
   }
 }
 
-void Collector::FinalizeLaunch(Producer& p, Launch& l, bool producer_lost) {
+void Collector::WriteUnterminated(Producer& p, const Launch& l, const WarpTrack& w,
+                                  uint32_t name_id, uint64_t begin_ns, const std::string& note) {
   const bool no_activity = (l.flags & wire::kLaunchNoActivity) != 0;
+  const uint64_t end_abs = no_activity ? w.last_ns : std::max(l.end_ns, w.last_ns);
+  JsonArgs args;
+  args.Bool("unterminated", true);
+  if (!note.empty()) args.String("note", note);
+  const uint64_t ts = Rel(begin_ns);
+  const uint64_t end = std::max(ts, Rel(end_abs));
+  writer_->Complete(l.json_pid, w.tid, NameOf(p, name_id), ts, end - ts, &args);
+  Touch(end);
+  ++summary_.unterminated_ranges;
+  ++summary_.events;
+}
+
+void Collector::FinalizeLaunch(Producer& p, Launch& l, bool producer_lost) {
+  const std::string note = producer_lost ? "the process ended without detaching" : "";
   for (auto& [key, w] : l.warps) {
-    const uint64_t end_abs = no_activity ? w.last_ns : std::max(l.end_ns, w.last_ns);
     // Innermost first, all ending at the same time, so they still nest.
     for (auto it = w.open.rbegin(); it != w.open.rend(); ++it) {
-      JsonArgs args;
-      args.Bool("unterminated", true);
-      if (producer_lost) args.String("note", "the process ended without detaching");
-      const uint64_t ts = Rel(it->begin_ns);
-      const uint64_t end = std::max(ts, Rel(end_abs));
-      writer_->Complete(l.json_pid, w.tid, NameOf(p, it->name_id), ts, end - ts, &args);
-      Touch(end);
-      ++summary_.unterminated_ranges;
-      ++summary_.events;
+      if (it->live) WriteUnterminated(p, l, w, it->name_id, it->begin_ns, note);
     }
-    w.open.clear();
+    w.Clear();
   }
   writer_->ThreadSortIndex(l.json_pid, 1, 0);
   int64_t index = 1;
@@ -610,13 +710,22 @@ bool Collector::Run(transport::Consumer& consumer, const std::atomic<bool>& stop
   while (!stop.load(std::memory_order_relaxed)) {
     if (poll() == 0) std::this_thread::sleep_for(kIdleSleep);
   }
+  // Final drain: producers drop (and count) what they send from now on, so
+  // the drain ends; what is still unread when it times out is counted too.
+  consumer.Close();
   const auto deadline = std::chrono::steady_clock::now() + drain_timeout;
+  bool drained = false;
   for (;;) {
     const size_t n = poll();
-    if (n == 0 && consumer.Idle()) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (n == 0 && consumer.Idle()) {
+      drained = true;
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
     if (n == 0) std::this_thread::sleep_for(kIdleSleep);
   }
+  SetTransportStats(consumer.stats());
+  return drained;
 }
 
 CollectorSummary Collector::Finish() {
@@ -632,18 +741,21 @@ CollectorSummary Collector::Finish() {
   s.lost_device_buffer = ended_dropped_;
   s.lost_device_unplaced = ended_unplaced_;
   s.lost_transport = transport_stats_.producer_events_dropped;
-  s.lost_total = SatAdd(SatAdd(s.lost_device_buffer, s.lost_device_unplaced), s.lost_transport);
+  s.transport_unread_messages = transport_stats_.unread_messages;
+  s.lost_total = SatAdd(SatAdd(SatAdd(s.lost_device_buffer, s.lost_device_unplaced), s.lost_transport),
+                       s.orphan_events);
   s.filtered_events = ended_filtered_;
   s.unattributed_events = ended_unattributed_;
   s.forced_drains = ended_forced_;
   s.harvests = ended_harvests_;
   s.framing_errors = transport_stats_.framing_errors;
+  s.registry_full = transport_stats_.registry_full;
 
   nlohmann::json args = s.ToJson();
   args["unknown_names"] = s.unknown_names;
   args["clamped_timestamps"] = s.clamped_timestamps;
   args["transport_messages_dropped"] = transport_stats_.producer_messages_dropped;
-  args["registry_full"] = transport_stats_.registry_full;
+  args["transport_unread_bytes"] = transport_stats_.unread_bytes;
   JsonArgs summary_args;
   for (const auto& [key, value] : args.items())
     summary_args.Raw(key, value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));

@@ -35,6 +35,12 @@
 // slot table too small) per harvest as a counter track and in the summary,
 // transport drops from ConsumerStats, malformed messages, orphan events
 // (unknown launch), unmatched ENDs, unterminated BEGINs, incomplete producers.
+// lost.total counts every recorded event that is not in the trace: device
+// buffer + unplaced + transport + orphan.
+//
+// Open BEGINs are indexed per warp by name, so an END finds its BEGIN in O(1)
+// however many are open; at most 65536 are kept open per warp, beyond which
+// the oldest is written as unterminated (its END, if it comes, is unmatched).
 #pragma once
 
 #include <atomic>
@@ -70,26 +76,41 @@ struct CollectorSummary {
   uint64_t events = 0;     // device events (begin/end/instant) written to the trace
   uint64_t lost_device_buffer = 0;
   uint64_t lost_device_unplaced = 0;
-  uint64_t lost_transport = 0;  // ConsumerStats::producer_events_dropped
+  // Events the producers dropped (ConsumerStats::producer_events_dropped),
+  // including those they sent after the collector began its final drain
+  // (Consumer::Close) and stats() read at the end of that drain.
+  uint64_t lost_transport = 0;
+  // device buffer + unplaced + transport + orphan_events: every event that was
+  // recorded on the GPU but is not in the trace.
   uint64_t lost_total = 0;
   uint64_t filtered_events = 0;
   uint64_t unattributed_events = 0;
   uint64_t malformed_messages = 0;
-  uint64_t orphan_events = 0;  // events of an unknown (or already finalized) launch
+  // Events of an unknown (or already finalized) launch, e.g. of a LaunchMsg
+  // the transport dropped: not in the trace, so counted in lost_total too.
+  uint64_t orphan_events = 0;
   uint64_t unterminated_ranges = 0;
   uint64_t unmatched_ends = 0;
   uint64_t forced_drains = 0;
   uint64_t harvests = 0;
   uint64_t framing_errors = 0;
   uint64_t producers_incomplete = 0;  // ended without a clean detach, or still attached at Finish
+  uint64_t registry_full = 0;  // processes refused for lack of a registry entry (--max-producers)
+  // Messages still unread in the rings when the final drain timed out: their
+  // events are lost but cannot be counted (ConsumerStats::unread_messages).
+  uint64_t transport_unread_messages = 0;
   // In the trace's summary instant only (not in ToJson):
   uint64_t unknown_names = 0;       // events written under "<unknown name #id>"
   uint64_t clamped_timestamps = 0;  // timestamps before the base, written as 0
-  bool trace_ok = true;             // false if writing the trace failed
+  // In ToJson only when writing the trace failed:
+  bool trace_ok = true;  // false if writing the trace failed
   std::string trace_error;
 
   // {"trace", "processes", "launches", "events", "lost": {"device_buffer",
-  // "device_unplaced", "transport", "total"}, "filtered_events", ...}.
+  // "device_unplaced", "transport", "orphan", "total"}, "filtered_events",
+  // ..., "producers_incomplete", "registry_full", "transport_unread_messages"},
+  // plus "trace_error" when writing the trace failed (the trace then ends,
+  // still strict JSON, after the last event written whole).
   nlohmann::json ToJson() const;
 };
 
@@ -103,9 +124,11 @@ class Collector {
   void HandleProducerEnd(const transport::ProducerInfo& producer, bool clean);
   void SetTransportStats(const transport::ConsumerStats& stats);
 
-  // Polls until `stop`, then keeps polling until the consumer is idle or
-  // `drain_timeout` passes. Flushes the trace after each non-empty poll.
-  // Returns true if the consumer went idle (everything drained).
+  // Polls until `stop`, then closes the consumer (producers drop and count
+  // what they send from then on) and keeps polling until it is idle or
+  // `drain_timeout` passes; then takes the final transport stats (drops,
+  // unread backlog). Flushes the trace after each non-empty poll. Returns
+  // true if the consumer went idle (everything drained).
   bool Run(transport::Consumer& consumer, const std::atomic<bool>& stop,
            std::chrono::milliseconds drain_timeout);
 
@@ -140,6 +163,9 @@ class Collector {
   void OnLaunch(Producer& p, const DecodedMessage& m);
   void OnWarpEvents(Producer& p, const DecodedMessage& m);
   void OnHarvest(Producer& p, const DecodedMessage& m);
+  // Writes an open BEGIN as an "unterminated" X event ending with the launch.
+  void WriteUnterminated(Producer& p, const Launch& l, const WarpTrack& w, uint32_t name_id,
+                         uint64_t begin_ns, const std::string& note);
   void FinalizeLaunch(Producer& p, Launch& l, bool producer_lost);
   void EndProducer(Producer& p, bool clean);
   void CountMalformed(const Producer& p, const char* why, uint32_t type);

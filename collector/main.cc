@@ -20,6 +20,7 @@
 
 #include "collector/collector.h"
 #include "common/transport.h"
+#include "common/transport_layout.h"
 
 namespace {
 
@@ -32,13 +33,14 @@ constexpr char kUsage[] =
     "usage: smprof-collector --run-id ID --output PATH [options]\n"
     "\n"
     "Receives the messages of one smprof run through shared memory and writes one\n"
-    "Perfetto-loadable JSON trace. Runs until SIGTERM/SIGINT, then drains.\n"
+    "Perfetto-loadable JSON trace. Runs until SIGTERM/SIGINT, then closes the run\n"
+    "(producers drop and count what they send from then on) and drains it.\n"
     "\n"
     "  --run-id ID             run id, 1-64 characters of [A-Za-z0-9_-]\n"
     "  --output PATH           trace file to write (JSON array)\n"
     "  --summary PATH          also write the run summary as JSON here\n"
     "  --ready-fd N            write \"ready\\n\" to fd N once accepting producers, then close it\n"
-    "  --max-producers N       processes attached at once (default 1024)\n"
+    "  --max-producers N       processes attached at once, 1 to 65536 (default 1024)\n"
     "  --drain-timeout-ms N    after the stop signal, wait at most this long for\n"
     "                          producers to finish (default 5000)\n"
     "  --log-level L           trace|debug|info|warn|error|critical|off (default warn)\n"
@@ -101,8 +103,9 @@ int ParseArgs(int argc, char** argv, Args* args) {
       if (!ParseUint(value, INT32_MAX, &n)) return Usage("bad --ready-fd '" + value + "'");
       args->ready_fd = static_cast<int>(n);
     } else if (arg == "--max-producers") {
-      if (!ParseUint(value, 1u << 20, &n) || n == 0) {
-        return Usage("bad --max-producers '" + value + "' (1 to 1048576)");
+      if (!ParseUint(value, smprof::transport::internal::kMaxProducers, &n) || n == 0) {
+        return Usage("bad --max-producers '" + value + "' (1 to " +
+                     std::to_string(smprof::transport::internal::kMaxProducers) + ")");
       }
       args->max_producers = static_cast<uint32_t>(n);
     } else if (arg == "--drain-timeout-ms") {
@@ -161,6 +164,9 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Past RLIMIT_FSIZE a write fails with EFBIG (and the trace is closed after
+  // its last whole event) instead of the signal killing us mid-object.
+  signal(SIGXFSZ, SIG_IGN);
 
   std::string error;
   smprof::transport::ConsumerOptions consumer_options;
@@ -222,9 +228,14 @@ int main(int argc, char** argv) {
       rc = 1;
     }
   }
+  if (summary.transport_unread_messages != 0) {
+    logger->warn("{} messages were still unread when the drain stopped; their events are lost",
+                 summary.transport_unread_messages);
+  }
   if (summary.lost_total != 0) {
-    logger->warn("{} events lost (device buffer {}, unplaced {}, transport {})", summary.lost_total,
-                 summary.lost_device_buffer, summary.lost_device_unplaced, summary.lost_transport);
+    logger->warn("{} events lost (device buffer {}, unplaced {}, transport {}, orphan {})",
+                 summary.lost_total, summary.lost_device_buffer, summary.lost_device_unplaced,
+                 summary.lost_transport, summary.orphan_events);
   }
   return rc;
 }

@@ -1,10 +1,12 @@
 #include "collector/trace_writer.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace smprof {
 namespace {
@@ -59,7 +61,158 @@ size_t Utf8SequenceLength(const unsigned char* s, size_t avail) {
   return len;
 }
 
+bool PreadAll(int fd, char* data, size_t size, uint64_t offset) {
+  while (size > 0) {
+    const ssize_t n = ::pread(fd, data, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+// Offset of the last '\n' in [0, end) of the file, -1 if none, -2 on a read error.
+int64_t LastNewline(int fd, uint64_t end) {
+  constexpr uint64_t kChunk = 64u << 10;
+  std::vector<char> buf(kChunk);
+  while (end > 0) {
+    const uint64_t start = end > kChunk ? end - kChunk : 0;
+    const size_t n = static_cast<size_t>(end - start);
+    if (!PreadAll(fd, buf.data(), n, start)) return -2;
+    for (size_t i = n; i-- > 0;) {
+      if (buf[i] == '\n') return static_cast<int64_t>(start + i);
+    }
+    end = start;
+  }
+  return -1;
+}
+
+// Length of the JSON object (as the writer writes it) at the start of `text`:
+// the index after its outermost closing brace, or 0 if it is cut. (Strings
+// are skipped with their escapes; what the writer wrote before a cut is
+// otherwise well formed.)
+size_t WholeObjectLength(const std::string& text) {
+  if (text.empty() || text[0] != '{') return 0;
+  int64_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (--depth == 0) return i + 1;
+    }
+  }
+  return 0;
+}
+
+// Appends "\n]\n" at `keep` after cutting the file there.
+bool CloseAt(int fd, uint64_t keep) {
+  if (::ftruncate(fd, static_cast<off_t>(keep)) != 0) return false;
+  static const char kClose[] = "\n]\n";
+  size_t done = 0;
+  while (done < 3) {
+    const ssize_t n = ::pwrite(fd, kClose + done, 3 - done, static_cast<off_t>(keep + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 }  // namespace
+
+namespace internal {
+
+int64_t CompleteTracePrefix(int fd, uint64_t size, bool* closed) {
+  *closed = false;
+  if (size == 0) return -1;
+  char first = 0;
+  if (!PreadAll(fd, &first, 1, 0) || first != '[') return -1;
+  if (size >= 3) {
+    char last[3];
+    if (!PreadAll(fd, last, 3, size - 3)) return -1;
+    if (std::memcmp(last, "\n]\n", 3) == 0) {
+      *closed = true;
+      return static_cast<int64_t>(size);
+    }
+  }
+  // '\n' occurs only in the framing ("[\n", ",\n" before each object but
+  // the first, "\n]\n" at the end): strings escape it.
+  uint64_t end = size;
+  for (;;) {
+    const int64_t p = LastNewline(fd, end);
+    if (p == -2) return -1;
+    if (p <= 0) return 1;  // nothing but "[" is whole
+    char before = 0;
+    if (!PreadAll(fd, &before, 1, static_cast<uint64_t>(p - 1))) return -1;
+    if (before == ',' || (before == '[' && p == 1)) {
+      // An object starts after this separator: keep it if it is whole.
+      std::string tail(static_cast<size_t>(end - static_cast<uint64_t>(p) - 1), '\0');
+      if (!tail.empty() && !PreadAll(fd, tail.data(), tail.size(), static_cast<uint64_t>(p) + 1)) {
+        return -1;
+      }
+      // Whole, and followed by nothing or by the "," of a cut separator.
+      const size_t len = WholeObjectLength(tail);
+      if (len != 0 && (len == tail.size() || (len + 1 == tail.size() && tail[len] == ','))) {
+        return p + 1 + static_cast<int64_t>(len);
+      }
+      return before == ',' ? p - 1 : 1;
+    }
+    if (before == '}') return p;  // a cut closing "\n]\n" after a whole object
+    end = static_cast<uint64_t>(p);  // e.g. an empty trace cut inside "[\n\n]\n"
+  }
+}
+
+}  // namespace internal
+
+bool RepairTraceFile(const std::string& path, bool* repaired, std::string* error) {
+  *repaired = false;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    *error = "cannot open '" + path + "': " + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  bool ok = ::fstat(fd, &st) == 0;
+  if (ok && st.st_size == 0) {
+    // Not even "[" reached the file.
+    ok = ::pwrite(fd, "[\n]\n", 4, 0) == 4;
+    *repaired = ok;
+  } else if (ok) {
+    bool closed = false;
+    const int64_t keep = internal::CompleteTracePrefix(fd, static_cast<uint64_t>(st.st_size), &closed);
+    if (keep < 0) {
+      ::close(fd);
+      *error = "'" + path + "' is not an smprof trace; left as it is";
+      return false;
+    }
+    if (!closed) {
+      ok = CloseAt(fd, static_cast<uint64_t>(keep));
+      *repaired = ok;
+    }
+  }
+  if (!ok) *error = "cannot repair '" + path + "': " + std::strerror(errno);
+  if (::close(fd) != 0 && ok) {
+    *error = "cannot repair '" + path + "': " + std::strerror(errno);
+    ok = false;
+  }
+  return ok;
+}
 
 void AppendJsonString(std::string* out, std::string_view bytes) {
   static const char kHex[] = "0123456789abcdef";
@@ -165,7 +318,9 @@ std::string JsonArgs::str() const {
 // --- TraceWriter ------------------------------------------------------------
 
 std::unique_ptr<TraceWriter> TraceWriter::Open(const std::string& path, std::string* error) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Read access too: after a write error the writer reads back where the last
+  // whole object ends (CloseAfterError).
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     if (error) {
       *error = "cannot create trace file '" + path + "': " + std::strerror(errno) +
@@ -209,9 +364,32 @@ bool TraceWriter::WriteAll(const char* data, size_t size) {
 
 bool TraceWriter::Flush() {
   if (fd_ < 0) return ok();
-  if (!buf_.empty() && ok()) WriteAll(buf_.data(), buf_.size());
+  if (!buf_.empty() && ok() && !WriteAll(buf_.data(), buf_.size())) CloseAfterError();
   buf_.clear();  // after an error, output is discarded rather than grown forever
   return ok();
+}
+
+void TraceWriter::CloseAfterError() {
+  // A write failed part way (ENOSPC, EFBIG): the file may end inside an
+  // object. Cut it after the last whole object and close the array; if even
+  // the three closing bytes do not fit, step back one object at a time.
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) {
+    error_ += "; the trace may end inside an event";
+    return;
+  }
+  uint64_t end = static_cast<uint64_t>(st.st_size);
+  for (;;) {
+    bool closed = false;
+    const int64_t keep = internal::CompleteTracePrefix(fd_, end, &closed);
+    if (keep > 0 && CloseAt(fd_, static_cast<uint64_t>(keep))) {
+      error_ += "; the trace was cut after the last event written whole and closed";
+      return;
+    }
+    if (keep <= 1) break;
+    end = static_cast<uint64_t>(keep) - 1;  // cuts that object: the one before is kept
+  }
+  error_ += "; the trace may end inside an event";
 }
 
 void TraceWriter::Begin(char phase, uint32_t pid) {
@@ -229,7 +407,7 @@ void TraceWriter::End() {
 }
 
 void TraceWriter::ProcessName(uint32_t pid, std::string_view name) {
-  if (finished_) return;
+  if (finished_ || !error_.empty()) return;
   Begin('M', pid);
   buf_.append(",\"name\":\"process_name\",\"args\":{\"name\":");
   AppendJsonString(&buf_, name);
@@ -238,7 +416,7 @@ void TraceWriter::ProcessName(uint32_t pid, std::string_view name) {
 }
 
 void TraceWriter::ProcessSortIndex(uint32_t pid, int64_t index) {
-  if (finished_) return;
+  if (finished_ || !error_.empty()) return;
   Begin('M', pid);
   buf_.append(",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":");
   AppendInt(&buf_, index);
@@ -247,7 +425,7 @@ void TraceWriter::ProcessSortIndex(uint32_t pid, int64_t index) {
 }
 
 void TraceWriter::ThreadName(uint32_t pid, uint32_t tid, std::string_view name) {
-  if (finished_) return;
+  if (finished_ || !error_.empty()) return;
   Begin('M', pid);
   buf_.append(",\"tid\":");
   AppendUint(&buf_, tid);
@@ -258,7 +436,7 @@ void TraceWriter::ThreadName(uint32_t pid, uint32_t tid, std::string_view name) 
 }
 
 void TraceWriter::ThreadSortIndex(uint32_t pid, uint32_t tid, int64_t index) {
-  if (finished_) return;
+  if (finished_ || !error_.empty()) return;
   Begin('M', pid);
   buf_.append(",\"tid\":");
   AppendUint(&buf_, tid);
@@ -270,7 +448,7 @@ void TraceWriter::ThreadSortIndex(uint32_t pid, uint32_t tid, int64_t index) {
 
 void TraceWriter::Complete(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns,
                            uint64_t dur_ns, const JsonArgs* args) {
-  if (finished_) return;
+  if (finished_ || !error_.empty()) return;
   Begin('X', pid);
   buf_.append(",\"tid\":");
   AppendUint(&buf_, tid);
@@ -289,7 +467,7 @@ void TraceWriter::Complete(uint32_t pid, uint32_t tid, std::string_view name, ui
 
 void TraceWriter::Instant(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns,
                           const JsonArgs* args) {
-  if (finished_) return;
+  if (finished_ || !error_.empty()) return;
   Begin('i', pid);
   buf_.append(",\"tid\":");
   AppendUint(&buf_, tid);
@@ -306,7 +484,7 @@ void TraceWriter::Instant(uint32_t pid, uint32_t tid, std::string_view name, uin
 
 void TraceWriter::Counter(uint32_t pid, std::string_view name, uint64_t ts_ns,
                           const JsonArgs& args) {
-  if (finished_) return;
+  if (finished_ || !error_.empty()) return;
   Begin('C', pid);
   buf_.append(",\"cat\":\"smprof\",\"name\":");
   AppendJsonString(&buf_, name);

@@ -4,8 +4,10 @@
 // ",\n" (the separator is written *before* each object but the first), and
 // Finish() appends "\n]\n". Objects are buffered in memory and reach the file
 // only whole, through write(2) at object boundaries, so whatever a killed
-// collector leaves on disk is "[" plus complete objects: appending "]" makes
-// it strict JSON, and Perfetto accepts it as is (an unclosed array is valid).
+// collector leaves on disk is "[" plus complete objects (unless a write was
+// cut short): appending "]" makes it strict JSON, and Perfetto accepts it as
+// is (an unclosed array is valid). RepairTraceFile also handles a cut write.
+// A raw '\n' appears only in this framing (strings escape it).
 //
 // Timestamps are passed as integer nanoseconds already relative to the trace
 // base and printed as microseconds with exactly three decimals ("1234.567"):
@@ -14,6 +16,11 @@
 // Strings are untrusted bytes: AppendJsonString escapes quotes, backslashes
 // and control characters (\u00XX) and replaces invalid UTF-8 with U+FFFD, so
 // the output is always valid JSON whatever the input.
+//
+// Write errors (disk full, EFBIG): the writer cuts the file after the last
+// object that reached it whole, appends "\n]\n" so it stays strict JSON,
+// reports the error (error(), Finish() false) and writes nothing more.
+// RepairTraceFile does the same for a file whose writer was killed.
 //
 // Single-threaded: the collector owns the writer.
 #pragma once
@@ -50,6 +57,21 @@ class JsonArgs {
   void Key(std::string_view key);
   std::string body_;
 };
+
+// Makes a trace left unfinished (writer killed, or cut mid-write) strict
+// JSON: drops a trailing partial object and appends "\n]\n". A file that
+// already ends with "\n]\n" is left as it is (*repaired false); an empty
+// file becomes "[\n]\n". False + *error if the file cannot be read or
+// written or does not start with '['.
+bool RepairTraceFile(const std::string& path, bool* repaired, std::string* error);
+
+namespace internal {
+// For the first `size` bytes of a trace file open for reading: the length of
+// the longest prefix that "\n]\n" turns into strict JSON ("[" plus whole
+// objects), or `size` with *closed true if it already ends with "\n]\n";
+// -1 if it does not start with '[' or cannot be read.
+int64_t CompleteTracePrefix(int fd, uint64_t size, bool* closed);
+}  // namespace internal
 
 class TraceWriter {
  public:
@@ -92,6 +114,8 @@ class TraceWriter {
   void Begin(char phase, uint32_t pid);
   void End();
   bool WriteAll(const char* data, size_t size);
+  // After a failed write: cut after the last whole object, close the array.
+  void CloseAfterError();
 
   int fd_;
   std::string path_;

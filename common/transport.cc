@@ -14,10 +14,18 @@
 //    shared one back; write_pos, headers and drop counters are untrusted.
 //  - Boost.Interprocess throws; every public entry point catches and turns
 //    the exception into an error string or a false/zero result.
+//  - A producer can ftruncate its ring segment while the consumer has it
+//    mapped; touching the lost pages raises SIGBUS. The consumer touches ring
+//    memory only inside Guarded() (sigsetjmp target + an armed address range),
+//    with its SIGBUS handler installed for the duration of Poll/stats()
+//    (reference counted, previous action saved, chained and restored). The
+//    handler jumps back only for a kernel-raised fault inside the armed range
+//    on the faulting thread; any other SIGBUS goes to the previous action.
 #include "common/transport.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,10 +70,84 @@ bool ProcessAlive(uint32_t pid) {
 
 bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
-uint64_t RoundUpRingBytes(size_t requested) {
-  uint64_t bytes = internal::kMinRingBytes;
-  while (bytes < requested && bytes < internal::kMaxRingBytes) bytes <<= 1;
-  return bytes;
+constexpr uint64_t kBeatIntervalNs = 100'000'000;  // heartbeat refresh during a drain
+
+// ---- SIGBUS guard ---------------------------------------------------------
+
+struct BusJump {
+  sigjmp_buf env;
+  volatile sig_atomic_t armed;
+  const volatile char* lo;  // armed address range [lo, hi)
+  const volatile char* hi;
+};
+thread_local BusJump t_bus{};
+
+std::mutex g_bus_mu;
+int g_bus_users = 0;             // SigbusScopes alive, all threads
+struct sigaction g_bus_prev {};  // the action ours replaced; read by the handler
+
+void OnSigbus(int sig, siginfo_t* info, void* context) {
+  BusJump& j = t_bus;
+  const auto* addr = static_cast<const volatile char*>(info != nullptr ? info->si_addr : nullptr);
+  if (j.armed != 0 && info != nullptr && info->si_code > 0 && addr >= j.lo && addr < j.hi) {
+    j.armed = 0;
+    siglongjmp(j.env, 1);
+  }
+  // Not ours: behave as the previous action would have.
+  const struct sigaction& prev = g_bus_prev;
+  if ((prev.sa_flags & SA_SIGINFO) != 0) {
+    if (prev.sa_sigaction != nullptr) prev.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (prev.sa_handler == SIG_IGN && info != nullptr && info->si_code <= 0) return;  // sent, ignored
+  if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+    prev.sa_handler(sig);
+    return;
+  }
+  // Default action (a hardware fault cannot be ignored either): die of it.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(SIGBUS, &dfl, nullptr);
+  raise(SIGBUS);  // SA_NODEFER: delivered now
+}
+
+// Keeps OnSigbus installed while alive (nesting and threads share one install).
+class SigbusScope {
+ public:
+  SigbusScope() {
+    std::lock_guard<std::mutex> lock(g_bus_mu);
+    if (g_bus_users++ != 0) return;
+    struct sigaction ours {};
+    ours.sa_sigaction = OnSigbus;
+    ours.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+    sigemptyset(&ours.sa_mask);
+    sigaction(SIGBUS, &ours, &g_bus_prev);
+  }
+  ~SigbusScope() {
+    std::lock_guard<std::mutex> lock(g_bus_mu);
+    if (--g_bus_users == 0) sigaction(SIGBUS, &g_bus_prev, nullptr);
+  }
+  SigbusScope(const SigbusScope&) = delete;
+  SigbusScope& operator=(const SigbusScope&) = delete;
+};
+
+// Runs `f`, which may touch shared memory in [base, base + bytes) and nothing
+// else that can fault; returns false if that memory raised SIGBUS (then `f`
+// stopped part way). Requires a live SigbusScope; not reentrant. `f` must not
+// own resources (a jump skips destructors).
+template <typename F>
+bool Guarded(const void* base, size_t bytes, F&& f) {
+  BusJump& j = t_bus;
+  j.lo = static_cast<const volatile char*>(base);
+  j.hi = j.lo + bytes;
+  if (sigsetjmp(j.env, 0) != 0) return false;
+  j.armed = 1;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  f();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  j.armed = 0;
+  return true;
 }
 
 void RemoveSegment(const std::string& name) {
@@ -156,15 +238,25 @@ struct Producer::Impl {
     return beat >= now || now - beat < timeout_ns;
   }
 
-  // Requires mu. `shared`: also count in the ring header for the collector.
-  bool Drop(uint32_t size, uint64_t events, bool shared) {
+  bool Closed() const { return control->closed.load(std::memory_order_seq_cst) != 0; }
+
+  enum class Where { kRing, kControl };
+  // Requires mu. Counts locally and where the collector reads it: the ring
+  // header while this process owns an attached ring, else the run's control
+  // header (after Detach, in a forked child: the ring may be reaped already,
+  // and a child never writes the parent's ring).
+  bool Drop(uint32_t size, uint64_t events, Where where) {
     ++stats.messages_dropped;
     stats.bytes_dropped += size;
     stats.events_dropped += events;
-    if (shared) {
+    if (where == Where::kRing) {
       ring->messages_dropped.fetch_add(1, std::memory_order_relaxed);
       ring->bytes_dropped.fetch_add(size, std::memory_order_relaxed);
       ring->events_dropped.fetch_add(events, std::memory_order_relaxed);
+    } else if (control != nullptr) {
+      control->late_messages_dropped.fetch_add(1, std::memory_order_relaxed);
+      control->late_bytes_dropped.fetch_add(size, std::memory_order_relaxed);
+      control->late_events_dropped.fetch_add(events, std::memory_order_relaxed);
     }
     return false;
   }
@@ -224,6 +316,16 @@ std::unique_ptr<Producer> Producer::Attach(const std::string& run_id, const Prod
             ": use matching smprof builds";
       return nullptr;
     }
+    if (s.Closed()) {
+      err = "smprof collector for run '" + run_id + "' is shutting down: start the application "
+            "under a new smprof-run";
+      return nullptr;
+    }
+    if (internal::RingCapacityFor(options.ring_bytes) == 0) {
+      err = "smprof ring of " + std::to_string(options.ring_bytes) + " bytes exceeds the " +
+            std::to_string(internal::kMaxRingBytes >> 20) + " MiB limit: lower SMPROF_SHM_MB";
+      return nullptr;
+    }
     const uint32_t max_producers = s.control->max_producers;
     if (max_producers > internal::kMaxProducers ||
         internal::ControlSegmentBytes(max_producers) > s.control_region.get_size()) {
@@ -249,7 +351,7 @@ std::unique_ptr<Producer> Producer::Attach(const std::string& run_id, const Prod
     const uint32_t generation = claimed->generation.fetch_add(1, std::memory_order_relaxed) + 1;
     claimed->pid.store(s.pid, std::memory_order_release);
 
-    s.capacity = RoundUpRingBytes(options.ring_bytes);
+    s.capacity = internal::RingCapacityFor(options.ring_bytes);
     const uint64_t segment_bytes = internal::kRingDataOffset + s.capacity;
     ring_name = internal::RingSegmentName(run_id, s.entry, generation);
     bip::shared_memory_object shm;
@@ -297,18 +399,30 @@ std::unique_ptr<Producer> Producer::Attach(const std::string& run_id, const Prod
 }
 
 bool Producer::Send(const void* message, uint32_t size, uint64_t events) {
+  using Where = Impl::Where;
   Impl& s = *impl_;
   std::lock_guard<std::mutex> lock(s.mu);
-  if (s.detached || !s.InOwner()) return s.Drop(size, events, /*shared=*/false);
-  if (s.ring->abandoned.load(std::memory_order_relaxed) != 0) return s.Drop(size, events, true);
+  if (s.detached || !s.InOwner()) return s.Drop(size, events, Where::kControl);
   wire::MsgHeader header{};
   if (message == nullptr || size < sizeof(header) || size % wire::kMsgAlign != 0 ||
       size > wire::kMaxMessageBytes || size > s.capacity / 2) {
-    return s.Drop(size, events, true);
+    return s.Drop(size, events, Where::kRing);
   }
   std::memcpy(&header, message, sizeof(header));
   if (header.size != size || header.type == wire::kMsgPad || header.type > kMaxMsgType) {
-    return s.Drop(size, events, true);
+    return s.Drop(size, events, Where::kRing);
+  }
+
+  // Shutdown handshake (transport_layout.h): announce the Send, then look at
+  // `closed`; both seq_cst. Cleared (release) after the commit or the drop.
+  s.ring->sending.store(1, std::memory_order_seq_cst);
+  struct Clear {
+    RingHeader* ring;
+    ~Clear() { ring->sending.store(0, std::memory_order_release); }
+  } clear{s.ring};
+  if (s.Closed() || !s.CollectorAlive() ||
+      s.ring->abandoned.load(std::memory_order_relaxed) != 0) {
+    return s.Drop(size, events, Where::kRing);
   }
 
   const uint64_t mask = s.capacity - 1;
@@ -319,10 +433,10 @@ bool Producer::Send(const void* message, uint32_t size, uint64_t events) {
   auto nap = std::chrono::microseconds(50);
   for (;;) {
     const uint64_t r = s.ring->read_pos.load(std::memory_order_acquire);
-    if (r > w || w - r > s.capacity) return s.Drop(size, events, true);  // corrupt index
+    if (r > w || w - r > s.capacity) return s.Drop(size, events, Where::kRing);  // corrupt index
     if (s.capacity - (w - r) >= need) break;
     if (!s.CollectorAlive() || std::chrono::steady_clock::now() >= deadline) {
-      return s.Drop(size, events, true);
+      return s.Drop(size, events, Where::kRing);
     }
     std::this_thread::sleep_for(nap);
     nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(5));
@@ -367,17 +481,61 @@ ProducerStats Producer::stats() const {
 
 namespace {
 
+struct Drops {
+  uint64_t messages = 0;
+  uint64_t bytes = 0;
+  uint64_t events = 0;
+};
+
 struct Slot {
   enum Phase { kUnmapped, kMapped, kAbandoned };
   Phase phase = kUnmapped;
   uint32_t pid = 0;
   std::string name;
+  // The whole segment; kept mapped after abandonment, until the entry is
+  // freed, so drops the producer counts later still reach the stats.
   bip::mapped_region region;
   RingHeader* ring = nullptr;
-  const uint8_t* data = nullptr;
+  const uint8_t* data = nullptr;  // null unless readable (kMapped)
   uint64_t capacity = 0;
   uint64_t read_pos = 0;  // authoritative; mirrored to ring->read_pos
+  bool sealed = false;    // after Close: drained with no Send in flight, so final
+  mutable bool header_faulted = false;  // the header raised SIGBUS: never touch it again
+  mutable Drops drops;                  // last drop counts read from the header
+
+  // Runs `f` on this ring's memory under the SIGBUS guard.
+  template <typename F>
+  bool Touch(F&& f) const {
+    return Guarded(region.get_address(), region.get_size(), std::forward<F>(f));
+  }
+
+  // The producer's drop counts (the last good values if the header faults).
+  Drops ReadDrops() const {
+    if (ring == nullptr || header_faulted) return drops;
+    Drops d;
+    if (!Touch([&] {
+          d.messages = ring->messages_dropped.load(std::memory_order_relaxed);
+          d.bytes = ring->bytes_dropped.load(std::memory_order_relaxed);
+          d.events = ring->events_dropped.load(std::memory_order_relaxed);
+        })) {
+      header_faulted = true;
+      return drops;
+    }
+    drops = d;
+    return d;
+  }
 };
+
+void AddDrops(const Drops& d, ConsumerStats* out) {
+  out->producer_messages_dropped += d.messages;
+  out->producer_bytes_dropped += d.bytes;
+  out->producer_events_dropped += d.events;
+}
+
+bool HeaderOk(const wire::MsgHeader& h, uint64_t readable) {
+  return h.type <= kMaxMsgType && h.size >= sizeof(h) && h.size % wire::kMsgAlign == 0 &&
+         h.size <= wire::kMaxMessageBytes && h.size <= readable;
+}
 
 }  // namespace
 
@@ -388,21 +546,21 @@ struct Consumer::Impl {
   ControlHeader* control = nullptr;
   RegistryEntry* entries = nullptr;
   uint32_t max_producers = 0;
+  bool closed = false;
   std::vector<Slot> slots;
   std::vector<uint8_t> copy;  // private copy of the message being delivered
-  uint64_t since_beat = 0;    // messages since the heartbeat was last refreshed mid-drain
-  ConsumerStats totals;       // messages, bytes, framing errors, seen; drops of gone rings
+  uint64_t last_beat_ns = 0;  // when this consumer last stored the heartbeat
+  ConsumerStats totals;       // messages, bytes, framing errors, seen; drops of freed rings
+
+  void Beat(uint64_t now) {
+    control->heartbeat_ns.store(now, std::memory_order_release);
+    last_beat_ns = now;
+  }
 
   void FreeEntry(RegistryEntry& e) {
     e.pid.store(0, std::memory_order_relaxed);
     e.ring_bytes.store(0, std::memory_order_relaxed);
     e.state.store(internal::kEntryFree, std::memory_order_release);
-  }
-
-  void AddDrops(const Slot& slot) {
-    totals.producer_messages_dropped += slot.ring->messages_dropped.load(std::memory_order_relaxed);
-    totals.producer_bytes_dropped += slot.ring->bytes_dropped.load(std::memory_order_relaxed);
-    totals.producer_events_dropped += slot.ring->events_dropped.load(std::memory_order_relaxed);
   }
 
   // Maps the ring of a ready (or already detached) entry and checks its
@@ -430,10 +588,16 @@ struct Consumer::Impl {
       return false;
     }
     slot.ring = static_cast<RingHeader*>(slot.region.get_address());
-    if (!size_ok || slot.ring->magic != internal::kRingMagic ||
-        slot.ring->version != wire::kTransportVersion || slot.ring->capacity != capacity) {
+    bool header_ok = false;
+    if (!slot.Touch([&] {
+          header_ok = slot.ring->magic == internal::kRingMagic &&
+                      slot.ring->version == wire::kTransportVersion &&
+                      slot.ring->capacity == capacity;
+        })) {
+      slot.header_faulted = true;  // shrunk since get_size
       return false;
     }
+    if (!size_ok || !header_ok) return false;
     slot.data = static_cast<const uint8_t*>(slot.region.get_address()) + internal::kRingDataOffset;
     slot.capacity = capacity;
     slot.read_pos = 0;
@@ -441,66 +605,101 @@ struct Consumer::Impl {
   }
 
   // Delivers every message committed before the write_pos snapshot. Returns
-  // false on a framing error; messages before the bad one are delivered.
+  // false on a framing error or a fault (SIGBUS); messages before the bad one
+  // are delivered.
   bool Drain(uint32_t index, Slot& slot, const MessageFn& on_message, size_t* delivered) {
-    const uint64_t w = slot.ring->write_pos.load(std::memory_order_acquire);
+    uint64_t w = 0;
+    if (!slot.Touch([&] { w = slot.ring->write_pos.load(std::memory_order_acquire); })) return false;
     uint64_t r = slot.read_pos;
     if (w < r || w - r > slot.capacity) return false;
     const ProducerInfo info{index, slot.pid};
-    bool ok = true;
     while (r < w) {
       const uint64_t offset = r & (slot.capacity - 1);
       const uint64_t readable = std::min(w - r, slot.capacity - offset);
+      if (readable < sizeof(wire::MsgHeader)) return false;
       wire::MsgHeader header{};
-      if (readable < sizeof(header)) {
-        ok = false;
-        break;
-      }
-      std::memcpy(&header, slot.data + offset, sizeof(header));
-      if (header.type > kMaxMsgType || header.size < sizeof(header) ||
-          header.size % wire::kMsgAlign != 0 || header.size > wire::kMaxMessageBytes ||
-          header.size > readable) {
-        ok = false;
-        break;
-      }
-      if (header.type != wire::kMsgPad) {
-        copy.resize(header.size);
-        std::memcpy(copy.data(), slot.data + offset, header.size);
-        // The producer may rewrite the header under us: deliver what was checked.
-        std::memcpy(copy.data(), &header, sizeof(header));
-        ++totals.messages;
-        totals.bytes += header.size;
-        ++*delivered;
-      }
-      // The message is copied out: give its space back before handling it,
+      if (!slot.Touch([&] { std::memcpy(&header, slot.data + offset, sizeof(header)); })) return false;
+      if (!HeaderOk(header, readable)) return false;
+      const bool message = header.type != wire::kMsgPad;
+      if (message) copy.resize(header.size);
+      // Copy the message out, then give its space back before handling it,
       // so a producer never waits on the collector's trace writing.
-      r += header.size;
-      slot.read_pos = r;
-      slot.ring->read_pos.store(r, std::memory_order_release);
-      if (header.type != wire::kMsgPad && on_message) {
-        on_message(info, copy.data(), header.size);
-        if ((++since_beat & 1023) == 0) control->heartbeat_ns.store(MonotonicNs(), std::memory_order_release);
+      const uint64_t next = r + header.size;
+      if (!slot.Touch([&] {
+            if (message) std::memcpy(copy.data(), slot.data + offset, header.size);
+            slot.ring->read_pos.store(next, std::memory_order_release);
+          })) {
+        return false;
       }
+      r = next;
+      slot.read_pos = r;
+      if (!message) continue;
+      // The producer may rewrite the header under us: deliver what was checked.
+      std::memcpy(copy.data(), &header, sizeof(header));
+      ++totals.messages;
+      totals.bytes += header.size;
+      ++*delivered;
+      if (on_message) on_message(info, copy.data(), header.size);
+      // A slow handler must not let the heartbeat go stale (transport.h).
+      const uint64_t now = MonotonicNs();
+      if (now - last_beat_ns >= kBeatIntervalNs) Beat(now);
     }
-    return ok;
+    return true;
+  }
+
+  // Adds what a live ring holds undelivered to out->unread_*.
+  void CountUnread(const Slot& slot, ConsumerStats* out) const {
+    if (slot.phase != Slot::kMapped || slot.data == nullptr) return;
+    uint64_t w = 0;
+    if (!slot.Touch([&] { w = slot.ring->write_pos.load(std::memory_order_acquire); })) return;
+    const uint64_t r0 = slot.read_pos;
+    if (w < r0 || w - r0 > slot.capacity) return;  // corrupt: the next Poll abandons it
+    uint64_t r = r0;
+    uint64_t messages = 0;
+    uint64_t bytes = 0;
+    slot.Touch([&] {
+      while (r < w) {
+        const uint64_t offset = r & (slot.capacity - 1);
+        const uint64_t readable = std::min(w - r, slot.capacity - offset);
+        wire::MsgHeader header{};
+        if (readable < sizeof(header)) return;
+        std::memcpy(&header, slot.data + offset, sizeof(header));
+        if (!HeaderOk(header, readable)) return;
+        if (header.type != wire::kMsgPad) {
+          ++messages;
+          bytes += header.size;
+        }
+        r += header.size;
+      }
+    });
+    out->unread_messages += messages;
+    out->unread_bytes += bytes + (w > r ? w - r : 0);  // an unparseable rest counts as bytes
   }
 
   void End(uint32_t index, Slot& slot, bool clean, const ProducerEndFn& on_end) {
-    if (slot.ring != nullptr) AddDrops(slot);
     --totals.producers_active;
     if (on_end) on_end(ProducerInfo{index, slot.pid}, clean);
   }
 
-  // Framing error or unusable ring: stop reading it for good. The entry stays
-  // taken until the producer detaches or dies, so its slot is not reused
-  // while the process may still write.
+  // Takes the ring's final drop counts, unmaps it and frees the entry.
+  void Free(uint32_t index, Slot& slot) {
+    AddDrops(slot.ReadDrops(), &totals);
+    slot = Slot{};
+    FreeEntry(entries[index]);
+  }
+
+  // Framing error, fault or unusable ring: stop reading it for good. The entry
+  // stays taken until the producer detaches or dies, so its slot is not
+  // reused while the process may still write; the header stays mapped so the
+  // drops it counts meanwhile are still read.
   void Abandon(uint32_t index, Slot& slot, const ProducerEndFn& on_end) {
     ++totals.framing_errors;
-    if (slot.ring != nullptr) slot.ring->abandoned.store(1, std::memory_order_relaxed);
+    if (slot.ring != nullptr && !slot.header_faulted &&
+        !slot.Touch([&] { slot.ring->abandoned.store(1, std::memory_order_relaxed); })) {
+      slot.header_faulted = true;
+    }
     End(index, slot, false, on_end);
     RemoveSegment(slot.name);
-    bip::mapped_region().swap(slot.region);
-    slot.ring = nullptr;
     slot.data = nullptr;
     slot.phase = Slot::kAbandoned;
   }
@@ -508,8 +707,7 @@ struct Consumer::Impl {
   void Reap(uint32_t index, Slot& slot, bool clean, const ProducerEndFn& on_end) {
     End(index, slot, clean, on_end);
     RemoveSegment(slot.name);
-    slot = Slot{};
-    FreeEntry(entries[index]);
+    Free(index, slot);
   }
 };
 
@@ -586,7 +784,8 @@ std::unique_ptr<Consumer> Consumer::Create(const std::string& run_id, const Cons
 
 size_t Consumer::Poll(const MessageFn& on_message, const ProducerEndFn& on_end) {
   Impl& s = *impl_;
-  s.control->heartbeat_ns.store(MonotonicNs(), std::memory_order_release);
+  const SigbusScope bus;
+  s.Beat(MonotonicNs());
   size_t delivered = 0;
   for (uint32_t i = 0; i < s.max_producers; ++i) {
     RegistryEntry& e = s.entries[i];
@@ -614,30 +813,49 @@ size_t Consumer::Poll(const MessageFn& on_message, const ProducerEndFn& on_end) 
       }
     }
     if (slot.phase == Slot::kAbandoned) {
-      if (state != internal::kEntryReady || !ProcessAlive(slot.pid)) {
-        slot = Slot{};
-        s.FreeEntry(e);
-      }
+      if (state != internal::kEntryReady || !ProcessAlive(slot.pid)) s.Free(i, slot);
       continue;
     }
     // Decide before the write_pos snapshot: a detached or dead producer
     // writes nothing after it, so draining up to the snapshot is final.
     const bool detached = state == internal::kEntryDetached;
     const bool dead = !detached && !ProcessAlive(slot.pid);
+    // Likewise after Close, once no Send is in flight (transport_layout.h).
+    bool seal = false;
+    if (s.closed && !slot.sealed) {
+      uint32_t sending = 1;
+      if (!slot.Touch([&] { sending = slot.ring->sending.load(std::memory_order_seq_cst); })) {
+        s.Abandon(i, slot, on_end);
+        continue;
+      }
+      seal = sending == 0;
+    }
     if (!s.Drain(i, slot, on_message, &delivered)) {
       s.Abandon(i, slot, on_end);
       continue;
     }
+    if (seal) slot.sealed = true;
     if (detached || dead) s.Reap(i, slot, detached, on_end);
   }
   return delivered;
 }
 
+void Consumer::Close() {
+  Impl& s = *impl_;
+  s.closed = true;
+  s.control->closed.store(1, std::memory_order_seq_cst);
+}
+
+bool Consumer::closed() const { return impl_->closed; }
+
 bool Consumer::Idle() const {
   const Impl& s = *impl_;
   for (uint32_t i = 0; i < s.max_producers; ++i) {
     const Slot& slot = s.slots[i];
-    if (slot.phase == Slot::kMapped) return false;  // not reaped yet
+    if (slot.phase == Slot::kMapped) {
+      if (s.closed && slot.sealed) continue;  // final: nothing more can arrive
+      return false;                           // not reaped yet
+    }
     const uint32_t state = s.entries[i].state.load(std::memory_order_acquire);
     const uint32_t pid =
         slot.phase == Slot::kAbandoned ? slot.pid : s.entries[i].pid.load(std::memory_order_acquire);
@@ -660,13 +878,16 @@ bool Consumer::Idle() const {
 
 ConsumerStats Consumer::stats() const {
   const Impl& s = *impl_;
+  const SigbusScope bus;
   ConsumerStats out = s.totals;
   for (const Slot& slot : s.slots) {
-    if (slot.phase != Slot::kMapped || slot.ring == nullptr) continue;
-    out.producer_messages_dropped += slot.ring->messages_dropped.load(std::memory_order_relaxed);
-    out.producer_bytes_dropped += slot.ring->bytes_dropped.load(std::memory_order_relaxed);
-    out.producer_events_dropped += slot.ring->events_dropped.load(std::memory_order_relaxed);
+    if (slot.phase == Slot::kUnmapped) continue;
+    AddDrops(slot.ReadDrops(), &out);
+    s.CountUnread(slot, &out);
   }
+  out.producer_messages_dropped += s.control->late_messages_dropped.load(std::memory_order_relaxed);
+  out.producer_bytes_dropped += s.control->late_bytes_dropped.load(std::memory_order_relaxed);
+  out.producer_events_dropped += s.control->late_events_dropped.load(std::memory_order_relaxed);
   out.registry_full = s.control->registry_full.load(std::memory_order_relaxed);
   return out;
 }

@@ -28,15 +28,42 @@
 // Overflow policy: when the ring is full the producer waits (sleeping, with
 // backoff) only while the collector's heartbeat is fresh, and at most
 // `max_wait` per message; then it drops the message and counts it (messages,
-// bytes and the events it carried) in the ring header, where the collector
-// reads the counts. A producer never blocks for long and never blocks at all
-// once the collector is gone.
+// bytes and the events it carried) where the collector reads the counts. A
+// producer never blocks for long and never blocks at all once the collector is
+// gone. Every Send checks the heartbeat and the run's `closed` flag, full ring
+// or not: once the collector is gone or has closed the run, Send drops and
+// counts at once instead of writing into a ring nobody will read.
+//
+// Heartbeat: Poll refreshes it on entry and, while delivering, whenever
+// 100 ms have passed since the last refresh (clock read after every message),
+// so a slow on_message handler does not make producers think the collector
+// died. Only a single handler call longer than collector_timeout can.
+//
+// Shutdown: the collector calls Consumer::Close() when it begins its final
+// drain. Sends that start after it are dropped and counted; a Send already in
+// flight commits, and later Polls deliver it (see the handshake in
+// transport_layout.h). So after Close(), Poll until Idle(): then every message
+// ever committed has been delivered, and stats() counts every drop the
+// producers recorded up to that read. Idle() after Close() does not wait for
+// live producers to detach: nothing more can arrive from them.
+//
+// Loss accounting: ConsumerStats::producer_*_dropped sums the producers' own
+// drop counts, including drops after their ring was abandoned, after Detach
+// and in forked children. unread_messages/unread_bytes are what is committed
+// in mapped rings but not yet delivered, as of the stats() call: what
+// destroying the Consumer then would discard. After a complete final drain
+// they are zero.
 //
 // The consumer treats every byte of shared memory as hostile: indices are
 // snapshotted once and checked against the capacity, each message header is
 // checked (type known, size >= 8, multiple of 8, <= wire::kMaxMessageBytes,
 // inside the readable span) before the message is copied out. A ring that
-// fails a framing check is abandoned (counted), never read past.
+// fails a framing check is abandoned (counted), never read past. A producer
+// may also shrink its ring segment (ftruncate) under the consumer's mapping:
+// every access of ring memory runs under a SIGBUS guard (a thread-local
+// sigsetjmp target; the process's previous SIGBUS action is chained for any
+// other fault and restored when no Poll/stats() is running), and a ring that
+// faults is abandoned like a framing error.
 //
 // Teardown: Producer::Detach marks the entry detached. The consumer unlinks a
 // ring segment once it is detached (or its pid is dead) and drained, and frees
@@ -60,7 +87,8 @@ std::string ControlSegmentName(const std::string& run_id);
 void RemoveRunSegments(const std::string& run_id);
 
 struct ProducerOptions {
-  size_t ring_bytes = 32u << 20;  // rounded up to a power of two, >= 64 KiB
+  // Rounded up to a power of two, >= 64 KiB; at most 4 GiB (Attach fails above).
+  size_t ring_bytes = 32u << 20;
   std::chrono::milliseconds max_wait{200};  // per message, while the collector is alive
   std::chrono::milliseconds collector_timeout{2000};  // heartbeat older than this = gone
 };
@@ -76,14 +104,16 @@ class Producer {
  public:
   // Claims a registry entry of the run and creates this process's ring.
   // Returns nullptr with a one-line *error naming the fix on failure (no
-  // such run, registry full, /dev/shm full, version mismatch).
+  // such run, run closed, registry full, ring above 4 GiB, /dev/shm full,
+  // version mismatch).
   static std::unique_ptr<Producer> Attach(const std::string& run_id, const ProducerOptions& options,
                                           std::string* error);
   ~Producer();  // Detach()
 
   // Appends one framed message (`size` bytes starting with a wire::MsgHeader
   // whose size field equals `size`). `events` is how many events the message
-  // carries, for loss accounting. Returns false if the message was dropped.
+  // carries, for loss accounting. Returns false if the message was dropped
+  // (malformed, detached, collector gone or closed, ring full past max_wait).
   // Thread-safe.
   bool Send(const void* message, uint32_t size, uint64_t events);
 
@@ -117,6 +147,10 @@ struct ConsumerStats {
   uint64_t producer_bytes_dropped = 0;
   uint64_t producer_events_dropped = 0;
   uint64_t registry_full = 0;         // producers refused for lack of an entry
+  // Committed to mapped rings but not delivered yet, as of this stats() call
+  // (what destroying the Consumer now would discard; pads not counted).
+  uint64_t unread_messages = 0;
+  uint64_t unread_bytes = 0;
 };
 
 struct ConsumerOptions {
@@ -135,14 +169,23 @@ class Consumer {
 
   // Refreshes the heartbeat, maps newly ready rings, and delivers each framed
   // message (a private copy; valid during the call) in ring order. Calls
-  // on_end once per producer after its last message (detached, or its
-  // process died). Returns the number of messages delivered.
+  // on_end once per producer after its last message (detached, its process
+  // died, or its ring was abandoned: clean_detach false). Returns the number
+  // of messages delivered. Not thread-safe (one polling thread).
   size_t Poll(const MessageFn& on_message, const ProducerEndFn& on_end = nullptr);
 
+  // Starts the final drain: from now on producers drop and count new
+  // messages and Attach fails. Messages committed (or being committed) before
+  // are still delivered by Poll: Poll until Idle(). Idempotent.
+  void Close();
+  bool closed() const;
+
   // True when no registered producer is still attached and alive, and all
-  // rings are drained.
+  // rings are drained. After Close(): true once every ring is drained and has
+  // no Send in flight, even if its producer is still alive.
   bool Idle() const;
 
+  // Totals, live drop counts, and the unread_* backlog (reads the rings).
   ConsumerStats stats() const;
 
   Consumer(const Consumer&) = delete;

@@ -21,6 +21,21 @@
 // claim, before creating its ring; the consumer reads them after an acquire
 // load of `state`. A producer that dies between its claim and the pid store
 // leaves its entry claimed with pid 0 for the rest of the run (Idle ignores it).
+//
+// Where a producer counts a drop (the consumer adds all of them up):
+//   - in its RingHeader while it owns an attached ring (also once the ring is
+//     abandoned: the consumer keeps the header mapped until it frees the entry);
+//   - in ControlHeader::late_* after Detach or in a forked child, whose ring
+//     the consumer may already have reaped (a child never writes ring memory).
+//
+// Shutdown handshake (ControlHeader::closed, RingHeader::sending), a Dekker
+// pair of sequentially consistent accesses:
+//   producer Send: sending = 1; if (closed) drop; else write, commit write_pos;
+//                  sending = 0 (release)
+//   consumer Close: closed = 1; then per ring: if sending == 0, drain up to a
+//                  write_pos snapshot taken after that load: the ring is final.
+// Either the consumer sees a Send in flight (and drains again later) or the
+// Send sees `closed` and drops; no message is committed unseen.
 #pragma once
 
 #include <atomic>
@@ -35,7 +50,16 @@ inline constexpr uint64_t kControlMagic = 0x4c52544352504d53ull;  // "SMPRCTRL"
 inline constexpr uint64_t kRingMagic = 0x474e495252504d53ull;     // "SMPRRING"
 
 inline constexpr uint64_t kMinRingBytes = 64u << 10;
-inline constexpr uint64_t kMaxRingBytes = 1ull << 30;
+inline constexpr uint64_t kMaxRingBytes = 1ull << 32;  // 4 GiB: SMPROF_SHM_MB <= 4096
+
+// Ring capacity for a requested size: the next power of two, at least
+// kMinRingBytes; 0 when the request exceeds kMaxRingBytes.
+inline uint64_t RingCapacityFor(uint64_t requested) {
+  if (requested > kMaxRingBytes) return 0;
+  uint64_t bytes = kMinRingBytes;
+  while (bytes < requested) bytes <<= 1;
+  return bytes;
+}
 inline constexpr uint32_t kMaxProducers = 1u << 16;
 
 enum EntryState : uint32_t {
@@ -50,10 +74,15 @@ struct ControlHeader {
   uint32_t version;             // wire::kTransportVersion
   uint32_t collector_pid;
   uint32_t max_producers;       // RegistryEntry count following the header
-  uint32_t reserved0;
-  std::atomic<uint64_t> heartbeat_ns;   // CLOCK_MONOTONIC; refreshed by every Poll
+  std::atomic<uint32_t> closed;  // consumer: 1 (seq_cst) from Consumer::Close on
+  std::atomic<uint64_t> heartbeat_ns;   // CLOCK_MONOTONIC; refreshed by Poll and during drains
   std::atomic<uint64_t> registry_full;  // producers that found no free entry
-  uint64_t reserved1[11];
+  // Drops counted by producers without an attached ring of their own (after
+  // Detach, in a forked child); the consumer adds them to its stats.
+  std::atomic<uint64_t> late_messages_dropped;
+  std::atomic<uint64_t> late_bytes_dropped;
+  std::atomic<uint64_t> late_events_dropped;
+  uint64_t reserved1[8];
 };
 
 struct RegistryEntry {
@@ -79,6 +108,7 @@ struct RingHeader {
   std::atomic<uint64_t> events_dropped;
   std::atomic<uint32_t> detached;   // producer: 1 after Detach
   std::atomic<uint32_t> abandoned;  // consumer: 1 once the ring failed validation
+  std::atomic<uint32_t> sending;    // producer: 1 (seq_cst) while a Send may commit
 };
 
 inline constexpr size_t kRingDataOffset = 256;
@@ -94,7 +124,8 @@ static_assert(std::is_trivially_destructible_v<ControlHeader> &&
                   std::is_trivially_destructible_v<RegistryEntry> &&
                   std::is_trivially_destructible_v<RingHeader>,
               "shared-memory structs are never destroyed");
-static_assert(sizeof(ControlHeader) == 128 && offsetof(ControlHeader, version) == 8,
+static_assert(sizeof(ControlHeader) == 128 && offsetof(ControlHeader, version) == 8 &&
+                  offsetof(ControlHeader, closed) == 20,
               "ControlHeader layout");
 static_assert(sizeof(RegistryEntry) == 32, "RegistryEntry layout");
 static_assert(offsetof(RingHeader, write_pos) == 64 && offsetof(RingHeader, read_pos) == 128 &&

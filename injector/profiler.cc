@@ -772,8 +772,14 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
   const auto deadline = std::chrono::steady_clock::now() +
                         (reason == wire::kHarvestHighWater ? std::chrono::seconds(2) : std::chrono::seconds(5));
   if (!Quiesce(cs, mode, deadline)) {
-    if (force) {
-      Log().warn("GPU {}: profiled work did not finish in time; its events wait for a later harvest", cs->device);
+    if (reason == wire::kHarvestHighWater) {
+      Log().warn("GPU {}: profiled work did not finish in time for a drain; events may be dropped", cs->device);
+    } else if (force) {
+      // Teardown with kernels still running: give up on this context rather
+      // than hold up the application's exit (again at every later callback).
+      cs->failed = true;
+      Log().warn("GPU {}: profiled kernels were still running at {}; their events are not collected", cs->device,
+                 reason == wire::kHarvestExit ? "exit" : "teardown");
     }
     return;
   }

@@ -307,7 +307,8 @@ trace of the regions its CUDA kernels mark (kernels opt in by including
 <smprof/smprof.cuh>). The first argument that is not an option, or the one
 after --, is the program; everything after it is passed to the program.
 Exits with the program's exit status (128+N if signal N killed it), or 2 for
-a usage error, 1 if the collector cannot start.
+a usage error, 1 if the collector cannot start. Processes the program leaves
+running are waited for (up to 10 s) so that their events reach the trace.
 
 Options (an option overrides the environment variable named with it):
   -o, --output PATH    trace file (default: ./smprof-<program>-<YYYYmmdd-HHMMSS>.json)

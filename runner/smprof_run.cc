@@ -12,12 +12,26 @@
 // SIGTERM only after the program has exited; it then drains every ring and
 // writes the trace and the summary file.
 //
+// Descendants: smprof-run is a child subreaper (PR_SET_CHILD_SUBREAPER), so
+// processes the program leaves behind are reparented to it. After the program
+// exits it keeps reaping them (at most kDescendantTimeout) before it stops the
+// collector, so what they record still reaches the trace; any still running
+// then are named in one line.
+//
 // Signals: Ctrl-C reaches the program directly (same foreground group), so we
 // ignore SIGINT and let the program decide; the collector is in another group
 // and keeps running so the trace is finished. SIGTERM/SIGHUP/SIGQUIT sent to
-// us are forwarded to the program. Those signals are blocked across fork so
-// the handler never sees a half-set app pid; children restore the default
-// dispositions (SIG_IGN survives exec) and the mask before exec.
+// us are forwarded to the program. A signal that was ignored when smprof-run
+// started (nohup, a background job) stays ignored, here and in the children.
+// The forwarded signals are blocked across fork, and a signal that came before
+// the program started stops the run without starting it. The program is waited
+// for without reaping it (WNOWAIT), and its pid is cleared with the signals
+// blocked before it is reaped, so the handler never signals a reused pid.
+// Children restore the other default dispositions and the mask before exec.
+//
+// A collector that had to be killed (or died) may leave the trace cut inside
+// an event: smprof-run cuts it after the last whole one and closes the array.
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -40,6 +54,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collector/trace_writer.h"
 #include "common/transport.h"
 #include "runner/run_options.h"
 
@@ -52,10 +67,20 @@ constexpr int kExitUsage = 2;
 constexpr int kExitCollectorFailed = 1;
 constexpr std::chrono::seconds kReadyTimeout{10};
 constexpr std::chrono::seconds kCollectorStopTimeout{30};
+constexpr std::chrono::seconds kDescendantTimeout{10};
 constexpr int kForwardedSignals[] = {SIGTERM, SIGHUP, SIGQUIT};
 
 volatile sig_atomic_t g_app_pid = 0;
 volatile sig_atomic_t g_pending_signal = 0;
+// Signals ignored when smprof-run started: never handled nor reset here.
+bool g_ignored_at_start[NSIG] = {};
+
+void RecordIgnoredSignals() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    struct sigaction old {};
+    g_ignored_at_start[sig] = sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN;
+  }
+}
 
 void ForwardSignal(int sig) {
   const pid_t pid = g_app_pid;
@@ -137,10 +162,13 @@ std::string MakeRunId() {
   return std::to_string(getpid()) + "-" + hex;
 }
 
-// In a child between fork and exec: default dispositions, empty mask.
+// In a child between fork and exec: default dispositions (except for signals
+// ignored when smprof-run started, which stay ignored), empty mask.
 void ResetSignalsForExec() {
-  std::signal(SIGINT, SIG_DFL);
-  for (int sig : kForwardedSignals) std::signal(sig, SIG_DFL);
+  if (!g_ignored_at_start[SIGINT]) std::signal(SIGINT, SIG_DFL);
+  for (int sig : kForwardedSignals) {
+    if (!g_ignored_at_start[sig]) std::signal(sig, SIG_DFL);
+  }
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -162,6 +190,8 @@ pid_t WaitFor(pid_t pid, int* status) {
 
 struct Collector {
   pid_t pid = -1;
+  bool reaped = false;  // it exited while we waited for descendants
+  int status = 0;       // its wait status, once reaped
 };
 
 // Starts the collector and waits for "ready\n". Returns false after printing
@@ -248,42 +278,124 @@ bool StartCollector(const std::string& path, const std::string& run_id, const st
   return ok;
 }
 
+// Cuts the trace after its last whole event and closes the array, after the
+// collector was killed or died (the writer could not do it).
+void RepairTrace(const std::string& output) {
+  if (!IsFile(output)) return;
+  bool repaired = false;
+  std::string error;
+  if (!RepairTraceFile(output, &repaired, &error)) {
+    Error(error);
+  } else if (repaired) {
+    Error("the trace was cut after its last whole event and closed: it holds what the collector "
+          "wrote until then");
+  }
+}
+
 // SIGTERMs the collector and waits for it. Returns false if it had to be
-// killed or failed.
-bool StopCollector(Collector* collector) {
-  if (collector->pid <= 0) return false;
-  kill(collector->pid, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + kCollectorStopTimeout;
-  int status = 0;
-  while (true) {
-    const pid_t r = waitpid(collector->pid, &status, WNOHANG);
-    if (r == collector->pid || (r < 0 && errno != EINTR)) break;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      kill(-collector->pid, SIGKILL);
-      WaitFor(collector->pid, &status);
-      collector->pid = -1;
-      Error("the collector did not finish within " + std::to_string(kCollectorStopTimeout.count()) +
-            " s and was killed; the trace may be incomplete but is still loadable");
-      return false;
+// killed or failed; if it was killed or died by a signal, repairs `output`.
+bool StopCollector(Collector* collector, const std::string& output) {
+  int status = collector->status;
+  if (!collector->reaped) {
+    if (collector->pid <= 0) return false;
+    kill(collector->pid, SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + kCollectorStopTimeout;
+    while (true) {
+      const pid_t r = waitpid(collector->pid, &status, WNOHANG);
+      if (r == collector->pid || (r < 0 && errno != EINTR)) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        kill(-collector->pid, SIGKILL);
+        WaitFor(collector->pid, &status);
+        collector->pid = -1;
+        Error("the collector did not finish within " +
+              std::to_string(kCollectorStopTimeout.count()) + " s and was killed");
+        RepairTrace(output);
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   collector->pid = -1;
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     Error("the collector ended with status " + std::to_string(ExitCodeOf(status)) +
           "; the trace may be incomplete");
+    if (!WIFEXITED(status)) RepairTrace(output);
     return false;
   }
   return true;
 }
 
-// Runs the program; returns its wait status, or -1 if it could not be forked.
+// Our children other than `except`: /proc/self/task/<pid>/children, or a scan
+// of /proc where the kernel lacks that file.
+std::vector<pid_t> Children(pid_t except) {
+  std::vector<pid_t> out;
+  const pid_t self = getpid();
+  std::ifstream list("/proc/self/task/" + std::to_string(self) + "/children");
+  if (list) {
+    for (long pid = 0; list >> pid;) {
+      if (pid != except) out.push_back(static_cast<pid_t>(pid));
+    }
+    return out;
+  }
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return out;
+  while (const dirent* e = readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == except) continue;
+    std::ifstream stat_file(std::string("/proc/") + e->d_name + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream fields(stat.substr(paren + 1));
+    std::string state;
+    long ppid = 0;
+    if (fields >> state >> ppid && ppid == self) out.push_back(static_cast<pid_t>(pid));
+  }
+  closedir(proc);
+  return out;
+}
+
+// After the program exited: reaps the processes it left behind (reparented to
+// us, the subreaper) until none remains, `timeout` passes or a forwarded
+// signal arrives. Returns how many are still running. Reaps the collector too
+// if it exits meanwhile (recorded in *collector).
+size_t WaitForDescendants(Collector* collector, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    pid_t r;
+    while ((r = waitpid(-1, &status, WNOHANG)) > 0) {
+      if (r == collector->pid) {
+        collector->reaped = true;
+        collector->status = status;
+      }
+    }
+    if (collector->reaped) return 0;  // nothing more can reach the trace
+    const size_t left = Children(collector->pid).size();
+    if (left == 0 || g_pending_signal != 0 || std::chrono::steady_clock::now() >= deadline) {
+      return left;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+constexpr int kNotStarted = -2;
+
+// Runs the program; returns its wait status, -1 if it could not be forked, or
+// kNotStarted if a forwarded signal came first (g_pending_signal).
 int RunProgram(const RunOptions& options, const std::vector<std::pair<std::string, std::string>>& vars) {
   sigset_t block;
   sigset_t old;
   sigemptyset(&block);
   for (int sig : kForwardedSignals) sigaddset(&block, sig);
   sigprocmask(SIG_BLOCK, &block, &old);
+  // Checked with the signals blocked: one that comes later is delivered after
+  // g_app_pid is set, and forwarded.
+  if (g_pending_signal != 0) {
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    return kNotStarted;
+  }
   const pid_t pid = fork();
   if (pid < 0) {
     sigprocmask(SIG_SETMASK, &old, nullptr);
@@ -302,9 +414,16 @@ int RunProgram(const RunOptions& options, const std::vector<std::pair<std::strin
   }
   g_app_pid = pid;
   sigprocmask(SIG_SETMASK, &old, nullptr);
+  // Wait without reaping: the pid stays ours (a zombie) until g_app_pid is
+  // cleared with the signals blocked, so the handler never signals a reused pid.
+  siginfo_t info {};
+  while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) != 0 && errno == EINTR) {
+  }
+  sigprocmask(SIG_BLOCK, &block, nullptr);
+  g_app_pid = 0;
+  sigprocmask(SIG_SETMASK, &old, nullptr);
   int status = 0;
   WaitFor(pid, &status);
-  g_app_pid = 0;
   return status;
 }
 
@@ -332,16 +451,33 @@ void PrintSummary(const std::string& summary_path, const std::string& output, co
     }
     if (options.quiet) return;
     const nlohmann::json lost = summary.value("lost", nlohmann::json::object());
+    const uint64_t orphan = Count(lost, "orphan");
+    const std::string orphan_text =
+        orphan == 0 ? "" : ", orphan " + std::to_string(orphan);  // events of a lost launch
     std::fprintf(stderr,
                  "smprof: profiled %llu launches, %llu events from %llu process(es); lost %llu events "
-                 "(device buffer %llu, unplaced %llu, transport %llu)\n",
+                 "(device buffer %llu, unplaced %llu, transport %llu%s)\n",
                  static_cast<unsigned long long>(Count(summary, "launches")),
                  static_cast<unsigned long long>(Count(summary, "events")),
                  static_cast<unsigned long long>(Count(summary, "processes")),
                  static_cast<unsigned long long>(Count(lost, "total")),
                  static_cast<unsigned long long>(Count(lost, "device_buffer")),
                  static_cast<unsigned long long>(Count(lost, "device_unplaced")),
-                 static_cast<unsigned long long>(Count(lost, "transport")));
+                 static_cast<unsigned long long>(Count(lost, "transport")), orphan_text.c_str());
+    // Losses that are not counted in events: each is named when non-zero.
+    std::string problems;
+    for (const char* key : {"producers_incomplete", "framing_errors", "malformed_messages",
+                            "orphan_events", "registry_full", "transport_unread_messages"}) {
+      const uint64_t n = Count(summary, key);
+      if (n != 0) problems += (problems.empty() ? "" : ", ") + std::string(key) + " " + std::to_string(n);
+    }
+    if (!problems.empty()) {
+      std::fprintf(stderr, "smprof: warning: %s; the trace may be missing data\n", problems.c_str());
+    }
+    if (auto it = summary.find("trace_error"); it != summary.end() && it->is_string()) {
+      std::fprintf(stderr, "smprof: warning: writing the trace failed: %s\n",
+                   it->get<std::string>().c_str());
+    }
   }
   if (options.quiet) return;
   std::fprintf(stderr, "smprof: trace: %s (open it at https://ui.perfetto.dev)\n", trace.c_str());
@@ -424,26 +560,40 @@ int Main(int argc, char** argv) {
     summary_path = templ;
   }
 
-  // From here on: Ctrl-C is the program's business; forward the others.
+  // From here on: Ctrl-C is the program's business; forward the others,
+  // except those ignored when we started (nohup), which stay ignored.
+  RecordIgnoredSignals();
   std::signal(SIGINT, SIG_IGN);
   struct sigaction sa {};
   sa.sa_handler = ForwardSignal;
   sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  for (int sig : kForwardedSignals) sigaction(sig, &sa, nullptr);
+  for (int sig : kForwardedSignals) {
+    if (!g_ignored_at_start[sig]) sigaction(sig, &sa, nullptr);
+  }
+  // Processes the program leaves behind become our children, so we can wait
+  // for them (and their events) before stopping the collector.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
 
   const std::string run_id = MakeRunId();
   Collector collector;
   int exit_code = kExitCollectorFailed;
   if (StartCollector(collector_path, run_id, output, summary_path, options.log_level, &collector)) {
-    if (g_pending_signal != 0) {
+    const char* preload = std::getenv("LD_PRELOAD");
+    const int status = RunProgram(options, AppEnvironment(options, run_id, injector, preload ? preload : ""));
+    if (status == kNotStarted) {
       exit_code = 128 + g_pending_signal;  // asked to stop before the program started
-      StopCollector(&collector);
+      StopCollector(&collector, output);
     } else {
-      const char* preload = std::getenv("LD_PRELOAD");
-      const int status = RunProgram(options, AppEnvironment(options, run_id, injector, preload ? preload : ""));
       exit_code = status < 0 ? kExitCollectorFailed : ExitCodeOf(status);
-      StopCollector(&collector);
+      const size_t left = WaitForDescendants(&collector, kDescendantTimeout);
+      if (left != 0) {
+        std::fprintf(stderr,
+                     "smprof: %zu process(es) of the run still running; events they record from now "
+                     "on are not in the trace\n",
+                     left);
+      }
+      StopCollector(&collector, output);
       PrintSummary(summary_path, output, options);
     }
   }

@@ -139,7 +139,7 @@ static_assert(sizeof(ArenaRef) == 32 && offsetof(ArenaRef, num_chunks) == 16 &&
 // Transport messages (injector -> collector)
 // ---------------------------------------------------------------------------
 
-inline constexpr uint32_t kTransportVersion = 1;
+inline constexpr uint32_t kTransportVersion = 2;
 inline constexpr uint32_t kMaxMessageBytes = 1u << 20;  // collector rejects larger
 
 enum MsgType : uint32_t {

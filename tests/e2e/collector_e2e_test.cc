@@ -189,13 +189,14 @@ class CollectorE2eTest : public ::testing::Test {
     if (!run_id_.empty()) transport::RemoveRunSegments(run_id_);
   }
 
-  // Starts the collector and waits for "ready".
-  pid_t StartCollector(const char* tag) {
+  // Starts the collector and waits for "ready". Its output goes to `log`
+  // when given.
+  pid_t StartCollector(const char* tag, const std::string& log = "") {
     run_id_ = UniqueRunId(tag);
     int ready = -1;
     const pid_t pid = Spawn({"--run-id", run_id_, "--output", trace_, "--summary", summary_,
                              "--drain-timeout-ms", "20000", "--log-level", "info"},
-                            &ready);
+                            &ready, log);
     EXPECT_GT(pid, 0);
     EXPECT_EQ(WaitReady(ready), "ready\n");
     return pid;
@@ -269,7 +270,8 @@ TEST_F(CollectorE2eTest, TwoProcessesMalformedInputAndCleanShutdown) {
   EXPECT_EQ(summary["harvests"], 2);
   EXPECT_EQ(summary["lost"]["device_buffer"], 3);
   EXPECT_EQ(summary["lost"]["transport"], 0);
-  EXPECT_EQ(summary["lost"]["total"], 3);
+  EXPECT_EQ(summary["lost"].value("orphan", -1), 2);
+  EXPECT_EQ(summary["lost"]["total"], 5);
   EXPECT_EQ(summary["framing_errors"], 0);
   EXPECT_EQ(summary["producers_incomplete"], 0);
 
@@ -346,6 +348,29 @@ TEST_F(CollectorE2eTest, KilledCollectorLeavesAValidPrefix) {
   EXPECT_EQ(x[1]["args"]["unterminated"], true);
 }
 
+// On SIGTERM the collector closes the run: a producer that is still attached
+// (and never detaches) cannot keep the drain going until its timeout, and
+// what it sends from then on is refused.
+TEST_F(CollectorE2eTest, StopClosesTheRunForProducersStillAttached) {
+  const std::string log = dir_ + "/collector.log";
+  const pid_t collector = StartCollector("close", log);
+  auto producer = Attach(run_id_);
+  ASSERT_NE(producer, nullptr);
+  ASSERT_TRUE(SendAll(*producer, {Process(static_cast<uint32_t>(getpid()), kT0, "e2e-open"),
+                                  Name(1, "step"), Launch(1, "void ko()"),
+                                  Warp(1, {{kT0 + 2000, 1, wire::kEventInstant}})}));
+  ASSERT_EQ(kill(collector, SIGTERM), 0);
+  EXPECT_EQ(WaitExit(collector), 0);
+  const std::string text = ReadFile(log);
+  EXPECT_EQ(text.find("drain timeout"), std::string::npos) << text;
+  const json summary = json::parse(ReadFile(summary_));
+  EXPECT_EQ(summary["events"], 1);
+  EXPECT_EQ(summary["transport_unread_messages"], 0);
+  const Bytes late = Warp(1, {{kT0 + 3000, 1, wire::kEventInstant}});
+  EXPECT_FALSE(producer->Send(late.data(), static_cast<uint32_t>(late.size()), 1));
+  EXPECT_EQ(producer->stats().events_dropped, 1u);
+}
+
 TEST(CollectorCliTest, BadArgumentsExit2) {
   const std::string log =
       ::testing::TempDir() + "collector_cli_" + std::to_string(getpid()) + ".log";
@@ -358,6 +383,14 @@ TEST(CollectorCliTest, BadArgumentsExit2) {
   EXPECT_EQ(WaitExit(Spawn({"--run-id", "ok", "--output", "/tmp/x.json", "--drain-timeout-ms", "x"},
                            nullptr, log)),
             2);
+  // The transport's registry holds at most 65536 entries.
+  for (const char* n : {"0", "65537", "1048576"}) {
+    EXPECT_EQ(WaitExit(Spawn({"--run-id", "ok", "--output", "/tmp/x.json", "--max-producers", n},
+                             nullptr, log)),
+              2)
+        << n;
+    EXPECT_NE(ReadFile(log).find("1 to 65536"), std::string::npos) << ReadFile(log);
+  }
   EXPECT_EQ(WaitExit(Spawn({"--help"}, nullptr, log)), 0);
   EXPECT_NE(ReadFile(log).find("usage: smprof-collector"), std::string::npos);
   unlink(log.c_str());

@@ -1,6 +1,10 @@
 // End-to-end: the real smprof-run binary with the real smprof-collector on
 // programs that never load CUDA. Checks exit codes, the trace file, the
-// summary lines, signal handling and that no shared memory is left behind.
+// summary lines, signal handling, processes that outlive the program, a
+// collector that dies mid-write, and that no shared memory is left behind.
+//
+// This binary doubles as a program for smprof-run: with SMPROF_RUN_TEST_HELPER
+// set it plays a producer (see RunHelper) instead of running the tests.
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -22,7 +26,82 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/transport.h"
+#include "smprof/wire.h"
+#include "tests/support/wire_builders.h"
+
 namespace {
+
+// --- helper program ------------------------------------------------------------
+
+constexpr uint64_t kT0 = 5000000000ull;
+
+// Sends `messages` as a producer of the run in SMPROF_RUN_ID; false on failure.
+bool SendAsProducer(const std::vector<smprof::testing::Bytes>& messages) {
+  const char* run_id = std::getenv("SMPROF_RUN_ID");
+  if (run_id == nullptr) return false;
+  smprof::transport::ProducerOptions options;
+  options.ring_bytes = 1u << 20;
+  std::string error;
+  auto producer = smprof::transport::Producer::Attach(run_id, options, &error);
+  if (!producer) {
+    std::fprintf(stderr, "helper: %s\n", error.c_str());
+    return false;
+  }
+  bool ok = true;
+  for (const auto& m : messages) ok = producer->Send(m.data(), static_cast<uint32_t>(m.size()), 0) && ok;
+  producer->Detach();
+  return ok;
+}
+
+// SMPROF_RUN_TEST_HELPER=orphan: exits at once, leaving a child that, once
+// orphaned (and a moment later, so that a runner not waiting for it would
+// already be stopping the collector), records one launch with 3 events.
+// SMPROF_RUN_TEST_HELPER=malformed: sends a malformed message and 2 events of
+// a launch never announced.
+[[noreturn]] void RunHelper(const std::string& mode) {
+  using namespace smprof;
+  const uint32_t self = static_cast<uint32_t>(getpid());
+  if (mode == "orphan") {
+    const pid_t parent = getpid();
+    const pid_t child = fork();
+    if (child != 0) _exit(child > 0 ? 0 : 20);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (getppid() == parent && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const uint32_t me = static_cast<uint32_t>(getpid());
+    const bool ok = SendAsProducer({
+        smprof::testing::Process(me, kT0, "orphan"),
+        smprof::testing::Name(1, "late"),
+        smprof::testing::Launch(1, kT0 + 1000, kT0 + 100000, "void korphan()"),
+        smprof::testing::Warp(1, 0, 0, 0,
+                      {{kT0 + 2000, 1, wire::kEventBegin},
+                       {kT0 + 3000, 1, wire::kEventEnd},
+                       {kT0 + 3500, 1, wire::kEventInstant}}),
+        smprof::testing::Harvest(kT0 + 200000, wire::kHarvestSync, 0),
+    });
+    _exit(ok ? 0 : 21);
+  }
+  if (mode == "malformed") {
+    smprof::testing::Bytes bad_name = smprof::testing::Name(2, "abc");
+    bad_name[12] = 40;  // name_len past the end of the message
+    const bool ok = SendAsProducer({
+        smprof::testing::Process(self, kT0, "malformed"),
+        bad_name,
+        smprof::testing::Warp(42, 0, 0, 0,
+                      {{kT0 + 5000, 1, wire::kEventInstant}, {kT0 + 5001, 1, wire::kEventInstant}}),
+    });
+    _exit(ok ? 0 : 22);
+  }
+  _exit(23);
+}
+
+const bool g_helper = [] {
+  if (const char* mode = std::getenv("SMPROF_RUN_TEST_HELPER")) RunHelper(mode);
+  return false;
+}();
 
 namespace fs = std::filesystem;
 
@@ -78,9 +157,11 @@ class SmprofRunTest : public testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_, ec);
   }
 
-  // Runs smprof-run with `args` in work_ (or `cwd`), with `env` added.
+  // Runs smprof-run with `args` in work_, with `env` added and the signals in
+  // `ignored` ignored (as nohup or a shell's background job would).
   RunResult Run(const std::vector<std::string>& args,
-                const std::vector<std::pair<std::string, std::string>>& env = {}) {
+                const std::vector<std::pair<std::string, std::string>>& env = {},
+                const std::vector<int>& ignored = {}) {
     RunResult result;
     const fs::path out_path = dir_ / "stdout.txt";
     const fs::path err_path = dir_ / "stderr.txt";
@@ -91,6 +172,7 @@ class SmprofRunTest : public testing::Test {
       for (const char* var : kSmprofVars) unsetenv(var);
       if (!fake_injector_.empty()) setenv("SMPROF_INJECTOR", fake_injector_.c_str(), 1);
       for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
+      for (int sig : ignored) signal(sig, SIG_IGN);
       if (!freopen(out_path.c_str(), "w", stdout) || !freopen(err_path.c_str(), "w", stderr)) _exit(201);
       std::vector<char*> argv = {const_cast<char*>(smprof_run_.c_str())};
       for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -288,6 +370,114 @@ TEST_F(SmprofRunTest, SigtermIsForwardedToTheProgram) {
   EXPECT_EQ(r.exit_code, 7) << r.err;
   EXPECT_TRUE(fs::exists(dir_ / "f.json"));
   EXPECT_TRUE(r.leftover_segments.empty());
+}
+
+TEST_F(SmprofRunTest, IgnoredSignalsStayIgnored) {
+  // Started under nohup (SIGHUP ignored) from a background job (SIGINT
+  // ignored): neither is forwarded nor reset to default for the program.
+  RunResult r = Run({"-q", "-o", (dir_ / "n.json").string(), "/bin/sh", "-c",
+                     "kill -HUP $PPID; kill -HUP $$; kill -INT $$; exit 4"},
+                    {}, {SIGHUP, SIGINT});
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "n.json"));
+  EXPECT_TRUE(r.leftover_segments.empty());
+  // Not ignored at start: SIGHUP is forwarded (and default in the program).
+  r = Run({"-q", "-o", (dir_ / "h.json").string(), "/bin/sh", "-c",
+           "kill -HUP $PPID; while :; do sleep 0.05; done"});
+  EXPECT_EQ(r.exit_code, 128 + SIGHUP) << r.err;
+}
+
+// The program exits at once; its orphaned child records a launch afterwards.
+// smprof-run (a subreaper) waits for it, so its events are in the trace.
+TEST_F(SmprofRunTest, ProcessesThatOutliveTheProgramStillReachTheTrace) {
+  const fs::path trace = dir_ / "o.json";
+  RunResult r = Run({"-o", trace.string(), fs::read_symlink("/proc/self/exe").string()},
+                    {{"SMPROF_RUN_TEST_HELPER", "orphan"}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.err, "smprof: profiled 1 launches, 3 events from 1 process(es); lost 0 events"))
+      << r.err;
+  EXPECT_FALSE(Contains(r.err, "still running")) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(ReadFile(trace), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << ReadFile(trace);
+  int late = 0;
+  for (const auto& e : j) late += e.value("name", "") == "late" ? 1 : 0;
+  EXPECT_EQ(late, 2);  // the range and the instant
+  EXPECT_TRUE(r.leftover_segments.empty());
+}
+
+// A descendant still running 10 s after the program exited is reported, and
+// the run ends anyway.
+TEST_F(SmprofRunTest, DescendantStillRunningIsReported) {
+  const fs::path pid_file = dir_ / "sleeper.pid";
+  RunResult r = Run({"-o", (dir_ / "s.json").string(), "/bin/sh", "-c",
+                     "sleep 100 </dev/null >/dev/null 2>&1 & echo $! > " + pid_file.string() + "; exit 6"});
+  const std::string pid_text = ReadFile(pid_file);
+  if (!pid_text.empty()) kill(std::stoi(pid_text), SIGKILL);
+  EXPECT_EQ(r.exit_code, 6) << r.err;
+  EXPECT_TRUE(Contains(r.err,
+                       "smprof: 1 process(es) of the run still running; events they record from now on "
+                       "are not in the trace\n"))
+      << r.err;
+  EXPECT_TRUE(Contains(r.err, "smprof: profiled 0 launches")) << r.err;
+  EXPECT_FALSE(ParseTrace(dir_ / "s.json").is_discarded());
+}
+
+TEST_F(SmprofRunTest, LossesWithoutEventCountsAreNamed) {
+  const fs::path trace = dir_ / "w.json";
+  RunResult r = Run({"-o", trace.string(), fs::read_symlink("/proc/self/exe").string()},
+                    {{"SMPROF_RUN_TEST_HELPER", "malformed"}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // Events of an unknown launch are lost, and say so.
+  EXPECT_TRUE(Contains(r.err, "; lost 2 events (device buffer 0, unplaced 0, transport 0, orphan 2)\n"))
+      << r.err;
+  EXPECT_TRUE(Contains(r.err,
+                       "smprof: warning: malformed_messages 1, orphan_events 2; the trace may be missing "
+                       "data\n"))
+      << r.err;
+}
+
+TEST_F(SmprofRunTest, TraceOfADeadCollectorIsClosed) {
+  // A stand-in collector: writes a trace cut inside its second event, says
+  // ready, and dies by SIGKILL when asked to stop.
+  const fs::path fake = dir_ / "fake-collector.sh";
+  std::ofstream(fake) << "#!/bin/sh\n"
+                         "while [ $# -gt 0 ]; do\n"
+                         "  case \"$1\" in --output) out=$2; shift 2;; --ready-fd) fd=$2; shift 2;; *) shift;; esac\n"
+                         "done\n"
+                         "printf '[\\n{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"}\"}},"
+                         "\\n{\"ph\":\"i\",\"pid\":1,\"na' > \"$out\"\n"
+                         "trap 'kill -KILL $$' TERM\n"
+                         "eval \"echo ready >&$fd\"\n"
+                         "while :; do sleep 0.05; done\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  const fs::path trace = dir_ / "d.json";
+  RunResult r = Run({"-o", trace.string(), "/bin/sh", "-c", "exit 0"}, {{"SMPROF_COLLECTOR", fake.string()}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.err, "the collector ended with status 137")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "the trace was cut after its last whole event and closed")) << r.err;
+  const std::string text = ReadFile(trace);
+  EXPECT_EQ(text, "[\n{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"}\"}}\n]\n");
+  EXPECT_TRUE(nlohmann::json::accept(text)) << text;
+}
+
+TEST_F(SmprofRunTest, SignalBeforeTheProgramStartsRunsNothing) {
+  // The stand-in collector sends SIGTERM to smprof-run before saying ready.
+  const fs::path fake = dir_ / "fake-collector.sh";
+  std::ofstream(fake) << "#!/bin/sh\n"
+                         "while [ $# -gt 0 ]; do\n"
+                         "  case \"$1\" in --output) out=$2; shift 2;; --ready-fd) fd=$2; shift 2;; *) shift;; esac\n"
+                         "done\n"
+                         "printf '[\\n' > \"$out\"\n"
+                         "trap 'printf \"\\\\n]\\\\n\" >> \"$out\"; exit 0' TERM\n"
+                         "kill -TERM $PPID\n"
+                         "eval \"echo ready >&$fd\"\n"
+                         "while :; do sleep 0.05; done\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  const fs::path marker = dir_ / "ran";
+  RunResult r = Run({"-q", "-o", (dir_ / "p.json").string(), "/bin/sh", "-c", "touch " + marker.string()},
+                    {{"SMPROF_COLLECTOR", fake.string()}});
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  EXPECT_FALSE(fs::exists(marker));
 }
 
 TEST_F(SmprofRunTest, MissingHelpersAreExplained) {

@@ -241,5 +241,80 @@ TEST(TransportTwoProcessTest, ConcurrentProducersKeepTheirOwnOrder) {
   EXPECT_FALSE(RingSegmentsLeft(h.run_id()));
 }
 
+// The collector closes the run while a producer process is still sending
+// into a small ring under backpressure: every message the producer's Send
+// accepted is delivered by the final drain (Poll until Idle), and every other
+// one is counted as dropped. Nothing is lost uncounted.
+TEST(TransportTwoProcessTest, CloseMidStreamDeliversOrCountsEveryMessage) {
+  constexpr uint64_t kCount = 20000;
+  constexpr uint64_t kCloseAfter = 2000;
+  const std::string run_id = UniqueRunId();
+  std::string error;
+  auto consumer = Consumer::Create(run_id, ConsumerOptions{}, &error);
+  ASSERT_NE(consumer, nullptr) << error;
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(fds[0]);
+    ProducerOptions options;
+    options.ring_bytes = kRingBytes;
+    options.max_wait = std::chrono::seconds(30);
+    auto producer = Producer::Attach(run_id, options, &error);
+    if (producer == nullptr) _exit(2);
+    uint64_t counts[2] = {0, 0};  // accepted, dropped
+    for (uint64_t seq = 0; seq < kCount; ++seq) {
+      const std::vector<uint8_t> m = BuildMessage(0, counts[0]);
+      ++counts[producer->Send(m.data(), static_cast<uint32_t>(m.size()), 1) ? 0 : 1];
+    }
+    producer->Detach();
+    _exit(write(fds[1], counts, sizeof(counts)) == sizeof(counts) ? 0 : 4);
+  }
+  close(fds[1]);
+
+  uint64_t delivered = 0;
+  uint64_t mismatches = 0;
+  const auto on_message = [&](const ProducerInfo&, const uint8_t* data, uint32_t size) {
+    const std::vector<uint8_t> want = BuildMessage(0, delivered);
+    if (size != want.size() || std::memcmp(data, want.data(), size) != 0) ++mismatches;
+    ++delivered;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + kSafetyNet;
+  while (delivered < kCloseAfter && std::chrono::steady_clock::now() < deadline) {
+    if (consumer->Poll(on_message) == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  ASSERT_GE(delivered, kCloseAfter) << "safety net";
+  consumer->Close();
+  while (!consumer->Idle() && std::chrono::steady_clock::now() < deadline) {
+    if (consumer->Poll(on_message) == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  ASSERT_TRUE(consumer->Idle()) << "safety net";
+  const uint64_t final_drain = delivered;
+
+  uint64_t counts[2] = {0, 0};
+  ASSERT_EQ(read(fds[0], counts, sizeof(counts)), static_cast<ssize_t>(sizeof(counts)));
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  consumer->Poll(on_message);  // reaps the detached producer
+
+  EXPECT_EQ(delivered, final_drain);  // nothing arrived after Idle
+  EXPECT_EQ(mismatches, 0u);
+  EXPECT_EQ(counts[0] + counts[1], kCount);
+  EXPECT_EQ(delivered, counts[0]);
+  EXPECT_GT(counts[1], 0u);  // the ring holds far fewer than kCount - kCloseAfter
+  const ConsumerStats s = consumer->stats();
+  EXPECT_EQ(s.messages, counts[0]);
+  EXPECT_EQ(s.producer_messages_dropped, counts[1]);
+  EXPECT_EQ(s.producer_events_dropped, counts[1]);
+  EXPECT_EQ(s.unread_messages, 0u);
+  EXPECT_EQ(s.framing_errors, 0u);
+  consumer.reset();
+  EXPECT_FALSE(RingSegmentsLeft(run_id));
+}
+
 }  // namespace
 }  // namespace smprof::transport

@@ -408,6 +408,52 @@ TEST(GpuScenarios, CuptiHeldByAnotherToolIsOneClearLineAndTheAppRuns) {
   EXPECT_EQ(run.launches.size(), 0u);
 }
 
+TEST(GpuScenarios, SilentKernelsOfAnOptedInModuleDoNotForceDrains) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("silent-big");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  // At most one drain while smprof learns that silent_big records nothing.
+  EXPECT_LE(run.summary_event.value("forced_drains", 99), 1) << run.summary_event.dump();
+  ASSERT_EQ(GroupsOf(run, "marker_grid").size(), 1u);
+  EXPECT_EQ(GroupsOf(run, "silent_big").size(), 0u) << "launches that recorded nothing have no group";
+}
+
+TEST(GpuScenarios, SyncWhileAnotherStreamCapturesKeepsTheCapture) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("capture-after-eager");
+  ASSERT_EQ(run.exit_code, 0) << "the application's capture must survive smprof: " << run.stderr_text;
+  EXPECT_EQ(StepCounts(run), (std::multiset<int>{3, 3, 3, 3}));
+  const auto replay = GroupsOf(run, "graph_k1");
+  ASSERT_EQ(replay.size(), 1u);
+  EXPECT_EQ(replay[0]->Warps(), 4);
+}
+
+TEST(GpuScenarios, GraphReplaysAfterAModuleUnloadKeepEveryEvent) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("unload-replay " + BuildDir() + "/bin/smprof_driver_module.fatbin");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  const auto groups = GroupsOf(run, "graph_k1");
+  ASSERT_EQ(groups.size(), 51u);
+  for (const LaunchGroup* g : groups) {
+    ASSERT_EQ(g->Warps(), 4) << g->name;
+    for (const auto& [tid, t] : g->threads) {
+      if (!IsWarp(t)) continue;
+      EXPECT_EQ(Count(t, "i", "g1"), 5) << g->name;
+    }
+  }
+  EXPECT_EQ(SummaryNumber(run, R"((\d+) events from)"), 51L * 4 * 5);
+  EXPECT_EQ(SummaryNumber(run, R"(lost (\d+) events)"), 0);
+}
+
+TEST(GpuScenarios, ExitWithAKernelStillRunningDoesNotHang) {
+  REQUIRE_GPU();
+  // The kernel never ends; the process must still exit (the harvest gives up
+  // after its deadline). `timeout` turns a hang into exit code 124.
+  const ProfiledRun run = Profile("exit-running", "", "timeout 60");
+  EXPECT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_NE(run.stderr_text.find("still running"), std::string::npos) << run.stderr_text;
+}
+
 TEST(GpuScenarios, BadKernelPatternInInjectorRunsUnprofiled) {
   REQUIRE_GPU();
   // smprof-run rejects a bad pattern itself; the injector must cope when a

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -188,7 +189,7 @@ TEST_F(CollectorTest, OneLaunchTwoWarpsEverything) {
   EXPECT_EQ(s.lost_device_buffer, 5u);
   EXPECT_EQ(s.lost_device_unplaced, 2u);
   EXPECT_EQ(s.lost_transport, 11u);
-  EXPECT_EQ(s.lost_total, 18u);
+  EXPECT_EQ(s.lost_total, 23u);  // 5 + 2 + 11 + 5 orphans
   EXPECT_EQ(s.malformed_messages, 1u);
   EXPECT_EQ(s.orphan_events, 5u);
   EXPECT_EQ(s.unterminated_ranges, 1u);
@@ -342,12 +343,166 @@ TEST_F(CollectorTest, SummaryJsonHasExactlyTheDocumentedKeys) {
                                          "filtered_events", "unattributed_events",
                                          "malformed_messages", "orphan_events",
                                          "unterminated_ranges", "unmatched_ends", "forced_drains",
-                                         "harvests", "framing_errors", "producers_incomplete"}));
+                                         "harvests", "framing_errors", "producers_incomplete",
+                                         "registry_full", "transport_unread_messages"}));
   std::set<std::string> lost_keys;
   for (auto& [key, value] : j["lost"].items()) lost_keys.insert(key);
-  EXPECT_EQ(lost_keys,
-            (std::set<std::string>{"device_buffer", "device_unplaced", "transport", "total"}));
+  EXPECT_EQ(lost_keys, (std::set<std::string>{"device_buffer", "device_unplaced", "transport",
+                                              "orphan", "total"}));
   EXPECT_EQ(j["trace"], path_);
+
+  // A failed trace write is reported.
+  CollectorSummary failed = s;
+  failed.trace_ok = false;
+  failed.trace_error = "writing trace file 'x': No space left on device";
+  EXPECT_EQ(failed.ToJson()["trace_error"], failed.trace_error);
+}
+
+TEST_F(CollectorTest, EventsOfADroppedLaunchCountAsLost) {
+  // The transport dropped launch 5's LaunchMsg: its events arrive as orphans.
+  const transport::ProducerInfo a{0, 1};
+  Send(a, Process(1, kT0, "app"));
+  Send(a, Name(1, "x"));
+  Send(a, Warp(5, 0, 0, 0, {B(2000, 1), E(3000, 1), I(3500, 1)}));
+  transport::ConsumerStats ts;
+  ts.producer_events_dropped = 4;
+  ts.registry_full = 2;
+  collector_->SetTransportStats(ts);
+  collector_->HandleProducerEnd(a, /*clean=*/true);
+  CollectorSummary s;
+  const json t = FinishAndParse(&s);
+  EXPECT_EQ(s.orphan_events, 3u);
+  EXPECT_EQ(s.lost_transport, 4u);
+  EXPECT_EQ(s.lost_total, 7u);
+  EXPECT_EQ(s.registry_full, 2u);
+  const json j = s.ToJson();
+  EXPECT_EQ(j["lost"]["orphan"], 3);
+  EXPECT_EQ(j["lost"]["total"], 7);
+  EXPECT_EQ(j["registry_full"], 2);
+  EXPECT_EQ(t.back()["args"]["lost"]["orphan"], 3);
+  EXPECT_EQ(t.back()["args"]["registry_full"], 2);
+}
+
+// The open-BEGIN index must pair exactly like "the most recent open BEGIN of
+// the same name" (a linear scan), whatever the order: random sequences over a
+// few names, long enough to leave closed slots inside the stack and compact
+// them, checked against that scan.
+TEST_F(CollectorTest, EndMatchingAgreesWithALinearScan) {
+  const transport::ProducerInfo a{0, 1};
+  Send(a, Process(1, kT0, "app"));
+  constexpr uint32_t kNames = 5;
+  for (uint32_t n = 1; n <= kNames; ++n) Send(a, Name(n, "n" + std::to_string(n)));
+  LaunchSpec ls;
+  ls.end = kT0 + 10000000;
+  Send(a, Launch(ls));
+
+  struct Open {
+    uint32_t name;
+    uint64_t t;
+  };
+  struct Expected {
+    std::string name;
+    uint64_t ts, dur;
+    bool unterminated;
+  };
+  std::vector<Open> stack;
+  std::vector<Expected> expected;
+  uint64_t unmatched = 0;
+  std::mt19937_64 rng(99);
+  std::vector<wire::WireEvent> batch;
+  uint64_t t = 1000;
+  for (int i = 0; i < 20000; ++i, t += 10) {
+    const uint32_t name = 1 + static_cast<uint32_t>(rng() % kNames);
+    // Mostly BEGINs early, mostly ENDs late: deep stacks, then unwinding.
+    const bool begin = rng() % 100 < (i < 12000 ? 60u : 35u);
+    if (begin) {
+      batch.push_back(B(t, name));
+      stack.push_back({name, t});
+    } else {
+      batch.push_back(E(t, name));
+      auto it = std::find_if(stack.rbegin(), stack.rend(),
+                             [&](const Open& o) { return o.name == name; });
+      if (it == stack.rend()) {
+        ++unmatched;
+      } else {
+        expected.push_back({"n" + std::to_string(name), it->t, t - it->t, false});
+        stack.erase(std::next(it).base());
+      }
+    }
+    if (batch.size() == 1000) {
+      Send(a, Warp(1, 0, 0, 0, batch));
+      batch.clear();
+    }
+  }
+  if (!batch.empty()) Send(a, Warp(1, 0, 0, 0, batch));
+  for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
+    expected.push_back({"n" + std::to_string(it->name), it->t, 10000000 - it->t, true});
+  }
+  Send(a, Harvest(20000000, wire::kHarvestSync, 0, 0));
+  CollectorSummary s;
+  const json tr = FinishAndParse(&s);
+  const auto x = Events(tr, "X", 10, 2);
+  ASSERT_EQ(x.size(), expected.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(x[i]["name"], expected[i].name) << i;
+    ASSERT_DOUBLE_EQ(x[i]["ts"].get<double>(), 1000000.0 + expected[i].ts / 1000.0) << i;
+    ASSERT_DOUBLE_EQ(x[i]["dur"].get<double>(), expected[i].dur / 1000.0) << i;
+    ASSERT_EQ(x[i].contains("args"), expected[i].unterminated) << i;
+  }
+  EXPECT_EQ(s.unmatched_ends, unmatched);
+  EXPECT_EQ(s.unterminated_ranges, stack.size());
+}
+
+// Open BEGINs per warp are capped: past 65536 the oldest is written as
+// unterminated (noting why), and pairing of the newer ones is unaffected.
+TEST_F(CollectorTest, OpenBeginsPerWarpAreCapped) {
+  const transport::ProducerInfo a{0, 1};
+  Send(a, Process(1, kT0, "app"));
+  Send(a, Name(1, "deep"));
+  Send(a, Name(2, "other"));
+  LaunchSpec ls;
+  ls.end = kT0 + 100000000;
+  Send(a, Launch(ls));
+  constexpr uint32_t kCap = 1u << 16;
+  constexpr uint32_t kOver = 3;
+  std::vector<wire::WireEvent> batch;
+  uint64_t t = 1000;
+  // "other" first: it is the oldest, so it is the first evicted.
+  batch.push_back(B(t++, 2));
+  for (uint32_t i = 0; i < kCap - 1 + kOver; ++i) {
+    batch.push_back(B(t++, 1));
+    if (batch.size() == 10000) {
+      Send(a, Warp(1, 0, 0, 0, batch));
+      batch.clear();
+    }
+  }
+  // The newest "deep" is still paired with its END; "other" was evicted, so
+  // its END is unmatched.
+  batch.push_back(E(t, 1));
+  batch.push_back(E(t + 1, 2));
+  Send(a, Warp(1, 0, 0, 0, batch));
+  CollectorSummary before_finish = collector_->counters();
+  EXPECT_EQ(before_finish.unterminated_ranges, kOver);  // written when evicted
+  Send(a, Harvest(200000000, wire::kHarvestSync, 0, 0));
+  CollectorSummary s;
+  const json tr = FinishAndParse(&s);
+  const auto x = Events(tr, "X", 10, 2);
+  ASSERT_EQ(x.size(), kCap + kOver);
+  // Evicted first, in age order, with the reason.
+  EXPECT_EQ(x[0]["name"], "other");
+  for (uint32_t i = 0; i < kOver; ++i) {
+    EXPECT_EQ(x[i]["args"]["unterminated"], true) << i;
+    EXPECT_NE(x[i]["args"]["note"].get<std::string>().find("65536"), std::string::npos) << i;
+  }
+  EXPECT_EQ(x[1]["name"], "deep");
+  EXPECT_DOUBLE_EQ(x[1]["ts"].get<double>(), 1000001.001);
+  // Then the END of the newest "deep".
+  EXPECT_EQ(x[kOver]["name"], "deep");
+  EXPECT_FALSE(x[kOver].contains("args"));
+  EXPECT_DOUBLE_EQ(x[kOver]["ts"].get<double>(), 1000000.0 + (t - 1) / 1000.0);
+  EXPECT_EQ(s.unmatched_ends, 1u);
+  EXPECT_EQ(s.unterminated_ranges, kCap - 1 + kOver);
+  EXPECT_EQ(s.events, kOver + 2 + 1 + (kCap - 1));  // evicted, pair, unmatched, finalized
 }
 
 TEST_F(CollectorTest, LatestStatsMessageGivesDeviceTotals) {

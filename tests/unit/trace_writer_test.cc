@@ -1,12 +1,18 @@
 // TraceWriter: output parses back, timestamps keep nanoseconds, untrusted
-// names are escaped, an unfinished trace is a valid prefix.
+// names are escaped, an unfinished trace is a valid prefix, a write error
+// (RLIMIT_FSIZE) leaves strict JSON, RepairTraceFile closes any cut trace.
 #include "collector/trace_writer.h"
 
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -199,6 +205,155 @@ TEST_F(TraceWriterTest, LargeTraceSpansManyWrites) {
   const nlohmann::json j = nlohmann::json::parse(ReadFile(path_));
   ASSERT_EQ(j.size(), static_cast<size_t>(kCount));
   EXPECT_EQ(j[kCount - 1]["tid"], 2 + (kCount - 1) % 7);
+}
+
+// Objects whose strings hold JSON punctuation, so that only a string-aware
+// scan finds where an object ends.
+void WriteTricky(TraceWriter* w, int count, int flush_every) {
+  for (int i = 0; i < count; ++i) {
+    JsonArgs args;
+    args.String("s", "}\"{],[\\\n" + std::to_string(i)).Uint("i", static_cast<uint64_t>(i));
+    if (i % 3 == 0) {
+      w->Complete(10, 2, "e" + std::to_string(i), 1000ull * i, 7, &args);
+    } else {
+      w->Instant(10, 2, "e" + std::to_string(i), 1000ull * i, &args);
+    }
+    if (flush_every != 0 && i % flush_every == flush_every - 1) w->Flush();
+  }
+}
+
+// Offsets just past each whole object of a finished trace ([0] = 1: "[").
+std::vector<size_t> ObjectEnds(const std::string& text) {
+  std::vector<size_t> ends = {1};
+  for (size_t p = text.find(",\n"); p != std::string::npos; p = text.find(",\n", p + 1)) {
+    ends.push_back(p);
+  }
+  if (text.size() > 5) ends.push_back(text.size() - 3);  // before "\n]\n"
+  return ends;
+}
+
+// What a cut at `limit` bytes must leave: the longest prefix of whole objects
+// that still fits together with "\n]\n" (`closing` bytes).
+std::string ExpectedPrefix(const std::string& full, size_t limit, size_t closing) {
+  const std::vector<size_t> ends = ObjectEnds(full);
+  size_t keep = 1;
+  for (size_t e : ends) {
+    if (e + closing <= limit) keep = e;
+  }
+  return full.substr(0, keep) + "\n]\n";
+}
+
+TEST_F(TraceWriterTest, WriteErrorCutsAfterLastWholeObjectAndCloses) {
+  constexpr int kCount = 20000;  // ~2 MiB: past the 1 MiB write threshold
+  std::string error;
+  {
+    auto w = TraceWriter::Open(path_, &error);
+    ASSERT_NE(w, nullptr) << error;
+    WriteTricky(w.get(), kCount, 97);
+    ASSERT_TRUE(w->Finish());
+  }
+  const std::string full = ReadFile(path_);
+  ASSERT_EQ(nlohmann::json::parse(full).size(), static_cast<size_t>(kCount));
+
+  for (const size_t limit : {size_t{40}, size_t{1000}, size_t{4099}, size_t{70001},
+                             (size_t{1} << 20) + 12345, full.size() - 2}) {
+    SCOPED_TRACE("RLIMIT_FSIZE " + std::to_string(limit));
+    ::unlink(path_.c_str());
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // Past the limit write(2) fails with EFBIG instead of raising SIGXFSZ.
+      signal(SIGXFSZ, SIG_IGN);
+      const rlimit rl{limit, limit};
+      if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(10);
+      std::string err;
+      auto w = TraceWriter::Open(path_, &err);
+      if (!w) _exit(11);
+      WriteTricky(w.get(), kCount, 97);
+      const bool ok = w->Finish();
+      const bool named = w->error().find("File too large") != std::string::npos &&
+                         w->error().find("closed") != std::string::npos;
+      _exit(!ok && named ? 0 : 12);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status)) << status;
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+    const std::string text = ReadFile(path_);
+    EXPECT_LE(text.size(), limit);
+    EXPECT_TRUE(nlohmann::json::accept(text)) << text.substr(text.size() > 200 ? text.size() - 200 : 0);
+    EXPECT_EQ(text, ExpectedPrefix(full, limit, 3));
+  }
+}
+
+TEST_F(TraceWriterTest, RepairClosesATraceCutAnywhere) {
+  std::string error;
+  {
+    auto w = TraceWriter::Open(path_, &error);
+    ASSERT_NE(w, nullptr) << error;
+    WriteTricky(w.get(), 12, 0);
+    ASSERT_TRUE(w->Finish());
+  }
+  const std::string full = ReadFile(path_);
+  const std::vector<size_t> ends = ObjectEnds(full);
+  for (size_t cut = 0; cut <= full.size(); ++cut) {
+    SCOPED_TRACE("cut at " + std::to_string(cut) + " of " + std::to_string(full.size()));
+    std::ofstream(path_, std::ios::binary | std::ios::trunc) << full.substr(0, cut);
+    bool repaired = false;
+    ASSERT_TRUE(RepairTraceFile(path_, &repaired, &error)) << error;
+    const std::string text = ReadFile(path_);
+    ASSERT_TRUE(nlohmann::json::accept(text)) << text;
+    // Every object whole before the cut is kept, nothing else.
+    size_t keep = 1;
+    for (size_t e : ends) {
+      if (e <= cut) keep = e;
+    }
+    EXPECT_EQ(text, full.substr(0, keep) + "\n]\n");
+    EXPECT_EQ(repaired, cut != full.size());
+    // A repaired (closed) trace is left as it is.
+    ASSERT_TRUE(RepairTraceFile(path_, &repaired, &error)) << error;
+    EXPECT_FALSE(repaired);
+    EXPECT_EQ(ReadFile(path_), text);
+  }
+}
+
+TEST_F(TraceWriterTest, RepairFindsObjectsLongerThanItsReadChunk) {
+  const std::string long_name(200000, 'n');
+  std::string error;
+  {
+    auto w = TraceWriter::Open(path_, &error);
+    ASSERT_NE(w, nullptr) << error;
+    w->Instant(1, 1, "first", 0, nullptr);
+    w->Instant(1, 1, long_name, 1, nullptr);
+    w->Instant(1, 1, "last", 2, nullptr);
+    ASSERT_TRUE(w->Finish());
+  }
+  const std::string full = ReadFile(path_);
+  const std::vector<size_t> ends = ObjectEnds(full);
+  ASSERT_EQ(ends.size(), 4u);
+  for (size_t cut : {ends[1] + 2, ends[1] + 100000, ends[2] - 1, ends[2], ends[2] + 1, ends[3] - 1,
+                     ends[3] + 1}) {
+    SCOPED_TRACE("cut at " + std::to_string(cut));
+    std::ofstream(path_, std::ios::binary | std::ios::trunc) << full.substr(0, cut);
+    bool repaired = false;
+    ASSERT_TRUE(RepairTraceFile(path_, &repaired, &error)) << error;
+    size_t keep = 1;
+    for (size_t e : ends) {
+      if (e <= cut) keep = e;
+    }
+    EXPECT_EQ(ReadFile(path_), full.substr(0, keep) + "\n]\n");
+  }
+}
+
+TEST_F(TraceWriterTest, RepairRefusesWhatIsNotATrace) {
+  std::ofstream(path_, std::ios::binary | std::ios::trunc) << "not a trace\n";
+  bool repaired = true;
+  std::string error;
+  EXPECT_FALSE(RepairTraceFile(path_, &repaired, &error));
+  EXPECT_FALSE(repaired);
+  EXPECT_NE(error.find(path_), std::string::npos) << error;
+  EXPECT_EQ(ReadFile(path_), "not a trace\n");
+  EXPECT_FALSE(RepairTraceFile(path_ + ".missing", &repaired, &error));
 }
 
 TEST(TraceWriterOpenTest, FailsWithMessageNamingThePath) {

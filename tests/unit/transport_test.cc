@@ -4,6 +4,9 @@
 #include "common/transport.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -290,7 +293,9 @@ TEST_F(TransportTest, PadCoversTailAndIsNotDelivered) {
   EXPECT_EQ(got.messages[5], MakeMessage(wire::kMsgName, 16, 6));
 }
 
-TEST_F(TransportTest, DropsWithoutWaitingWhenCollectorHeartbeatIsStale) {
+// The heartbeat is checked on every Send, not only when the ring is full:
+// nothing goes into a ring that no collector will read.
+TEST_F(TransportTest, StaleHeartbeatDropsEverySendEvenWithRoomInTheRing) {
   ProducerOptions options = SmallRing();
   options.collector_timeout = std::chrono::milliseconds(1);
   options.max_wait = std::chrono::hours(1);  // waiting at all would hang: caught below
@@ -304,10 +309,15 @@ TEST_F(TransportTest, DropsWithoutWaitingWhenCollectorHeartbeatIsStale) {
 
   auto sending = std::async(std::launch::async, [&] {
     int accepted = 0;
-    for (int i = 0; i < 16; ++i) accepted += Send(*producer, MakeMessage(wire::kMsgName, 4096, i), 2);
     int refused = 0;
-    for (int i = 0; i < 5; ++i) refused += !Send(*producer, MakeMessage(wire::kMsgName, 4096, i), 3);
-    refused += !Send(*producer, MakeMessage(wire::kMsgName, 8, 99), 7);
+    for (int i = 0; i < 5; ++i) {
+      const bool sent = Send(*producer, MakeMessage(wire::kMsgName, 4096, i), 3);
+      accepted += sent;
+      refused += !sent;
+    }
+    const bool sent = Send(*producer, MakeMessage(wire::kMsgName, 8, 99), 7);
+    accepted += sent;
+    refused += !sent;
     return std::make_pair(accepted, refused);
   });
   if (sending.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
@@ -316,17 +326,17 @@ TEST_F(TransportTest, DropsWithoutWaitingWhenCollectorHeartbeatIsStale) {
     std::_Exit(1);
   }
   const auto [accepted, refused] = sending.get();
-  EXPECT_EQ(accepted, 16);  // 16 x 4096 fill the 64 KiB ring exactly
+  EXPECT_EQ(accepted, 0);  // the ring is empty, but the collector is gone
   EXPECT_EQ(refused, 6);
 
   const ProducerStats ps = producer->stats();
-  EXPECT_EQ(ps.messages_sent, 16u);
+  EXPECT_EQ(ps.messages_sent, 0u);
   EXPECT_EQ(ps.messages_dropped, 6u);
   EXPECT_EQ(ps.bytes_dropped, 5u * 4096u + 8u);
   EXPECT_EQ(ps.events_dropped, 5u * 3u + 7u);
 
   Delivered got;
-  EXPECT_EQ(PollInto(*consumer_, &got), 16u);
+  EXPECT_EQ(PollInto(*consumer_, &got), 0u);
   ConsumerStats cs = consumer_->stats();
   EXPECT_EQ(cs.producer_messages_dropped, 6u);
   EXPECT_EQ(cs.producer_bytes_dropped, 5u * 4096u + 8u);
@@ -408,6 +418,13 @@ TEST_F(TransportTest, SendAfterDetachIsDroppedAndEndIsReportedOnce) {
   EXPECT_EQ(PollInto(*consumer_, &got), 0u);
   EXPECT_EQ(got.ends.size(), 1u);
   EXPECT_EQ(consumer_->stats().producers_seen, 1u);
+  // Drops after Detach reach the stats, also once the ring is reaped.
+  EXPECT_EQ(consumer_->stats().producer_messages_dropped, 1u);
+  EXPECT_EQ(consumer_->stats().producer_events_dropped, 5u);
+  EXPECT_FALSE(Send(*producer, MakeMessage(wire::kMsgName, 48, 3), 6));
+  EXPECT_EQ(consumer_->stats().producer_messages_dropped, 2u);
+  EXPECT_EQ(consumer_->stats().producer_bytes_dropped, 32u + 48u);
+  EXPECT_EQ(consumer_->stats().producer_events_dropped, 11u);
 }
 
 TEST_F(TransportTest, ForkedChildNeitherWritesNorDetaches) {
@@ -427,12 +444,17 @@ TEST_F(TransportTest, ForkedChildNeitherWritesNorDetaches) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_EQ(ring.ring()->write_pos.load(), 0u);
-  EXPECT_EQ(ring.ring()->messages_dropped.load(), 0u);
+  EXPECT_EQ(ring.ring()->messages_dropped.load(), 0u);  // the child never writes the ring
   EXPECT_EQ(ring.ring()->detached.load(), 0u);
 
   Delivered got;
   EXPECT_EQ(PollInto(*consumer_, &got), 0u);
   EXPECT_TRUE(got.ends.empty());
+  // ... but its drop is counted where the collector reads it.
+  const ConsumerStats cs = consumer_->stats();
+  EXPECT_EQ(cs.producer_messages_dropped, 1u);
+  EXPECT_EQ(cs.producer_bytes_dropped, 64u);
+  EXPECT_EQ(cs.producer_events_dropped, 3u);
   ASSERT_TRUE(Send(*producer, MakeMessage(wire::kMsgName, 64, 2)));
   EXPECT_EQ(PollInto(*consumer_, &got), 1u);
 }
@@ -481,6 +503,174 @@ TEST(TransportRegistryTest, FullRegistryRefusesAndDetachedEntriesAreReused) {
   consumer.reset();  // unlinks everything of the run
   EXPECT_FALSE(ShmExists(ControlSegmentName(run)));
   EXPECT_TRUE(RingNames(run).empty());
+}
+
+// ---------------------------------------------------------------------------
+// Shutdown: Close, in-flight Sends, unread backlog.
+// ---------------------------------------------------------------------------
+
+TEST_F(TransportTest, CloseDropsLaterSendsAndDeliversEarlierOnes) {
+  auto producer = Attach();
+  ASSERT_NE(producer, nullptr);
+  std::vector<Bytes> sent;
+  for (int i = 0; i < 3; ++i) {
+    sent.push_back(MakeMessage(wire::kMsgLaunch, 64 + 8 * i, i));
+    ASSERT_TRUE(Send(*producer, sent.back(), 1));
+  }
+  EXPECT_FALSE(consumer_->closed());
+  consumer_->Close();
+  consumer_->Close();  // idempotent
+  EXPECT_TRUE(consumer_->closed());
+  // The ring has room and the heartbeat is fresh: only `closed` stops these.
+  EXPECT_TRUE(producer->collector_alive());
+  EXPECT_FALSE(Send(*producer, MakeMessage(wire::kMsgName, 32, 10), 4));
+  EXPECT_FALSE(Send(*producer, MakeMessage(wire::kMsgName, 40, 11), 5));
+  EXPECT_EQ(producer->stats().messages_dropped, 2u);
+  EXPECT_EQ(producer->stats().messages_sent, 3u);
+
+  std::string error;
+  EXPECT_EQ(Producer::Attach(run_, SmallRing(), &error), nullptr);
+  EXPECT_NE(error.find("shutting down"), std::string::npos) << error;
+
+  // One Poll after Close delivers everything committed before it; then the
+  // consumer is idle although the producer is still attached and alive.
+  Delivered got;
+  EXPECT_EQ(PollInto(*consumer_, &got), 3u);
+  EXPECT_EQ(got.messages, sent);
+  EXPECT_TRUE(got.ends.empty());
+  EXPECT_TRUE(consumer_->Idle());
+  ConsumerStats cs = consumer_->stats();
+  EXPECT_EQ(cs.messages, 3u);
+  EXPECT_EQ(cs.producer_messages_dropped, 2u);
+  EXPECT_EQ(cs.producer_bytes_dropped, 72u);
+  EXPECT_EQ(cs.producer_events_dropped, 9u);
+  EXPECT_EQ(cs.unread_messages, 0u);
+  EXPECT_EQ(cs.unread_bytes, 0u);
+
+  // Drops keep being counted up to the consumer's last read, and survive reaping.
+  EXPECT_FALSE(Send(*producer, MakeMessage(wire::kMsgName, 16, 12), 1));
+  EXPECT_EQ(consumer_->stats().producer_messages_dropped, 3u);
+  producer->Detach();
+  EXPECT_EQ(PollInto(*consumer_, &got), 0u);
+  ASSERT_EQ(got.ends.size(), 1u);
+  EXPECT_TRUE(got.ends[0].second);
+  cs = consumer_->stats();
+  EXPECT_EQ(cs.producers_active, 0u);
+  EXPECT_EQ(cs.producer_messages_dropped, 3u);
+  EXPECT_EQ(cs.producer_events_dropped, 10u);
+}
+
+// A Send that passed the `closed` check before Close commits afterwards: the
+// consumer must not call the ring final until that Send is over. The test
+// plays the producer's half of the handshake by hand.
+TEST_F(TransportTest, CloseWaitsForASendInFlight) {
+  auto producer = Attach();
+  ASSERT_NE(producer, nullptr);
+  Mapping ring(OnlyRingName());
+  const Bytes first = MakeMessage(wire::kMsgName, 48, 1);
+  ASSERT_TRUE(Send(*producer, first));
+  ring.ring()->sending.store(1);  // a second Send is between its check and its commit
+  consumer_->Close();
+
+  Delivered got;
+  EXPECT_EQ(PollInto(*consumer_, &got), 1u);
+  EXPECT_FALSE(consumer_->Idle());  // the in-flight Send may still commit
+
+  const Bytes second = MakeMessage(wire::kMsgLaunch, 80, 2);
+  const uint64_t w = ring.ring()->write_pos.load();
+  std::memcpy(ring.data() + w, second.data(), second.size());
+  ring.ring()->write_pos.store(w + second.size());
+  ring.ring()->sending.store(0);
+
+  EXPECT_EQ(PollInto(*consumer_, &got), 1u);
+  EXPECT_TRUE(consumer_->Idle());
+  ASSERT_EQ(got.messages.size(), 2u);
+  EXPECT_EQ(got.messages[0], first);
+  EXPECT_EQ(got.messages[1], second);
+}
+
+// The same race with the real Send: a Send blocked on a full ring when the
+// collector closes must either be delivered or be counted, never lost.
+TEST_F(TransportTest, SendBlockedOnAFullRingAcrossCloseIsDeliveredOrCounted) {
+  ProducerOptions options = SmallRing();
+  options.collector_timeout = std::chrono::hours(1);
+  options.max_wait = std::chrono::hours(1);
+  auto producer = Attach(options);
+  ASSERT_NE(producer, nullptr);
+  Mapping ring(OnlyRingName());
+  for (int i = 0; i < 16; ++i) ASSERT_TRUE(Send(*producer, MakeMessage(wire::kMsgName, 4096, i)));
+  auto blocked = std::async(std::launch::async,
+                            [&] { return Send(*producer, MakeMessage(wire::kMsgName, 4096, 16), 2); });
+  const auto in_send = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ring.ring()->sending.load() == 0 && std::chrono::steady_clock::now() < in_send) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  consumer_->Close();
+  const auto net = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  Delivered got;
+  while (!consumer_->Idle() && std::chrono::steady_clock::now() < net) {
+    if (PollInto(*consumer_, &got) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (blocked.wait_until(net) != std::future_status::ready) {
+    fprintf(stderr, "FAILED: Send still blocked after the final drain\n");
+    std::_Exit(1);
+  }
+  ASSERT_TRUE(consumer_->Idle()) << "safety net";
+  const bool delivered = blocked.get();
+  EXPECT_EQ(got.messages.size(), delivered ? 17u : 16u);
+  EXPECT_EQ(consumer_->stats().producer_messages_dropped, delivered ? 0u : 1u);
+  EXPECT_EQ(consumer_->stats().unread_messages, 0u);
+  EXPECT_FALSE(Send(*producer, MakeMessage(wire::kMsgName, 64, 17)));
+  EXPECT_EQ(consumer_->stats().producer_messages_dropped, delivered ? 1u : 2u);
+}
+
+TEST_F(TransportTest, StatsCountUnreadMessagesAndBytesWithoutPads) {
+  auto producer = Attach();
+  ASSERT_NE(producer, nullptr);
+  ASSERT_TRUE(Send(*producer, MakeMessage(wire::kMsgName, 32768, 1)));
+  ASSERT_TRUE(Send(*producer, MakeMessage(wire::kMsgName, 32752, 2)));
+  Delivered got;
+  EXPECT_EQ(PollInto(*consumer_, &got), 2u);
+  EXPECT_EQ(consumer_->stats().unread_messages, 0u);
+  EXPECT_EQ(consumer_->stats().unread_bytes, 0u);
+  // 64 bytes do not fit the 16-byte tail: a pad, then the message at 0.
+  ASSERT_TRUE(Send(*producer, MakeMessage(wire::kMsgLaunch, 64, 3)));
+  ASSERT_TRUE(Send(*producer, MakeMessage(wire::kMsgLaunch, 128, 4)));
+  ConsumerStats cs = consumer_->stats();
+  EXPECT_EQ(cs.unread_messages, 2u);
+  EXPECT_EQ(cs.unread_bytes, 192u);
+  EXPECT_EQ(cs.messages, 2u);
+  EXPECT_EQ(PollInto(*consumer_, &got), 2u);
+  cs = consumer_->stats();
+  EXPECT_EQ(cs.unread_messages, 0u);
+  EXPECT_EQ(cs.unread_bytes, 0u);
+  EXPECT_EQ(cs.messages, 4u);
+}
+
+// ---------------------------------------------------------------------------
+// Heartbeat during a long drain.
+// ---------------------------------------------------------------------------
+
+// Each handler call takes >= 150 ms (waited out on the monotonic clock), more
+// than the 100 ms refresh interval, so the heartbeat must change between any
+// two deliveries of one Poll.
+TEST_F(TransportTest, SlowMessageHandlerKeepsTheHeartbeatFresh) {
+  auto producer = Attach();
+  ASSERT_NE(producer, nullptr);
+  constexpr int kMessages = 5;
+  for (int i = 0; i < kMessages; ++i) ASSERT_TRUE(Send(*producer, MakeMessage(wire::kMsgName, 64, i)));
+  Mapping control(ControlSegmentName(run_));
+  std::vector<uint64_t> beats;
+  const size_t n = consumer_->Poll([&](const ProducerInfo&, const uint8_t*, uint32_t) {
+    beats.push_back(control.control()->heartbeat_ns.load());
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(150);
+    while (std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  EXPECT_EQ(n, static_cast<size_t>(kMessages));
+  ASSERT_EQ(beats.size(), static_cast<size_t>(kMessages));
+  for (int i = 1; i < kMessages; ++i) EXPECT_GT(beats[i], beats[i - 1]) << "message " << i;
 }
 
 // ---------------------------------------------------------------------------
@@ -618,6 +808,118 @@ TEST_P(TransportRingHeaderTest, CorruptRingHeaderIsRejectedAtMapTime) {
 
 INSTANTIATE_TEST_SUITE_P(Fields, TransportRingHeaderTest, ::testing::Values(0, 1, 2));
 
+TEST_F(TransportHostileTest, DropsAfterAbandonAndAfterDetachReachTheStats) {
+  auto producer = Attach();
+  ASSERT_NE(producer, nullptr);
+  Mapping ring(OnlyRingName());
+  const wire::MsgHeader bad{wire::kMsgName, 7};
+  std::memcpy(ring.data(), &bad, sizeof(bad));
+  ring.ring()->write_pos.store(64);
+  Delivered got;
+  EXPECT_EQ(PollInto(*consumer_, &got), 0u);
+  ASSERT_EQ(got.ends.size(), 1u);
+  EXPECT_EQ(consumer_->stats().framing_errors, 1u);
+
+  EXPECT_FALSE(Send(*producer, MakeMessage(wire::kMsgName, 32, 1), 5));  // abandoned ring
+  EXPECT_EQ(consumer_->stats().producer_messages_dropped, 1u);
+  EXPECT_EQ(consumer_->stats().producer_events_dropped, 5u);
+  EXPECT_FALSE(Send(*producer, MakeMessage(wire::kMsgName, 48, 2), 6));
+  producer->Detach();
+  EXPECT_EQ(PollInto(*consumer_, &got), 0u);  // frees the entry: final counts taken
+  EXPECT_TRUE(consumer_->Idle());
+  EXPECT_EQ(consumer_->stats().producer_messages_dropped, 2u);
+  EXPECT_EQ(consumer_->stats().producer_bytes_dropped, 80u);
+  EXPECT_EQ(consumer_->stats().producer_events_dropped, 11u);
+  EXPECT_FALSE(Send(*producer, MakeMessage(wire::kMsgName, 16, 3), 7));  // after Detach
+  const ConsumerStats cs = consumer_->stats();
+  EXPECT_EQ(cs.producer_messages_dropped, 3u);
+  EXPECT_EQ(cs.producer_bytes_dropped, 96u);
+  EXPECT_EQ(cs.producer_events_dropped, 18u);
+  EXPECT_EQ(cs.producer_messages_dropped, producer->stats().messages_dropped);
+}
+
+// A producer shrinks its ring under the consumer's mapping: reads of the lost
+// pages raise SIGBUS. The consumer must survive and abandon the ring.
+// Param: keep the header page (else truncate to 0). Within the last page a
+// shrunk file reads as zeros, so the unread messages sit pages further on.
+class TransportTruncatedRingTest : public TransportHostileTest,
+                                   public ::testing::WithParamInterface<bool> {};
+
+TEST_P(TransportTruncatedRingTest, ConsumerSurvivesAndAbandonsTheRing) {
+  const auto page = static_cast<uint32_t>(sysconf(_SC_PAGESIZE));
+  ASSERT_LE(2 * page, kRing / 2);
+  struct sigaction before {};
+  ASSERT_EQ(sigaction(SIGBUS, nullptr, &before), 0);
+  auto producer = Attach();
+  ASSERT_NE(producer, nullptr);
+  const std::string name = OnlyRingName();
+  const int fd = shm_open(("/" + name).c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  std::vector<Bytes> first = SendGood(*producer, 3);
+  first.push_back(MakeMessage(wire::kMsgName, 2 * page, 9));
+  ASSERT_TRUE(Send(*producer, first.back()));
+  Delivered got;
+  EXPECT_EQ(PollInto(*consumer_, &got), 4u);
+  EXPECT_EQ(got.messages, first);
+  SendGood(*producer, 2);  // committed beyond the second page, never to be read
+
+  ASSERT_EQ(ftruncate(fd, GetParam() ? static_cast<off_t>(page) : 0), 0);
+  EXPECT_EQ(PollInto(*consumer_, &got), 0u);
+  ASSERT_EQ(got.ends.size(), 1u);
+  EXPECT_FALSE(got.ends[0].second);
+  ConsumerStats cs = consumer_->stats();  // reads the (faulting) header again
+  EXPECT_EQ(cs.framing_errors, 1u);
+  EXPECT_EQ(cs.producers_active, 0u);
+  EXPECT_EQ(cs.messages, 4u);
+  EXPECT_TRUE(RingNames(run_).empty());  // unlinked
+  // The previous SIGBUS action is back once Poll/stats() return.
+  struct sigaction after {};
+  ASSERT_EQ(sigaction(SIGBUS, nullptr, &after), 0);
+  EXPECT_EQ(after.sa_handler, before.sa_handler);
+  EXPECT_EQ(after.sa_flags & SA_SIGINFO, before.sa_flags & SA_SIGINFO);
+
+  // Give the pages back (zeroed) so this process, as the producer, can detach.
+  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(internal::kRingDataOffset + kRing)), 0);
+  close(fd);
+  Delivered later;
+  EXPECT_EQ(PollInto(*consumer_, &later), 0u);
+  EXPECT_FALSE(consumer_->Idle());
+  producer->Detach();
+  EXPECT_EQ(PollInto(*consumer_, &later), 0u);
+  EXPECT_TRUE(later.ends.empty());
+  EXPECT_TRUE(consumer_->Idle());
+  EXPECT_EQ(consumer_->stats().framing_errors, 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, TransportTruncatedRingTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? std::string("HeaderPageKept") : std::string("Empty");
+                         });
+
+std::atomic<int> g_test_sigbus{0};
+void CountSigbus(int, siginfo_t*, void*) { g_test_sigbus.fetch_add(1); }
+
+// A SIGBUS that is not a fault on ring memory goes to the action installed
+// before, also while Poll has its own handler in place.
+TEST_F(TransportTest, OtherSigbusIsChainedToThePreviousHandler) {
+  struct sigaction mine {};
+  mine.sa_sigaction = CountSigbus;
+  mine.sa_flags = SA_SIGINFO;
+  sigemptyset(&mine.sa_mask);
+  struct sigaction original {};
+  ASSERT_EQ(sigaction(SIGBUS, &mine, &original), 0);
+  auto producer = Attach();
+  ASSERT_NE(producer, nullptr);
+  ASSERT_TRUE(Send(*producer, MakeMessage(wire::kMsgName, 64, 1)));
+  g_test_sigbus = 0;
+  const size_t n = consumer_->Poll([](const ProducerInfo&, const uint8_t*, uint32_t) { raise(SIGBUS); });
+  EXPECT_EQ(n, 1u);
+  EXPECT_EQ(g_test_sigbus.load(), 1);
+  struct sigaction now {};
+  ASSERT_EQ(sigaction(SIGBUS, &original, &now), 0);
+  EXPECT_EQ(now.sa_sigaction, &CountSigbus);
+}
+
 TEST_F(TransportHostileTest, MessageAboveTheWireLimitIsRejected) {
   ProducerOptions options;
   options.ring_bytes = 4u << 20;  // room for a message larger than kMaxMessageBytes
@@ -633,6 +935,75 @@ TEST_F(TransportHostileTest, MessageAboveTheWireLimitIsRejected) {
   EXPECT_EQ(PollInto(*consumer_, &got), 2u);
   EXPECT_EQ(got.messages, good);
   ExpectAbandoned(got, *producer, ring);
+}
+
+// ---------------------------------------------------------------------------
+// Ring sizes up to 4 GiB (SMPROF_SHM_MB <= 4096).
+// ---------------------------------------------------------------------------
+
+TEST(TransportRingSizeTest, CapacityRoundsUpToFourGiBAndNoFurther) {
+  EXPECT_EQ(internal::RingCapacityFor(0), internal::kMinRingBytes);
+  EXPECT_EQ(internal::RingCapacityFor((64u << 10) + 1), 128u << 10);
+  EXPECT_EQ(internal::RingCapacityFor((1ull << 30) + 1), 2ull << 30);
+  EXPECT_EQ(internal::RingCapacityFor(3000ull << 20), 4ull << 30);
+  EXPECT_EQ(internal::RingCapacityFor(4096ull << 20), 4ull << 30);
+  EXPECT_EQ(internal::RingCapacityFor((4096ull << 20) + 1), 0u);
+}
+
+TEST_F(TransportTest, AttachAboveFourGiBFailsNamingTheLimit) {
+  ProducerOptions options;
+  options.ring_bytes = (4096ull << 20) + 1;
+  std::string error;
+  EXPECT_EQ(Producer::Attach(run_, options, &error), nullptr);
+  EXPECT_NE(error.find("4096 MiB limit"), std::string::npos) << error;
+  EXPECT_TRUE(RingNames(run_).empty());
+  Mapping control(ControlSegmentName(run_));
+  EXPECT_EQ(internal::Entries(control.control())[0].state.load(), internal::kEntryFree);
+}
+
+// A 2 GiB ring (sparse: only what is touched is allocated), published by hand
+// as a producer would, is mapped and read.
+TEST_F(TransportTest, ConsumerReadsRingsAboveOneGiB) {
+  constexpr uint64_t kBig = 2ull << 30;
+  Mapping control(ControlSegmentName(run_));
+  internal::RegistryEntry& e = internal::Entries(control.control())[0];
+  uint32_t expected = internal::kEntryFree;
+  ASSERT_TRUE(e.state.compare_exchange_strong(expected, internal::kEntryClaimed));
+  e.generation.store(1);
+  e.pid.store(static_cast<uint32_t>(getpid()));
+  const std::string name = internal::RingSegmentName(run_, 0, 1);
+  const int fd = shm_open(("/" + name).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  if (ftruncate(fd, static_cast<off_t>(internal::kRingDataOffset + kBig)) != 0) {
+    close(fd);
+    GTEST_SKIP() << "cannot size a sparse 2 GiB segment in /dev/shm";
+  }
+  close(fd);
+  {
+    bip::shared_memory_object shm(bip::open_only, name.c_str(), bip::read_write);
+    bip::mapped_region head(shm, bip::read_write, 0, internal::kRingDataOffset + 4096);
+    auto* ring = static_cast<RingHeader*>(head.get_address());
+    ring->magic = internal::kRingMagic;
+    ring->version = wire::kTransportVersion;
+    ring->pid = static_cast<uint32_t>(getpid());
+    ring->capacity = kBig;
+    const Bytes m = MakeMessage(wire::kMsgLaunch, 96, 1);
+    std::memcpy(static_cast<uint8_t*>(head.get_address()) + internal::kRingDataOffset, m.data(),
+                m.size());
+    ring->write_pos.store(m.size());
+  }
+  e.ring_bytes.store(kBig);
+  e.state.store(internal::kEntryReady);
+  Delivered got;
+  EXPECT_EQ(PollInto(*consumer_, &got), 1u);
+  EXPECT_EQ(consumer_->stats().framing_errors, 0u);
+  ASSERT_EQ(got.messages.size(), 1u);
+  EXPECT_EQ(got.messages[0], MakeMessage(wire::kMsgLaunch, 96, 1));
+  e.state.store(internal::kEntryDetached);
+  EXPECT_EQ(PollInto(*consumer_, &got), 0u);
+  ASSERT_EQ(got.ends.size(), 1u);
+  EXPECT_TRUE(got.ends[0].second);
+  EXPECT_FALSE(ShmExists(name));
 }
 
 }  // namespace

@@ -12,3 +12,5 @@ void LaunchGraphK1(cudaStream_t s);
 void LaunchGraphK2(cudaStream_t s);
 void LaunchFlood(int blocks, int threads, int n, long long spin_ns, cudaStream_t s);
 void LaunchPlain(int* out, cudaStream_t s);
+void LaunchSilentBig(cudaStream_t s);
+void LaunchWaitForFlag(volatile int* flag, cudaStream_t s);

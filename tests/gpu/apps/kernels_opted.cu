@@ -47,6 +47,20 @@ __global__ void flood(int n, long long spin_ns) {
   if (spin_ns > 0) Spin(spin_ns);
 }
 
+// No markers, in an opted-in module: launches of it record nothing.
+__global__ void silent_big(float* out) {
+  if (out != nullptr) out[blockIdx.x * blockDim.x + threadIdx.x] = 1.0f;
+}
+
+// Spins until *flag (mapped host memory) becomes non-zero, with one range.
+__global__ void wait_for_flag(volatile int* flag) {
+  SMPROF_SCOPE("waiting");
+  while (*flag == 0) {
+  }
+}
+
+void LaunchSilentBig(cudaStream_t s) { silent_big<<<4096, 1024, 0, s>>>(nullptr); }
+void LaunchWaitForFlag(volatile int* flag, cudaStream_t s) { wait_for_flag<<<1, 32, 0, s>>>(flag); }
 void LaunchMarkerGrid(int blocks, int threads, int* out, cudaStream_t s) { marker_grid<<<blocks, threads, 0, s>>>(out); }
 void LaunchCount(int blocks, int threads, int n, long long spin_ns, cudaStream_t s) {
   count_kernel<<<blocks, threads, 0, s>>>(n, spin_ns);

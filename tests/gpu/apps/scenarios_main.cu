@@ -146,6 +146,68 @@ int CuptiTaken() {  // the application holds CUPTI itself (like a framework prof
   return Basic();
 }
 
+int SilentBig() {  // 200 launches of a marker-free kernel of an opted-in module, then marker_grid, one sync
+  int* out;
+  CHECK(cudaMalloc(&out, sizeof(int)));
+  for (int i = 0; i < 200; ++i) LaunchSilentBig(nullptr);
+  LaunchMarkerGrid(4, 128, out, nullptr);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  return 0;
+}
+
+int CaptureAfterEagerWork() {  // eager work on s, then s captures while another stream syncs
+  cudaStream_t s, other;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  LaunchCount(2, 64, 3, 200000, s);
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  LaunchGraphK1(s);
+  CHECK(cudaStreamSynchronize(other));  // a sync point while s captures
+  cudaGraph_t graph;
+  if (cudaStreamEndCapture(s, &graph) != cudaSuccess) {
+    std::fprintf(stderr, "app: the capture was invalidated\n");
+    return 97;
+  }
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  return 0;
+}
+
+int UnloadThenReplay(const char* fatbin) {  // an unrelated module comes and goes, then 50 graph replays
+  CHECK(cudaFree(nullptr));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  LaunchGraphK1(s);
+  CHECK(cudaStreamEndCapture(s, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  CUmodule module;
+  if (cuModuleLoad(&module, fatbin) != CUDA_SUCCESS || cuModuleUnload(module) != CUDA_SUCCESS) return 98;
+  for (int i = 0; i < 50; ++i) {
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+  }
+  return 0;
+}
+
+int ExitWhileRunning() {  // a profiled kernel still spinning when main returns
+  int* flag;
+  CHECK(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped));
+  *flag = 0;
+  int* device_flag;
+  CHECK(cudaHostGetDevicePointer(&device_flag, flag, 0));
+  LaunchWaitForFlag(device_flag, nullptr);
+  CHECK(cudaGetLastError());
+  return 0;
+}
+
 int ExitNoSync(int code) {  // marker_grid, then exit without synchronising
   int* out;
   CHECK(cudaMalloc(&out, sizeof(int)));
@@ -169,7 +231,11 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "threads")) return Threads();
   if (!std::strcmp(scenario, "driver-api") && argc > 2) return DriverApi(argv[2]);
   if (!std::strcmp(scenario, "cupti-taken")) return CuptiTaken();
-  std::fprintf(stderr, "usage: %s basic|streams|filter|graph|overflow|highwater|exit7|destroyed-stream|threads|driver-api <fatbin>|cupti-taken\n",
+  if (!std::strcmp(scenario, "silent-big")) return SilentBig();
+  if (!std::strcmp(scenario, "capture-after-eager")) return CaptureAfterEagerWork();
+  if (!std::strcmp(scenario, "unload-replay") && argc > 2) return UnloadThenReplay(argv[2]);
+  if (!std::strcmp(scenario, "exit-running")) return ExitWhileRunning();
+  std::fprintf(stderr, "usage: %s basic|streams|filter|graph|overflow|highwater|exit7|destroyed-stream|threads|driver-api <fatbin>|cupti-taken|silent-big|capture-after-eager|unload-replay <fatbin>|exit-running\n",
                argv[0]);
   return 2;
 }
