@@ -33,14 +33,15 @@ __global__ void stage_loop(long long* cycles, unsigned long long* sink) {
     const uint64_t now = sd::sreg::GlobalTimer();
     const unsigned active = __activemask();
     const bool leader = sd::sreg::LaneId() == static_cast<uint32_t>(__ffs(active) - 1);
-    uint64_t tag = 0, next = 0;
+    uint64_t tag = 0;
+    uint32_t next = 0;
     if (kStage >= 1) {
       tag = sd::LoadTag(addr);
       next = __shfl_sync(active, sd::TakeSlotIf(leader, addr), __ffs(active) - 1);
     }
     if (kStage >= 2) tag ^= sd::WarpTag(sd::sreg::GridId(), 1);
     if (kStage >= 3) {
-      sd::Store16If(leader, reinterpret_cast<uint64_t>(sink) + ((next & 255) << 4), now, tag);
+      sd::Store16If(leader, reinterpret_cast<uint64_t>(sink) + ((next & 255u) << 4), now, tag);
     } else {
       acc += (now ^ tag ^ next) & (leader ? ~0ull : 0ull);
     }

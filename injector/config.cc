@@ -77,7 +77,7 @@ Config LoadConfig(const GetEnv& getenv_fn, std::vector<std::string>* errors) {
     }
   }
   uint64_t mb = c.buffer_bytes >> 20;
-  ReadNumber(getenv_fn, "SMPROF_BUFFER_MB", 1, 1 << 16, &mb, errors);
+  ReadNumber(getenv_fn, "SMPROF_BUFFER_MB", 1, 4095, &mb, errors);  // event offsets are 32-bit
   c.buffer_bytes = mb << 20;
   uint64_t chunk = c.chunk_bytes;
   ReadNumber(getenv_fn, "SMPROF_CHUNK_BYTES", 256, 65536, &chunk, errors);

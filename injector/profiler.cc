@@ -936,25 +936,30 @@ void OnLaunchEnter(Profiler& p, const CUpti_CallbackData* cb, CUpti_CallbackId c
                    CUstream stream, uint64_t warps) {
   ContextState* cs = nullptr;
   CUmodule module = nullptr;
-  double chunks = 0;
   if (f != nullptr) {
     const FunctionInfo info = p.LookupFunction(cb->context, f, cb->symbolName);
     if (!info.opted_in) return;
     cs = p.ContextFor(cb->context);
     if (cs == nullptr) return;
     module = info.module;
-    chunks = std::min(static_cast<double>(warps) * p.ChunksPerWarp(cb->symbolName),
-                      static_cast<double>(cs->ref.num_chunks));
   } else {  // graph launch: any captured kernel may record
     cs = p.FindContext(cb->context);
     if (cs == nullptr || cs->failed || cs->destroyed) return;
   }
+  // The chunks this launch may claim, from what the kernel claimed last time
+  // (a drain below may just have taught that).
+  const auto projected = [&] {
+    return f == nullptr ? 0.0
+                        : std::min(static_cast<double>(warps) * p.ChunksPerWarp(cb->symbolName),
+                                   static_cast<double>(cs->ref.num_chunks));
+  };
   const bool per_thread = IsPerThread(cbid, stream);
   const bool capturing = IsCapturing(per_thread ? CU_STREAM_PER_THREAD : stream);
   if (!capturing) {
-    if (p.NeedsDrain(cs, chunks)) p.Harvest(cs, wire::kHarvestHighWater, HarvestMode::kForce);
+    if (p.NeedsDrain(cs, projected())) p.Harvest(cs, wire::kHarvestHighWater, HarvestMode::kForce);
     p.Poll(cs);
   }
+  const double chunks = capturing ? 0.0 : projected();
   if (t_gate_held == nullptr) {
     cs->gate.lock_shared();
     t_gate_held = cs;

@@ -316,7 +316,7 @@ Options (an option overrides the environment variable named with it):
                        over demangled names, '!' excludes, '\' escapes; a pattern
                        matches the full signature, "ns::name<T>" or the bare
                        name, e.g. 'gemm*,!*_debug'. Default: all (SMPROF_KERNELS)
-      --buffer-mb N    device event buffer per GPU context in MiB, 1-65536
+      --buffer-mb N    device event buffer per GPU context in MiB, 1-4095
                        (default 64) (SMPROF_BUFFER_MB)
       --warps LIST     warp indices within a block that record, e.g. 0,4-7;
                        0-31 (default: all warps) (SMPROF_WARPS)

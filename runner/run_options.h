@@ -30,7 +30,7 @@ inline constexpr const char* kEnvInjector = "SMPROF_INJECTOR";
 inline constexpr const char* kEnvCollector = "SMPROF_COLLECTOR";
 
 // Ranges (inclusive).
-inline constexpr uint32_t kMinBufferMb = 1, kMaxBufferMb = 65536, kDefaultBufferMb = 64;
+inline constexpr uint32_t kMinBufferMb = 1, kMaxBufferMb = 4095, kDefaultBufferMb = 64;
 inline constexpr uint32_t kMinShmMb = 1, kMaxShmMb = 4096, kDefaultShmMb = 32;
 inline constexpr uint32_t kMinChunkBytes = 256, kMaxChunkBytes = 65536, kDefaultChunkBytes = 1024;
 inline constexpr uint32_t kMinHighWater = 10, kMaxHighWater = 95, kDefaultHighWater = 75;

@@ -81,9 +81,11 @@ inline constexpr uint32_t kChunkHeaderSlots = sizeof(ChunkHeader) / sizeof(Event
 // when its tag equals the warp's identity hash (grid, block, warp, epoch).
 struct WarpCursor {
   uint64_t tag;   // identity hash of the owning block (the slot says which warp)
-  uint64_t next;  // device address of the warp's next event slot (taken with a
-                  // shared-memory atomic add of 16); a multiple of chunk_bytes
-                  // when the chunk is full; odd once the arena is full
+  uint32_t next;  // offset from chunk 0 of the warp's next event slot, taken with
+                  // a 32-bit shared-memory atomic add of 16 (arenas stay under
+                  // 4 GiB); a multiple of chunk_bytes when the chunk is full;
+                  // odd once the arena is full
+  uint32_t reserved;
 };
 
 // At offset 0 of the arena. The injector writes the configuration line before

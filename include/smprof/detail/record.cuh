@@ -50,8 +50,8 @@ inline constexpr int kMaxWarpsPerBlock = 32;
 // The recording path stays out of line by default, so a marker that is not
 // recording is just the constant load and branch: inlined at every marker it
 // costs idle kernels time (on H200: an idle marker 42 -> 97 cycles, the
-// example GEMM 1.02x -> 1.12x of its compiled-out time) in exchange for
-// halving the recording cost (558 -> 279 cycles per event on one warp).
+// example GEMM 1.02x -> 1.03x of its compiled-out time at n=2048) in exchange
+// for a faster recording path (722 -> 407 cycles per event on one warp).
 // -DSMPROF_INLINE_RECORDER inlines it for builds that are always profiled.
 // Figures: docs/performance.md.
 // Both forms have inline linkage: the header is included by many translation
@@ -97,18 +97,19 @@ __device__ SMPROF_FORCEINLINE uint64_t LoadTag(uint32_t addr) {
   return tag;
 }
 
-__device__ SMPROF_FORCEINLINE void StoreCursor(uint32_t addr, uint64_t tag, uint64_t next) {
-  asm volatile("st.volatile.shared.v2.u64 [%0], {%1, %2};" ::"r"(addr), "l"(tag), "l"(next) : "memory");
+__device__ SMPROF_FORCEINLINE void StoreCursor(uint32_t addr, uint64_t tag, uint32_t next) {
+  asm volatile("st.volatile.shared.v2.u64 [%0], {%1, %2};" ::"r"(addr), "l"(tag), "l"(static_cast<uint64_t>(next))
+               : "memory");
 }
 
 // On the leader only: takes the next event slot of the cursor with a shared
 // memory atomic, so markers on divergent paths of one warp (each with its own
 // leader) never take the same slot. Other lanes get 0.
-__device__ SMPROF_FORCEINLINE uint64_t TakeSlotIf(bool leader, uint32_t addr) {
-  uint64_t slot = 0;
+__device__ SMPROF_FORCEINLINE uint32_t TakeSlotIf(bool leader, uint32_t addr) {
+  uint32_t slot = 0;
   asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n @p atom.shared.add.u64 %0, [%2], 16;\n}"
-      : "+l"(slot)
+      "{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n @p atom.shared.add.u32 %0, [%2], 16;\n}"
+      : "+r"(slot)
       : "r"(static_cast<uint32_t>(leader)), "r"(addr + 8)
       : "memory");
   return slot;
@@ -132,9 +133,9 @@ __device__ SMPROF_FORCEINLINE void Count(uint64_t arena, uint32_t offset) {
 }
 
 // Claims a chunk for the calling warp and writes its header; returns the
-// address of its first event slot, or 0 when the arena is full. Out of line:
+// offset of its first event slot, or 0 when the arena is full. Out of line:
 // it runs once per chunk.
-__device__ inline SMPROF_NOINLINE uint64_t ClaimChunk(uint64_t grid, uint32_t warp) {
+__device__ inline SMPROF_NOINLINE uint32_t ClaimChunk(uint64_t grid, uint32_t warp) {
   const wire::ArenaRef& ref = g_arena<kAbiVersion>;
   uint32_t chunk;
   asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;"
@@ -142,14 +143,15 @@ __device__ inline SMPROF_NOINLINE uint64_t ClaimChunk(uint64_t grid, uint32_t wa
                : "l"(ref.arena + offsetof(wire::ArenaHeader, next_chunk))
                : "memory");
   if (chunk >= ref.num_chunks) return 0;
-  const uint64_t base = ref.chunks + (static_cast<uint64_t>(chunk) << ref.chunk_shift);
+  const uint32_t offset = chunk << ref.chunk_shift;
+  const uint64_t base = ref.chunks + offset;
   const uint64_t w2 = static_cast<uint64_t>(blockIdx.x) | (static_cast<uint64_t>(blockIdx.y) << 32) |
                       (static_cast<uint64_t>(blockIdx.z) << 48);
   const uint64_t w3 = static_cast<uint64_t>(sreg::SmId() & 0xffff) | (static_cast<uint64_t>(warp) << 16) |
                       (static_cast<uint64_t>(wire::kChunkMagic) << 24);
   Store16(base, grid, reinterpret_cast<uint64_t>(&g_name_base<kAbiVersion>));
   Store16(base + 16, w2, w3);
-  return base + sizeof(wire::ChunkHeader);
+  return offset + static_cast<uint32_t>(sizeof(wire::ChunkHeader));
 }
 
 // Runs on every lane in `active` (the lanes that reached the marker
@@ -173,34 +175,34 @@ __device__ SMPROF_RECORDER_INLINE void RecordEvent(const char* name, uint32_t ki
   const uint32_t cursor_addr = CursorAddress(warp);
   const uint64_t grid = sreg::GridId();
   const uint64_t tag = WarpTag(grid, ref.epoch);
-  const uint64_t chunk_mask = (uint64_t{1} << ref.chunk_shift) - 1;
-  const uint64_t span = static_cast<uint64_t>(ref.num_chunks) << ref.chunk_shift;
+  const uint32_t chunk_mask = (1u << ref.chunk_shift) - 1;
+  const uint32_t span = ref.num_chunks << ref.chunk_shift;
   const bool own = LoadTag(cursor_addr) == tag;
-  // The leader's verdict, broadcast: a slot address; 0 = claim a chunk (a
+  // The leader's verdict, broadcast: a slot offset; 0 = claim a chunk (a
   // foreign cursor, or a full chunk, which leaves the cursor on a chunk
-  // boundary); 1 = the arena is full (the cursor holds an odd address).
-  uint64_t slot = TakeSlotIf(leader, cursor_addr);
+  // boundary); 1 = the arena is full (the cursor holds an odd offset).
+  uint32_t slot = TakeSlotIf(leader, cursor_addr);
   if (!own) {
     slot = 0;
   } else if (slot & 1) {
     slot = 1;
-  } else if ((slot & chunk_mask) == 0 || slot - ref.chunks >= span) {
+  } else if ((slot & chunk_mask) == 0 || slot >= span) {
     slot = 0;
   }
   slot = __shfl_sync(active, slot, leader_lane);
   if (slot > 1) {
-    Store16If(leader, slot, now, payload);
+    Store16If(leader, ref.chunks + slot, now, payload);
     return;
   }
   // Rare: a new block or a full chunk (claim), or a full arena (drop).
   if (leader) {
-    const uint64_t first = slot == 1 ? 0 : ClaimChunk(grid, warp);
+    const uint32_t first = slot == 1 ? 0 : ClaimChunk(grid, warp);
     if (first == 0) {
       StoreCursor(cursor_addr, tag, 1);  // odd: "arena full" until the next epoch
       Count(ref.arena, offsetof(wire::ArenaHeader, dropped_events));
     } else {
-      StoreCursor(cursor_addr, tag, first + sizeof(wire::Event));
-      Store16(first, now, payload);
+      StoreCursor(cursor_addr, tag, first + static_cast<uint32_t>(sizeof(wire::Event)));
+      Store16(ref.chunks + first, now, payload);
     }
   }
   __syncwarp(active);

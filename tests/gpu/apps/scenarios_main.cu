@@ -156,12 +156,12 @@ int SilentBig() {  // 200 launches of a marker-free kernel of an opted-in module
   return 0;
 }
 
-int CaptureAfterEagerWork() {  // eager work on s, then s captures while another stream syncs
+int CaptureAfterEagerWork() {  // eager work on s, then s captures (relaxed mode) while another stream syncs
   cudaStream_t s, other;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
   LaunchCount(2, 64, 3, 200000, s);
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
   LaunchGraphK1(s);
   CHECK(cudaStreamSynchronize(other));  // a sync point while s captures
   cudaGraph_t graph;
