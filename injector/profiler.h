@@ -11,10 +11,14 @@
 //   - per launch: one cached function lookup; no allocation after the first
 //     launch of a function in a context;
 //   - smprof holds no mutex of its own across a CUPTI or driver call, except
-//     each context's launch gate (a shared_timed_mutex): launches of profiled
-//     kernels hold it shared from API enter to API exit, a harvest takes it
-//     exclusively with a timeout (and skips the harvest if it cannot), so no
-//     kernel can start while the arena is being read and zeroed;
+//     two per context: the launch gate (a shared_timed_mutex), held shared by
+//     launches of profiled kernels from API enter to API exit and exclusively,
+//     with a timeout, by a harvest while it reads and zeroes the arena (so no
+//     kernel can start meanwhile); and the harvest mutex, which serialises
+//     harvests (taken first, only by harvests, with a timeout or try-lock);
+//   - waits are bounded: a harvest that must wait for profiled work (a drain,
+//     teardown, exit) polls with a deadline and gives up rather than hold up
+//     the application; capturing streams are never queried or synchronised;
 //   - no synchronisation of the application's streams on the normal path:
 //     harvests happen where the application already synchronised, after
 //     checking (cuStreamQuery) that every stream with profiled work is idle.

@@ -17,7 +17,7 @@
 //
 //       [ArenaHeader | chunk 0 | chunk 1 | ...]
 //
-//     A recording warp owns one chunk at a time; its cursor (tag, chunk, fill)
+//     A recording warp owns one chunk at a time; its cursor (tag, next slot)
 //     lives in a per-warp slot of static shared memory. When the cursor's tag
 //     is not the warp's own, or its chunk is full, it claims the next chunk
 //     with one atomicAdd on ArenaHeader::next_chunk and writes a ChunkHeader
