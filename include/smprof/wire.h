@@ -45,7 +45,6 @@ namespace smprof::wire {
 inline constexpr uint32_t kArenaAbiVersion = 1;
 inline constexpr uint32_t kArenaMagic = 0x534d5041u;  // "SMPA"
 inline constexpr uint8_t kChunkMagic = 0xC5;
-inline constexpr uint32_t kNoChunk = 0xffffffffu;  // ClaimChunk: the arena is full
 
 enum EventKind : uint32_t {
   kEventBegin = 1,

@@ -29,13 +29,6 @@ __device__ SMPROF_FORCEINLINE uint32_t SmId() {
   return s;
 }
 
-// mov.u32 %r, %warpid;  hardware warp slot on the SM (volatile: may change on preemption)
-__device__ SMPROF_FORCEINLINE uint32_t WarpId() {
-  uint32_t w;
-  asm volatile("mov.u32 %0, %%warpid;" : "=r"(w));
-  return w;
-}
-
 // mov.u32 %r, %laneid;
 __device__ SMPROF_FORCEINLINE uint32_t LaneId() {
   uint32_t l;
