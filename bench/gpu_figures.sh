@@ -14,7 +14,7 @@ for variant in smprof_bench_event_cost smprof_bench_event_cost_inline; do
   echo "== $variant: markers idle (plain run)"
   timeout 120 "$bin/$variant" | tail -4
   echo "== $variant: recording (under smprof-run)"
-  timeout 120 "$bin/smprof-run" -q -o "$tmp/bench.json" -- "$bin/$variant" | tail -4
+  timeout 120 "$bin/smprof-run" -q --force -o "$tmp/bench.json" -- "$bin/$variant" | tail -4
 done
 
 best() { sed -n 's/.*best \([0-9.]*\) ms.*/\1/p'; }
@@ -24,8 +24,8 @@ for n in 1024 2048; do
     off=$(timeout 120 "$bin/smprof_example_gemm_disabled" "$n" 10 | best)
     idle=$(timeout 120 "$bin/smprof_example_gemm" "$n" 10 | best)
     idle_inl=$(timeout 120 "$bin/smprof_example_gemm_inline" "$n" 10 | best)
-    on=$(timeout 300 "$bin/smprof-run" -q --buffer-mb 512 -o "$tmp/gemm.json" -- "$bin/smprof_example_gemm" "$n" 10 | best)
-    on_inl=$(timeout 300 "$bin/smprof-run" -q --buffer-mb 512 -o "$tmp/gemm.json" -- \
+    on=$(timeout 300 "$bin/smprof-run" -q --force --buffer-mb 512 -o "$tmp/gemm.json" -- "$bin/smprof_example_gemm" "$n" 10 | best)
+    on_inl=$(timeout 300 "$bin/smprof-run" -q --force --buffer-mb 512 -o "$tmp/gemm.json" -- \
       "$bin/smprof_example_gemm_inline" "$n" 10 | best)
     awk -v r="$round" -v a="$off" -v b="$idle" -v c="$on" -v d="$idle_inl" -v e="$on_inl" 'BEGIN {
       printf "round %d: compiled out %s | idle %s (x%.2f) | profiled %s (x%.2f) | inline idle %s (x%.2f) | inline profiled %s (x%.2f)\n",

@@ -1,5 +1,7 @@
 #include "collector/collector.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -9,7 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include <spdlog/spdlog.h>
+#include "collector/trace_placement.h"
+#include "common/names.h"
 
 namespace smprof {
 namespace {
@@ -22,69 +25,6 @@ constexpr size_t kCmdlineLabelBytes = 80;
 constexpr size_t kMaxOpenBegins = size_t{1} << 16;
 
 uint64_t SatAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
-
-bool IsIdentChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-         c == '$';
-}
-
-// Calls at_top(i) for every character of `s` outside any (), <> nesting,
-// skipping "(anonymous namespace)" and operator names (operator(),
-// operator<, ...) as opaque tokens. Stops when at_top returns false.
-template <typename F>
-void ScanTopLevel(std::string_view s, F&& at_top) {
-  constexpr std::string_view kAnon = "(anonymous namespace)";
-  constexpr std::string_view kOp = "operator";
-  constexpr std::string_view kOpChars = "+-*/%^&|~!=<>,";
-  std::vector<char> stack;
-  size_t i = 0;
-  while (i < s.size()) {
-    if (s.compare(i, kOp.size(), kOp) == 0 && (i == 0 || !IsIdentChar(s[i - 1])) &&
-        (i + kOp.size() == s.size() || !IsIdentChar(s[i + kOp.size()]))) {
-      size_t j = i + kOp.size();
-      while (j < s.size() && s[j] == ' ') ++j;
-      if (s.compare(j, 2, "()") == 0 || s.compare(j, 2, "[]") == 0) {
-        j += 2;
-      } else if (j < s.size() && IsIdentChar(s[j])) {  // operator new, operator int
-        while (j < s.size() && IsIdentChar(s[j])) ++j;
-      } else {
-        for (int k = 0; k < 3 && j < s.size() && kOpChars.find(s[j]) != std::string_view::npos; ++k)
-          ++j;
-      }
-      i = j;
-      continue;
-    }
-    if (s.compare(i, kAnon.size(), kAnon) == 0) {
-      i += kAnon.size();
-      continue;
-    }
-    const char c = s[i];
-    if (stack.empty() && !at_top(i)) return;
-    switch (c) {
-      case '(':
-        stack.push_back('(');
-        break;
-      case ')':
-        if (!stack.empty() && stack.back() == '(') stack.pop_back();
-        break;
-      case '<':
-        if (stack.empty() || stack.back() == '<') stack.push_back('<');
-        break;
-      case '>':
-        if (!stack.empty() && stack.back() == '<') stack.pop_back();
-        break;
-      default:
-        break;
-    }
-    ++i;
-  }
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 // Command line label: NULs as spaces, at most kCmdlineLabelBytes, not cut
 // inside a UTF-8 sequence.
@@ -100,6 +40,44 @@ std::string CmdlineLabel(std::string_view raw) {
   return s;
 }
 
+// The name a launch is shown under: the qualified kernel name (common/names,
+// the parser the kernel filter matches against), else the text as it came.
+std::string KernelLabel(std::string_view full) {
+  const KernelNameForms forms = SplitKernelName(full);
+  if (!forms.qualified.empty()) return forms.qualified;
+  return full.empty() ? std::string("<unnamed kernel>") : std::string(full);
+}
+
+// What identifies a physical GPU across processes: the UUID, else the PCI
+// address, else nothing better than the producer's own ordinal.
+std::string IdentityKey(const std::string& uuid, const std::string& pci, uint32_t pid, uint32_t ordinal) {
+  if (!uuid.empty()) return uuid;
+  if (!pci.empty()) return "pci " + pci;
+  return "pid " + std::to_string(pid) + " cuda:" + std::to_string(ordinal);
+}
+
+// Each member of a JSON object as an arg (but `skip`), invalid UTF-8 replaced.
+JsonArgs ArgsOf(const nlohmann::json& object, std::string_view skip = {}) {
+  JsonArgs args;
+  for (const auto& [name, value] : object.items()) {
+    if (name != skip) args.Raw(name, value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  return args;
+}
+
+const char* NoticeReason(uint32_t kind) {
+  switch (kind) {
+    case wire::kNoticeCuptiUnavailable:
+      return "cupti_unavailable";
+    case wire::kNoticeSteppedAside:
+      return "stepped_aside";
+    case wire::kNoticeBadSettings:
+      return "bad_settings";
+    default:
+      return "unknown";
+  }
+}
+
 std::string Dim3(const uint32_t v[3]) {
   char buf[48];
   std::snprintf(buf, sizeof(buf), "(%u,%u,%u)", v[0], v[1], v[2]);
@@ -110,24 +88,25 @@ std::string Dim3(const uint32_t v[3]) {
 
 namespace internal {
 
-std::string QualifiedKernelName(std::string_view demangled) {
-  const std::string_view s = Trim(demangled);
-  size_t cut = s.size();
-  ScanTopLevel(s, [&](size_t i) {
-    if (s[i] != '(') return true;
-    cut = i;
-    return false;
-  });
-  const std::string_view head = s.substr(0, cut);
-  size_t start = 0;
-  ScanTopLevel(head, [&](size_t i) {
-    if (head[i] == ' ') start = i + 1;
-    return true;
-  });
-  const std::string_view name = Trim(head.substr(start));
-  if (!name.empty()) return std::string(name);
-  if (!s.empty()) return std::string(s);
-  return "<unnamed kernel>";
+std::string UuidText(const uint8_t uuid[16]) {
+  bool any = false;
+  for (int i = 0; i < 16; ++i) any = any || uuid[i] != 0;
+  if (!any) return "";
+  std::string out = "GPU-";
+  char hex[3];
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out.push_back('-');
+    std::snprintf(hex, sizeof(hex), "%02x", uuid[i]);
+    out += hex;
+  }
+  return out;
+}
+
+std::string PciBusIdText(uint32_t domain, uint32_t bus, uint32_t device) {
+  if (domain == 0 && bus == 0 && device == 0) return "";
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%04x:%02x:%02x.0", domain, bus, device);
+  return buf;
 }
 
 std::string LaunchFlagsJson(uint32_t flags) {
@@ -139,8 +118,7 @@ std::string LaunchFlagsJson(uint32_t flags) {
   if (flags & wire::kLaunchNoActivity) add("no_activity");
   if (flags & wire::kLaunchFromGraph) add("graph");
   if (flags & wire::kLaunchForcedDrain) add("forced_drain");
-  const uint32_t unknown =
-      flags & ~(wire::kLaunchNoActivity | wire::kLaunchFromGraph | wire::kLaunchForcedDrain);
+  const uint32_t unknown = flags & ~(wire::kLaunchNoActivity | wire::kLaunchFromGraph | wire::kLaunchForcedDrain);
   if (unknown != 0) {
     char buf[16];
     std::snprintf(buf, sizeof(buf), "0x%x", unknown);
@@ -186,10 +164,10 @@ struct Collector::WarpTrack {
     bool live;
   };
   uint32_t tid = 0;
-  uint64_t last_ns = 0;    // latest event time seen on this warp (absolute)
-  std::vector<Open> open;  // BEGINs, oldest first; closed ones are dead until removed
-  size_t live = 0;         // live entries of `open`
-  size_t bottom = 0;       // no live entry below this position
+  uint64_t last_ns = 0;                        // latest event time seen on this warp (absolute)
+  std::vector<Open> open;                      // BEGINs, oldest first; closed ones are dead until removed
+  size_t live = 0;                             // live entries of `open`
+  size_t bottom = 0;                           // no live entry below this position
   std::unordered_map<uint32_t, uint32_t> top;  // name -> position of its latest open BEGIN
 
   void Push(uint32_t name_id, uint64_t begin_ns) {
@@ -272,6 +250,16 @@ struct Collector::Launch {
   std::map<WarpKey, WarpTrack> warps;
 };
 
+// One physical GPU of the run, however many processes use it.
+struct Collector::Gpu {
+  uint32_t index = 0;  // run-wide, in order of first appearance
+  uint32_t json_pid = 0;
+  nlohmann::json facts;  // the summary's "gpus" entry, "seen_as" growing
+  // (producer pid, stream) -> tid of the thread holding that stream's kernel spans
+  std::map<std::pair<uint32_t, uint64_t>, uint32_t> stream_tids;
+  uint32_t next_tid = 1;
+};
+
 struct Collector::Producer {
   transport::ProducerInfo info{};
   uint32_t json_pid = 0;
@@ -281,8 +269,8 @@ struct Collector::Producer {
   std::string cmdline;
   uint64_t last_ns = 0;  // latest absolute timestamp seen from this producer
   std::map<uint32_t, std::string> names;
-  std::map<uint32_t, std::string> devices;
-  std::map<uint64_t, Launch> launches;  // announced, not yet finalized
+  std::map<uint32_t, std::string> gpu_of_ordinal;  // CUDA ordinal in this process -> Gpu key
+  std::map<uint64_t, Launch> launches;             // announced, not yet finalized
   bool have_stats = false;
   wire::StatsMsg stats{};
   uint64_t harvest_dropped = 0;
@@ -291,18 +279,14 @@ struct Collector::Producer {
   uint64_t forced_drains = 0;
 
   // Device totals: the latest StatsMsg, unless the harvests seen since say more.
-  uint64_t dropped() const {
-    return std::max(have_stats ? stats.events_dropped_device : 0, harvest_dropped);
-  }
-  uint64_t unplaced() const {
-    return std::max(have_stats ? stats.events_unplaced_device : 0, harvest_unplaced);
-  }
+  uint64_t dropped() const { return std::max(have_stats ? stats.events_dropped_device : 0, harvest_dropped); }
+  uint64_t unplaced() const { return std::max(have_stats ? stats.events_unplaced_device : 0, harvest_unplaced); }
   uint64_t filtered() const { return have_stats ? stats.events_filtered : 0; }
+  uint64_t opted_in() const { return have_stats ? stats.launches_opted_in : 0; }
+  uint64_t not_selected() const { return have_stats ? stats.launches_not_selected : 0; }
   uint64_t unattributed() const { return have_stats ? stats.events_unattributed : 0; }
   uint64_t all_harvests() const { return std::max(have_stats ? stats.harvests : 0, harvests); }
-  uint64_t all_forced() const {
-    return std::max(have_stats ? stats.forced_drains : 0, forced_drains);
-  }
+  uint64_t all_forced() const { return std::max(have_stats ? stats.forced_drains : 0, forced_drains); }
 };
 
 // --- summary ----------------------------------------------------------------
@@ -330,6 +314,12 @@ nlohmann::json CollectorSummary::ToJson() const {
   j["producers_incomplete"] = producers_incomplete;
   j["registry_full"] = registry_full;
   j["transport_unread_messages"] = transport_unread_messages;
+  j["launches_opted_in"] = launches_opted_in;
+  j["launches_not_selected"] = launches_not_selected;
+  j["gpus"] = gpus;
+  j["not_profiled"] = not_profiled;
+  j["run"] = run;
+  j["exit"] = exit;
   if (!trace_ok) j["trace_error"] = trace_error;
   return j;
 }
@@ -337,7 +327,9 @@ nlohmann::json CollectorSummary::ToJson() const {
 // --- Collector --------------------------------------------------------------
 
 std::unique_ptr<Collector> Collector::Create(const CollectorOptions& options, std::string* error) {
-  auto writer = TraceWriter::Open(options.trace_path, error);
+  const bool direct = IsStreamPath(options.trace_path);
+  auto writer = TraceWriter::Open(direct ? options.trace_path : PartialPath(options.trace_path), error,
+                                  /*exclusive=*/!direct && !options.overwrite);
   if (!writer) return nullptr;
   return std::unique_ptr<Collector>(new Collector(options, std::move(writer)));
 }
@@ -345,6 +337,9 @@ std::unique_ptr<Collector> Collector::Create(const CollectorOptions& options, st
 Collector::Collector(CollectorOptions options, std::unique_ptr<TraceWriter> writer)
     : options_(std::move(options)), writer_(std::move(writer)) {
   summary_.trace = options_.trace_path;
+  writer_->ProcessName(1, "smprof run");
+  writer_->ProcessSortIndex(1, -2000);
+  writer_->ThreadName(1, 1, "run");
 }
 
 Collector::~Collector() = default;
@@ -365,9 +360,7 @@ void Collector::Touch(uint64_t rel_ns) { last_rel_ns_ = std::max(last_rel_ns_, r
 
 uint32_t Collector::AllocateLaunchPid() { return next_launch_pid_++; }
 
-uint32_t Collector::LabelPid(const Producer& p) const {
-  return p.have_process ? p.pid : p.info.pid;
-}
+uint32_t Collector::LabelPid(const Producer& p) const { return p.have_process ? p.pid : p.info.pid; }
 
 std::string_view Collector::NameOf(const Producer& p, uint32_t name_id) {
   auto it = p.names.find(name_id);
@@ -383,8 +376,7 @@ Collector::Producer& Collector::GetProducer(const transport::ProducerInfo& info)
     slot = std::make_unique<Producer>();
     slot->info = info;
     slot->pid = info.pid;
-    slot->json_pid =
-        next_producer_pid_ <= kLastProducerPid ? next_producer_pid_++ : AllocateLaunchPid();
+    slot->json_pid = next_producer_pid_ <= kLastProducerPid ? next_producer_pid_++ : AllocateLaunchPid();
     ++summary_.processes;
     writer_->ProcessSortIndex(slot->json_pid, slot->json_pid);
     writer_->ThreadName(slot->json_pid, 1, "harvests");
@@ -414,8 +406,7 @@ void Collector::CountMalformed(const Producer& p, const char* why, uint32_t type
   ++malformed_logged_;
 }
 
-void Collector::HandleMessage(const transport::ProducerInfo& info, const uint8_t* data,
-                              uint32_t size) {
+void Collector::HandleMessage(const transport::ProducerInfo& info, const uint8_t* data, uint32_t size) {
   if (finished_) return;
   Producer& p = GetProducer(info);
   DecodedMessage m;
@@ -448,10 +439,27 @@ void Collector::HandleMessage(const transport::ProducerInfo& info, const uint8_t
       OnHarvest(p, m);
       break;
     case wire::kMsgStats:
-      p.have_stats = true;
-      p.stats = m.stats;
+      OnStats(p, m);
+      break;
+    case wire::kMsgNotice:
+      OnNotice(p, m);
       break;
   }
+}
+
+void Collector::OnStats(Producer& p, const DecodedMessage& m) {
+  p.have_stats = true;
+  p.stats = m.stats;
+}
+
+void Collector::OnNotice(Producer& p, const DecodedMessage& m) {
+  const std::string detail(m.text);
+  summary_.not_profiled.push_back({{"pid", LabelPid(p)}, {"reason", NoticeReason(m.notice.kind)}, {"detail", detail}});
+  const uint64_t ts = p.last_ns != 0 ? Rel(p.last_ns) : last_rel_ns_;
+  JsonArgs args;
+  args.String("reason", NoticeReason(m.notice.kind)).String("detail", detail);
+  writer_->Instant(p.json_pid, 1, "not profiled", ts, &args);
+  Touch(ts);
 }
 
 void Collector::OnProcess(Producer& p, const DecodedMessage& m) {
@@ -470,7 +478,55 @@ void Collector::OnProcess(Producer& p, const DecodedMessage& m) {
 }
 
 void Collector::OnDevice(Producer& p, const DecodedMessage& m) {
-  p.devices[m.device.device] = std::string(m.text);
+  const wire::DeviceMsg& d = m.device;
+  const std::string uuid = internal::UuidText(d.uuid);
+  const std::string pci = internal::PciBusIdText(d.pci_domain, d.pci_bus, d.pci_device);
+  const std::string key = IdentityKey(uuid, pci, LabelPid(p), d.device);
+  p.gpu_of_ordinal[d.device] = key;
+  auto& slot = gpus_[key];
+  if (!slot) {
+    slot = std::make_unique<Gpu>();
+    Gpu& g = *slot;
+    g.index = static_cast<uint32_t>(gpu_order_.size());
+    g.json_pid = AllocateLaunchPid();
+    gpu_order_.push_back(&g);
+    const std::string name = m.text.empty() ? std::string("unnamed GPU") : std::string(m.text);
+    g.facts = {{"index", g.index},
+               {"name", name},
+               {"uuid", uuid},
+               {"pci_bus_id", pci},
+               {"sm_count", d.sm_count},
+               {"compute_capability", std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor)},
+               {"sm_clock_khz", d.sm_clock_khz},
+               {"timer_resolution_ns", d.timer_resolution_ns},
+               {"seen_as", nlohmann::json::array()}};
+    std::string label = "GPU " + std::to_string(g.index) + " | " + name;
+    if (!pci.empty()) label += " | " + pci;
+    if (!uuid.empty()) label += " | " + uuid;
+    writer_->ProcessName(g.json_pid, label);
+    writer_->ProcessSortIndex(g.json_pid, -1000 + static_cast<int64_t>(g.index));
+    char facts[160];
+    std::snprintf(facts, sizeof(facts), "%u SMs, sm_%u%u, SM clock %u MHz, %%globaltimer step %s", d.sm_count,
+                  d.cc_major, d.cc_minor, d.sm_clock_khz / 1000,
+                  d.timer_resolution_ns != 0 ? (std::to_string(d.timer_resolution_ns) + " ns").c_str()
+                                             : "not measured");
+    writer_->ProcessLabels(g.json_pid, facts);
+    // The labels are a viewer's nicety; the facts themselves, as queryable
+    // args, go on an instant at time 0 (Perfetto keeps args, not labels).
+    const JsonArgs args = ArgsOf(g.facts, "seen_as");
+    writer_->ThreadName(g.json_pid, 0, "identity");
+    writer_->Instant(g.json_pid, 0, "GPU " + std::to_string(g.index) + " identity", 0, &args);
+  }
+  nlohmann::json& seen = slot->facts["seen_as"];
+  const nlohmann::json as = {{"pid", LabelPid(p)}, {"ordinal", d.device}};
+  if (std::find(seen.begin(), seen.end(), as) == seen.end()) seen.push_back(as);
+}
+
+Collector::Gpu* Collector::GpuOf(const Producer& p, uint32_t ordinal) {
+  auto it = p.gpu_of_ordinal.find(ordinal);
+  if (it == p.gpu_of_ordinal.end()) return nullptr;
+  auto g = gpus_.find(it->second);
+  return g == gpus_.end() ? nullptr : g->second.get();
 }
 
 void Collector::OnLaunch(Producer& p, const DecodedMessage& m) {
@@ -488,17 +544,18 @@ void Collector::OnLaunch(Producer& p, const DecodedMessage& m) {
   ++summary_.launches;
 
   const std::string full = m.text.empty() ? std::string("<unnamed kernel>") : std::string(m.text);
+  const std::string kernel = KernelLabel(full);
   const uint64_t ts = Rel(msg.start_ns);
   const uint64_t end = Rel(msg.end_ns);
   Touch(end);
 
-  writer_->ProcessName(
-      l.json_pid, "#" + std::to_string(msg.launch_id) + " " + internal::QualifiedKernelName(full) +
-                      " | GPU" + std::to_string(msg.device) + " | stream " +
-                      std::to_string(msg.stream_id) + " | grid" + Dim3(msg.grid) + " block" +
-                      Dim3(msg.block) + " | pid " + std::to_string(LabelPid(p)));
-  writer_->ProcessSortIndex(l.json_pid,
-                            static_cast<int64_t>(std::min<uint64_t>(ts / 1000, INT32_MAX)));
+  Gpu* gpu = GpuOf(p, msg.device);
+  const std::string ordinal = "cuda:" + std::to_string(msg.device);
+  const std::string where = gpu != nullptr ? "GPU " + std::to_string(gpu->index) + " (" + ordinal + ")" : ordinal;
+  writer_->ProcessName(l.json_pid, "#" + std::to_string(msg.launch_id) + " " + kernel + " | " + where + " | stream " +
+                                       std::to_string(msg.stream_id) + " | grid" + Dim3(msg.grid) + " block" +
+                                       Dim3(msg.block) + " | pid " + std::to_string(LabelPid(p)));
+  writer_->ProcessSortIndex(l.json_pid, static_cast<int64_t>(std::min<uint64_t>(ts / 1000, INT32_MAX)));
   writer_->ThreadName(l.json_pid, 1, "kernel (CUPTI)");
 
   JsonArgs args;
@@ -515,14 +572,33 @@ void Collector::OnLaunch(Producer& p, const DecodedMessage& m) {
       .Uint("static_smem", msg.static_smem)
       .Uint("pid", LabelPid(p))
       .Raw("flags", internal::LaunchFlagsJson(msg.flags));
-  auto dev = p.devices.find(msg.device);
-  if (dev != p.devices.end()) args.String("device_name", dev->second);
+  if (gpu != nullptr) {
+    args.Uint("gpu", gpu->index)
+        .String("gpu_name", gpu->facts["name"].get<std::string>())
+        .String("gpu_uuid", gpu->facts["uuid"].get<std::string>())
+        .String("gpu_pci_bus_id", gpu->facts["pci_bus_id"].get<std::string>());
+  }
   if (msg.flags & wire::kLaunchNoActivity) {
     args.String("note",
                 "CUPTI reported no activity for this kernel: start and end are bounds taken from "
                 "its recorded events");
   }
   writer_->Complete(l.json_pid, 1, full, ts, end - ts, &args);
+
+  // The same span on the physical GPU's track: one thread per process stream
+  // (a stream runs one kernel at a time, so its spans never overlap).
+  if (gpu != nullptr) {
+    auto [it, inserted] = gpu->stream_tids.try_emplace({LabelPid(p), msg.stream_id}, gpu->next_tid);
+    if (inserted) {
+      ++gpu->next_tid;
+      writer_->ThreadName(
+          gpu->json_pid, it->second,
+          "pid " + std::to_string(LabelPid(p)) + " | " + ordinal + " | stream " + std::to_string(msg.stream_id));
+    }
+    JsonArgs span;
+    span.Uint("launch_id", msg.launch_id).Uint("pid", LabelPid(p));
+    writer_->Complete(gpu->json_pid, it->second, kernel, ts, end - ts, &span);
+  }
 }
 
 void Collector::OnWarpEvents(Producer& p, const DecodedMessage& m) {
@@ -531,8 +607,8 @@ void Collector::OnWarpEvents(Producer& p, const DecodedMessage& m) {
   if (lit == p.launches.end()) {
     summary_.orphan_events += m.event_count;
     if (options_.logger && m.event_count != 0) {
-      options_.logger->debug("pid {}: {} events of unknown launch {} dropped", p.info.pid,
-                             m.event_count, msg.launch_id);
+      options_.logger->debug("pid {}: {} events of unknown launch {} dropped", p.info.pid, m.event_count,
+                             msg.launch_id);
     }
     return;
   }
@@ -543,9 +619,8 @@ void Collector::OnWarpEvents(Producer& p, const DecodedMessage& m) {
   if (inserted) {
     w.tid = l.next_tid++;
     char label[96];
-    std::snprintf(label, sizeof(label), "SM %03u | block (%u,%u,%u) | warp %u",
-                  static_cast<unsigned>(msg.sm), msg.block[0], msg.block[1], msg.block[2],
-                  static_cast<unsigned>(msg.warp));
+    std::snprintf(label, sizeof(label), "SM %03u | block (%u,%u,%u) | warp %u", static_cast<unsigned>(msg.sm),
+                  msg.block[0], msg.block[1], msg.block[2], static_cast<unsigned>(msg.warp));
     writer_->ThreadName(l.json_pid, w.tid, label);
   }
   for (uint32_t i = 0; i < m.event_count; ++i) {
@@ -577,8 +652,7 @@ void Collector::OnWarpEvents(Producer& p, const DecodedMessage& m) {
           JsonArgs args;
           args.String("smprof_error", "unmatched end");
           const uint64_t ts = Rel(e.time_ns);
-          writer_->Instant(l.json_pid, w.tid,
-                           std::string(NameOf(p, e.name_id)) + " (end without begin)", ts, &args);
+          writer_->Instant(l.json_pid, w.tid, std::string(NameOf(p, e.name_id)) + " (end without begin)", ts, &args);
           Touch(ts);
           ++summary_.unmatched_ends;
           ++summary_.events;
@@ -598,8 +672,8 @@ void Collector::OnWarpEvents(Producer& p, const DecodedMessage& m) {
   }
 }
 
-void Collector::WriteUnterminated(Producer& p, const Launch& l, const WarpTrack& w,
-                                  uint32_t name_id, uint64_t begin_ns, const std::string& note) {
+void Collector::WriteUnterminated(Producer& p, const Launch& l, const WarpTrack& w, uint32_t name_id, uint64_t begin_ns,
+                                  const std::string& note) {
   const bool no_activity = (l.flags & wire::kLaunchNoActivity) != 0;
   const uint64_t end_abs = no_activity ? w.last_ns : std::max(l.end_ns, w.last_ns);
   JsonArgs args;
@@ -650,8 +724,8 @@ void Collector::OnHarvest(Producer& p, const DecodedMessage& m) {
     lost.Uint("lost", SatAdd(p.harvest_dropped, p.harvest_unplaced));
     writer_->Counter(p.json_pid, "events lost (device buffer)", ts, lost);
     if (options_.logger) {
-      options_.logger->warn("pid {}: device buffer lost {} events ({} unplaced) in one harvest",
-                            LabelPid(p), msg.dropped_events, msg.unplaced_events);
+      options_.logger->warn("pid {}: device buffer lost {} events ({} unplaced) in one harvest", LabelPid(p),
+                            msg.dropped_events, msg.unplaced_events);
     }
   }
   writer_->Flush();
@@ -669,8 +743,7 @@ void Collector::EndProducer(Producer& p, bool clean) {
     writer_->Instant(p.json_pid, 1, "process lost", ts, &args);
     Touch(ts);
     if (options_.logger) {
-      options_.logger->warn("producer pid {} ended without detaching; its data may be incomplete",
-                            LabelPid(p));
+      options_.logger->warn("producer pid {} ended without detaching; its data may be incomplete", LabelPid(p));
     }
   }
   ended_dropped_ = SatAdd(ended_dropped_, p.dropped());
@@ -679,6 +752,8 @@ void Collector::EndProducer(Producer& p, bool clean) {
   ended_unattributed_ = SatAdd(ended_unattributed_, p.unattributed());
   ended_forced_ = SatAdd(ended_forced_, p.all_forced());
   ended_harvests_ = SatAdd(ended_harvests_, p.all_harvests());
+  ended_opted_in_ = SatAdd(ended_opted_in_, p.opted_in());
+  ended_not_selected_ = SatAdd(ended_not_selected_, p.not_selected());
   writer_->Flush();
 }
 
@@ -689,17 +764,35 @@ void Collector::HandleProducerEnd(const transport::ProducerInfo& info, bool clea
   producers_.erase({info.entry, info.pid});
 }
 
-void Collector::SetTransportStats(const transport::ConsumerStats& stats) {
-  transport_stats_ = stats;
+void Collector::SetTransportStats(const transport::ConsumerStats& stats) { transport_stats_ = stats; }
+
+void Collector::HandleControl(const nlohmann::json& message) {
+  if (finished_) return;
+  if (auto run = message.find("run"); run != message.end() && run->is_object()) {
+    summary_.run = *run;
+    // At time 0, before everything else: a reader of a partial trace (the run
+    // was killed) still sees what was run and how.
+    const JsonArgs args = ArgsOf(*run);
+    writer_->Instant(1, 1, "smprof run", 0, &args);
+    if (auto command = run->find("command"); command != run->end() && command->is_array()) {
+      std::string text;
+      for (const auto& word : *command) {
+        if (word.is_string()) text += (text.empty() ? "" : " ") + word.get<std::string>();
+      }
+      writer_->ProcessLabels(1, CmdlineLabel(text));
+    }
+  }
+  if (auto exit = message.find("exit"); exit != message.end() && exit->is_object()) summary_.exit = *exit;
 }
 
 bool Collector::Run(transport::Consumer& consumer, const std::atomic<bool>& stop,
-                    std::chrono::milliseconds drain_timeout) {
-  const auto on_message = [this](const transport::ProducerInfo& info, const uint8_t* data,
-                                 uint32_t size) { HandleMessage(info, data, size); };
-  const auto on_end = [this](const transport::ProducerInfo& info, bool clean) {
-    HandleProducerEnd(info, clean);
+                    std::chrono::milliseconds drain_timeout, ControlChannel* control) {
+  const auto on_control = [this](const nlohmann::json& message) { HandleControl(message); };
+  bool control_open = control != nullptr;
+  const auto on_message = [this](const transport::ProducerInfo& info, const uint8_t* data, uint32_t size) {
+    HandleMessage(info, data, size);
   };
+  const auto on_end = [this](const transport::ProducerInfo& info, bool clean) { HandleProducerEnd(info, clean); };
   const auto poll = [&] {
     const size_t n = consumer.Poll(on_message, on_end);
     SetTransportStats(consumer.stats());
@@ -708,8 +801,12 @@ bool Collector::Run(transport::Consumer& consumer, const std::atomic<bool>& stop
   };
   constexpr auto kIdleSleep = std::chrono::milliseconds(2);
   while (!stop.load(std::memory_order_relaxed)) {
+    // The control channel's end is the stop signal too; messages it
+    // delivered before closing are handled first.
+    if (control_open && !(control_open = control->Poll(on_control))) break;
     if (poll() == 0) std::this_thread::sleep_for(kIdleSleep);
   }
+  if (control_open) control->Poll(on_control);  // an "exit" sent just before SIGTERM
   // Final drain: producers drop (and count) what they send from now on, so
   // the drain ends; what is still unread when it times out is counted too.
   consumer.Close();
@@ -742,29 +839,34 @@ CollectorSummary Collector::Finish() {
   s.lost_device_unplaced = ended_unplaced_;
   s.lost_transport = transport_stats_.producer_events_dropped;
   s.transport_unread_messages = transport_stats_.unread_messages;
-  s.lost_total = SatAdd(SatAdd(SatAdd(s.lost_device_buffer, s.lost_device_unplaced), s.lost_transport),
-                       s.orphan_events);
+  s.lost_total =
+      SatAdd(SatAdd(SatAdd(s.lost_device_buffer, s.lost_device_unplaced), s.lost_transport), s.orphan_events);
   s.filtered_events = ended_filtered_;
   s.unattributed_events = ended_unattributed_;
   s.forced_drains = ended_forced_;
   s.harvests = ended_harvests_;
   s.framing_errors = transport_stats_.framing_errors;
   s.registry_full = transport_stats_.registry_full;
+  s.launches_opted_in = ended_opted_in_;
+  s.launches_not_selected = ended_not_selected_;
+  s.gpus = nlohmann::json::array();
+  for (const Gpu* g : gpu_order_) s.gpus.push_back(g->facts);
 
   nlohmann::json args = s.ToJson();
   args["unknown_names"] = s.unknown_names;
   args["clamped_timestamps"] = s.clamped_timestamps;
   args["transport_messages_dropped"] = transport_stats_.producer_messages_dropped;
   args["transport_unread_bytes"] = transport_stats_.unread_bytes;
-  JsonArgs summary_args;
-  for (const auto& [key, value] : args.items())
-    summary_args.Raw(key, value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  writer_->ProcessName(1, "smprof run summary");
-  writer_->ProcessSortIndex(1, 0);
-  writer_->ThreadName(1, 1, "summary");
+  const JsonArgs summary_args = ArgsOf(args);
   writer_->Instant(1, 1, "smprof run summary", last_rel_ns_, &summary_args);
   s.trace_ok = writer_->Finish();
   s.trace_error = writer_->error();
+  s.trace = writer_->path();
+  const bool placed = writer_->path() == options_.trace_path;  // written directly (IsStreamPath)
+  if (s.trace_ok && !placed &&
+      !PlaceTrace(writer_->path(), options_.trace_path, options_.overwrite, &s.trace, &s.trace_error)) {
+    s.trace_ok = false;
+  }
   if (!s.trace_ok && options_.logger) options_.logger->error("{}", s.trace_error);
   return s;
 }

@@ -21,12 +21,24 @@
 // the events.
 //
 // Trace layout (JSON pids are synthetic):
-//   pid 1          "smprof run summary": one instant carrying the summary.
+//   pid 1          "smprof run": the run's metadata (command, options,
+//                  environment, version; from smprof-run over the control
+//                  channel) as an instant at time 0, and the summary (with
+//                  the exit status and the GPUs) as the last event.
 //   pid 2..9, ...  one per producer process: "harvests" thread (harvest
-//                  instants, device-loss counter). The first 8 producers get
-//                  2..9; later ones share the launch counter below.
+//                  instants, device-loss counter, notices of why it was not
+//                  profiled). The first 8 producers get 2..9; later ones
+//                  share the launch counter below.
+//   GPU processes  one per physical GPU of the run (keyed by UUID, else PCI
+//                  address), however many processes use it and whatever
+//                  ordinal each gives it: its identity and timing facts (an
+//                  instant at time 0 on tid 0 "identity", and the process
+//                  labels), and one thread per (process, stream) with every
+//                  profiled kernel span on it. Sorted first.
 //   pid 10, 11 ... one per launch, in arrival order: tid 1 "kernel (CUPTI)",
-//                  tids 2.. one per (sm, block, warp) in arrival order.
+//                  tids 2.. one per (sm, block, warp) in arrival order. The
+//                  label names the run-wide GPU index and the process's
+//                  ordinal: "#3 gemm | GPU 1 (cuda:0) | stream 7 | ...".
 // Timestamps are rebased: base = gpu_time_ns of the first ProcessMsg - 1 s
 // (or, if a timestamp must be written before any ProcessMsg, that timestamp
 // - 1 s). Anything earlier is clamped to 0 and counted.
@@ -48,12 +60,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "collector/control_channel.h"
 #include "collector/message_decoder.h"
 #include "collector/trace_writer.h"
 #include "common/transport.h"
@@ -65,12 +78,15 @@ class logger;
 namespace smprof {
 
 struct CollectorOptions {
+  // Where the finished trace goes; it is written to PartialPath(trace_path)
+  // first (trace_placement.h).
   std::string trace_path;
+  bool overwrite = false;                  // replace an existing trace_path (and partial file)
   std::shared_ptr<spdlog::logger> logger;  // null: no logging
 };
 
 struct CollectorSummary {
-  std::string trace;
+  std::string trace;       // where the trace is: the placed file, or the partial one after an error
   uint64_t processes = 0;  // producers seen
   uint64_t launches = 0;   // launches written
   uint64_t events = 0;     // device events (begin/end/instant) written to the trace
@@ -95,10 +111,21 @@ struct CollectorSummary {
   uint64_t harvests = 0;
   uint64_t framing_errors = 0;
   uint64_t producers_incomplete = 0;  // ended without a clean detach, or still attached at Finish
-  uint64_t registry_full = 0;  // processes refused for lack of a registry entry (--max-producers)
+  uint64_t registry_full = 0;         // processes refused for lack of a registry entry (--max-producers)
   // Messages still unread in the rings when the final drain timed out: their
   // events are lost but cannot be counted (ConsumerStats::unread_messages).
   uint64_t transport_unread_messages = 0;
+  // Launch calls of kernels that include the markers, and of those, the ones
+  // SMPROF_KERNELS did not select (from the producers' StatsMsgs).
+  uint64_t launches_opted_in = 0;
+  uint64_t launches_not_selected = 0;
+  // [{"index", "name", "uuid", "pci_bus_id", "sm_count", "compute_capability",
+  //   "sm_clock_khz", "timer_resolution_ns", "seen_as": [{"pid", "ordinal"}]}]
+  nlohmann::json gpus = nlohmann::json::array();
+  // [{"pid", "reason", "detail"}]: processes that told why they were not profiled.
+  nlohmann::json not_profiled = nlohmann::json::array();
+  nlohmann::json run;   // the run's metadata from smprof-run (null if none came)
+  nlohmann::json exit;  // how the program ended, from smprof-run (null if not told)
   // In the trace's summary instant only (not in ToJson):
   uint64_t unknown_names = 0;       // events written under "<unknown name #id>"
   uint64_t clamped_timestamps = 0;  // timestamps before the base, written as 0
@@ -108,9 +135,11 @@ struct CollectorSummary {
 
   // {"trace", "processes", "launches", "events", "lost": {"device_buffer",
   // "device_unplaced", "transport", "orphan", "total"}, "filtered_events",
-  // ..., "producers_incomplete", "registry_full", "transport_unread_messages"},
-  // plus "trace_error" when writing the trace failed (the trace then ends,
-  // still strict JSON, after the last event written whole).
+  // ..., "producers_incomplete", "registry_full", "transport_unread_messages",
+  // "launches_opted_in", "launches_not_selected", "gpus", "not_profiled",
+  // "run", "exit"}, plus "trace_error" when writing or placing the trace
+  // failed (the trace then ends, still strict JSON, after the last event
+  // written whole, and "trace" names where it is).
   nlohmann::json ToJson() const;
 };
 
@@ -123,17 +152,22 @@ class Collector {
   void HandleMessage(const transport::ProducerInfo& producer, const uint8_t* data, uint32_t size);
   void HandleProducerEnd(const transport::ProducerInfo& producer, bool clean);
   void SetTransportStats(const transport::ConsumerStats& stats);
+  // A control message from smprof-run (control_channel.h): {"run": ...} is
+  // written into the trace at once, {"exit": ...} goes into the summary.
+  void HandleControl(const nlohmann::json& message);
 
-  // Polls until `stop`, then closes the consumer (producers drop and count
-  // what they send from then on) and keeps polling until it is idle or
-  // `drain_timeout` passes; then takes the final transport stats (drops,
-  // unread backlog). Flushes the trace after each non-empty poll. Returns
-  // true if the consumer went idle (everything drained).
-  bool Run(transport::Consumer& consumer, const std::atomic<bool>& stop,
-           std::chrono::milliseconds drain_timeout);
+  // Polls until `stop` or until `control` (if given) is closed, then closes
+  // the consumer (producers drop and count what they send from then on) and
+  // keeps polling until it is idle or `drain_timeout` passes; then takes the
+  // final transport stats (drops, unread backlog). Flushes the trace after
+  // each non-empty poll. Returns true if the consumer went idle (everything
+  // drained).
+  bool Run(transport::Consumer& consumer, const std::atomic<bool>& stop, std::chrono::milliseconds drain_timeout,
+           ControlChannel* control = nullptr);
 
   // Finalizes every producer still known (counted incomplete), writes the
-  // summary process and closes the trace. Call once.
+  // summary process, closes the trace and moves it into place
+  // (trace_placement.h). Call once.
   CollectorSummary Finish();
 
   // Counters so far (trace/device totals are complete only after Finish).
@@ -146,6 +180,7 @@ class Collector {
   struct Producer;
   struct Launch;
   struct WarpTrack;
+  struct Gpu;
 
   Collector(CollectorOptions options, std::unique_ptr<TraceWriter> writer);
 
@@ -160,12 +195,16 @@ class Collector {
 
   void OnProcess(Producer& p, const DecodedMessage& m);
   void OnDevice(Producer& p, const DecodedMessage& m);
+  void OnNotice(Producer& p, const DecodedMessage& m);
+  void OnStats(Producer& p, const DecodedMessage& m);
+  // The GPU a producer calls `ordinal`, or nullptr if it never described it.
+  Gpu* GpuOf(const Producer& p, uint32_t ordinal);
   void OnLaunch(Producer& p, const DecodedMessage& m);
   void OnWarpEvents(Producer& p, const DecodedMessage& m);
   void OnHarvest(Producer& p, const DecodedMessage& m);
   // Writes an open BEGIN as an "unterminated" X event ending with the launch.
-  void WriteUnterminated(Producer& p, const Launch& l, const WarpTrack& w, uint32_t name_id,
-                         uint64_t begin_ns, const std::string& note);
+  void WriteUnterminated(Producer& p, const Launch& l, const WarpTrack& w, uint32_t name_id, uint64_t begin_ns,
+                         const std::string& note);
   void FinalizeLaunch(Producer& p, Launch& l, bool producer_lost);
   void EndProducer(Producer& p, bool clean);
   void CountMalformed(const Producer& p, const char* why, uint32_t type);
@@ -173,11 +212,13 @@ class Collector {
   CollectorOptions options_;
   std::unique_ptr<TraceWriter> writer_;
   std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<Producer>> producers_;
+  std::map<std::string, std::unique_ptr<Gpu>> gpus_;  // by IdentityKey (collector.cc)
+  std::vector<Gpu*> gpu_order_;                       // by run-wide index
   transport::ConsumerStats transport_stats_;
   CollectorSummary summary_;
   // Device totals of producers already ended.
-  uint64_t ended_dropped_ = 0, ended_unplaced_ = 0, ended_filtered_ = 0, ended_unattributed_ = 0,
-           ended_forced_ = 0, ended_harvests_ = 0;
+  uint64_t ended_dropped_ = 0, ended_unplaced_ = 0, ended_filtered_ = 0, ended_unattributed_ = 0, ended_forced_ = 0,
+           ended_harvests_ = 0, ended_opted_in_ = 0, ended_not_selected_ = 0;
   bool have_base_ = false;
   uint64_t base_ns_ = 0;
   uint64_t last_rel_ns_ = 0;  // latest timestamp (or slice end) written
@@ -190,9 +231,11 @@ class Collector {
 
 namespace internal {
 
-// The kernel name without its parameter list and return type, template
-// arguments kept: "void ns::gemm<128>(float const*, int)" -> "ns::gemm<128>".
-std::string QualifiedKernelName(std::string_view demangled);
+// "GPU-947b83bb-8731-7741-a02a-793ceeabd47e" (as nvidia-smi writes it), or ""
+// for an all-zero UUID (not reported).
+std::string UuidText(const uint8_t uuid[16]);
+// "0000:19:00.0", or "" when no PCI address was reported.
+std::string PciBusIdText(uint32_t domain, uint32_t bus, uint32_t device);
 
 // LaunchFlags as words: "no_activity", "graph", "forced_drain", unknown bits
 // as "0x...".

@@ -5,6 +5,8 @@
 // names the fix), 2 bad arguments.
 #include <fcntl.h>
 #include <signal.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,10 +17,8 @@
 #include <fstream>
 #include <string>
 
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
-
 #include "collector/collector.h"
+#include "common/settings.h"
 #include "common/transport.h"
 #include "common/transport_layout.h"
 
@@ -33,12 +33,18 @@ constexpr char kUsage[] =
     "usage: smprof-collector --run-id ID --output PATH [options]\n"
     "\n"
     "Receives the messages of one smprof run through shared memory and writes one\n"
-    "Perfetto-loadable JSON trace. Runs until SIGTERM/SIGINT, then closes the run\n"
-    "(producers drop and count what they send from then on) and drains it.\n"
+    "Perfetto-loadable JSON trace. Runs until SIGTERM/SIGINT or until the control\n"
+    "channel closes, then closes the run (producers drop and count what they send\n"
+    "from then on) and drains it. The trace is written to PATH.partial and moved\n"
+    "to PATH when complete, never over an existing file unless --force.\n"
     "\n"
     "  --run-id ID             run id, 1-64 characters of [A-Za-z0-9_-]\n"
     "  --output PATH           trace file to write (JSON array)\n"
+    "  --force                 replace an existing PATH (and PATH.partial)\n"
     "  --summary PATH          also write the run summary as JSON here\n"
+    "  --summary-fd N          ... or to this file descriptor (from its start)\n"
+    "  --control-fd N          read smprof-run's control messages (run metadata,\n"
+    "                          exit status) from fd N; its end stops the run\n"
     "  --ready-fd N            write \"ready\\n\" to fd N once accepting producers, then close it\n"
     "  --max-producers N       processes attached at once, 1 to 65536 (default 1024)\n"
     "  --drain-timeout-ms N    after the stop signal, wait at most this long for\n"
@@ -51,23 +57,19 @@ int Usage(const std::string& problem) {
   return 2;
 }
 
+// Every number smprof reads goes through the one parser (common/settings.h).
 bool ParseUint(const std::string& text, uint64_t max, uint64_t* out) {
-  if (text.empty() || text.size() > 20) return false;
-  uint64_t v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    const uint64_t d = static_cast<uint64_t>(c - '0');
-    if (v > (max - d) / 10) return false;
-    v = v * 10 + d;
-  }
-  *out = v;
-  return true;
+  std::string ignored;
+  return smprof::ParseWholeNumber(text, 0, max, out, &ignored);
 }
 
 struct Args {
   std::string run_id;
   std::string output;
   std::string summary;
+  int summary_fd = -1;
+  int control_fd = -1;
+  bool force = false;
   int ready_fd = -1;
   uint32_t max_producers = 1024;
   uint64_t drain_timeout_ms = 5000;
@@ -81,6 +83,10 @@ int ParseArgs(int argc, char** argv, Args* args) {
     if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
+    }
+    if (arg == "--force") {
+      args->force = true;
+      continue;
     }
     std::string value;
     const size_t eq = arg.find('=');
@@ -99,9 +105,11 @@ int ParseArgs(int argc, char** argv, Args* args) {
       args->output = value;
     } else if (arg == "--summary") {
       args->summary = value;
-    } else if (arg == "--ready-fd") {
-      if (!ParseUint(value, INT32_MAX, &n)) return Usage("bad --ready-fd '" + value + "'");
-      args->ready_fd = static_cast<int>(n);
+    } else if (arg == "--ready-fd" || arg == "--summary-fd" || arg == "--control-fd") {
+      if (!ParseUint(value, INT32_MAX, &n)) return Usage("bad " + arg + " '" + value + "'");
+      (arg == "--ready-fd"     ? args->ready_fd
+       : arg == "--summary-fd" ? args->summary_fd
+                               : args->control_fd) = static_cast<int>(n);
     } else if (arg == "--max-producers") {
       if (!ParseUint(value, smprof::transport::internal::kMaxProducers, &n) || n == 0) {
         return Usage("bad --max-producers '" + value + "' (1 to " +
@@ -122,11 +130,9 @@ int ParseArgs(int argc, char** argv, Args* args) {
     return Usage("invalid --run-id '" + args->run_id + "' (1-64 characters of [A-Za-z0-9_-])");
   }
   if (args->output.empty()) return Usage("--output is required");
-  static const char* const kLevels[] = {"trace", "debug",    "info", "warn",
-                                        "error", "critical", "off"};
-  bool level_ok = false;
-  for (const char* l : kLevels) level_ok = level_ok || args->log_level == l;
-  if (!level_ok) return Usage("bad --log-level '" + args->log_level + "'");
+  if (!smprof::IsLogLevel(args->log_level)) {
+    return Usage("bad --log-level '" + args->log_level + "': use " + smprof::kLogLevelsText);
+  }
   return -1;
 }
 
@@ -151,8 +157,7 @@ int main(int argc, char** argv) {
   if (parsed >= 0) return parsed;
 
   // A private logger: never spdlog's default registry.
-  auto logger = std::make_shared<spdlog::logger>("smprof-collector",
-                                                 std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  auto logger = std::make_shared<spdlog::logger>("smprof-collector", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   logger->set_pattern("smprof-collector: [%l] %v");
   logger->set_level(spdlog::level::from_str(args.log_level));
   logger->flush_on(spdlog::level::warn);
@@ -178,6 +183,7 @@ int main(int argc, char** argv) {
   }
   smprof::CollectorOptions options;
   options.trace_path = args.output;
+  options.overwrite = args.force;
   options.logger = logger;
   auto collector = smprof::Collector::Create(options, &error);
   if (!collector) {
@@ -197,8 +203,10 @@ int main(int argc, char** argv) {
   }
   logger->info("run '{}' ready, writing {}", args.run_id, args.output);
 
+  std::unique_ptr<smprof::ControlChannel> control;
+  if (args.control_fd >= 0) control = std::make_unique<smprof::ControlChannel>(args.control_fd);
   const bool drained =
-      collector->Run(*consumer, g_stop, std::chrono::milliseconds(args.drain_timeout_ms));
+      collector->Run(*consumer, g_stop, std::chrono::milliseconds(args.drain_timeout_ms), control.get());
   if (!drained) {
     logger->warn(
         "drain timeout ({} ms) passed with producers still attached; their data is "
@@ -206,14 +214,12 @@ int main(int argc, char** argv) {
         args.drain_timeout_ms);
   }
   const smprof::CollectorSummary summary = collector->Finish();
-  const std::string text =
-      summary.ToJson().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const std::string text = summary.ToJson().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   logger->info("summary: {}", text);
 
   int rc = 0;
   if (!summary.trace_ok) {
-    std::fprintf(stderr, "smprof-collector: %s (check free space and permissions)\n",
-                 summary.trace_error.c_str());
+    std::fprintf(stderr, "smprof-collector: %s (check free space and permissions)\n", summary.trace_error.c_str());
     rc = 1;
   }
   if (!args.summary.empty()) {
@@ -221,21 +227,24 @@ int main(int argc, char** argv) {
     out << text;
     out.flush();
     if (!out) {
-      std::fprintf(
-          stderr,
-          "smprof-collector: cannot write summary '%s' (choose a writable --summary path)\n",
-          args.summary.c_str());
+      std::fprintf(stderr, "smprof-collector: cannot write summary '%s' (choose a writable --summary path)\n",
+                   args.summary.c_str());
       rc = 1;
     }
+  }
+  if (args.summary_fd >= 0 && !WriteAll(args.summary_fd, text.data(), text.size())) {
+    std::fprintf(stderr, "smprof-collector: cannot write the summary to --summary-fd %d: %s\n", args.summary_fd,
+                 std::strerror(errno));
+    rc = 1;
   }
   if (summary.transport_unread_messages != 0) {
     logger->warn("{} messages were still unread when the drain stopped; their events are lost",
                  summary.transport_unread_messages);
   }
   if (summary.lost_total != 0) {
-    logger->warn("{} events lost (device buffer {}, unplaced {}, transport {}, orphan {})",
-                 summary.lost_total, summary.lost_device_buffer, summary.lost_device_unplaced,
-                 summary.lost_transport, summary.orphan_events);
+    logger->warn("{} events lost (device buffer {}, unplaced {}, transport {}, orphan {})", summary.lost_total,
+                 summary.lost_device_buffer, summary.lost_device_unplaced, summary.lost_transport,
+                 summary.orphan_events);
   }
   return rc;
 }

@@ -101,8 +101,7 @@ DecodeStatus MessageDecoder::Decode(const uint8_t* data, uint32_t size, DecodedM
     case wire::kMsgWarpEvents: {
       if (!CopyFixed(data, size, &out->warp_events)) return DecodeStatus::kBadSize;
       const uint64_t expected =
-          sizeof(wire::WarpEventsMsg) +
-          static_cast<uint64_t>(out->warp_events.count) * sizeof(wire::WireEvent);
+          sizeof(wire::WarpEventsMsg) + static_cast<uint64_t>(out->warp_events.count) * sizeof(wire::WireEvent);
       if (expected != size) return DecodeStatus::kBadSize;
       out->events = data + sizeof(wire::WarpEventsMsg);
       out->event_count = out->warp_events.count;
@@ -121,6 +120,12 @@ DecodeStatus MessageDecoder::Decode(const uint8_t* data, uint32_t size, DecodedM
     case wire::kMsgStats:
       if (size != sizeof(wire::StatsMsg)) return DecodeStatus::kBadSize;
       std::memcpy(&out->stats, data, sizeof(wire::StatsMsg));
+      break;
+    case wire::kMsgNotice:
+      if (!CopyFixed(data, size, &out->notice)) return DecodeStatus::kBadSize;
+      st = CheckTail<wire::NoticeMsg>(size, out->notice.text_len);
+      if (st != DecodeStatus::kOk) return st;
+      out->text = {text_at + sizeof(wire::NoticeMsg), out->notice.text_len};
       break;
     default:
       return DecodeStatus::kUnknownType;

@@ -53,8 +53,9 @@ struct DecodedMessage {
     wire::WarpEventsMsg warp_events;
     wire::HarvestMsg harvest;
     wire::StatsMsg stats;
+    wire::NoticeMsg notice;
   };
-  // Command line / device name / marker name / kernel name bytes.
+  // Command line / device name / marker name / kernel name / notice bytes.
   std::string_view text;
   // kMsgWarpEvents: `event_count` WireEvents, possibly unaligned.
   const uint8_t* events = nullptr;

@@ -173,7 +173,7 @@ int64_t CompleteTracePrefix(int fd, uint64_t size, bool* closed) {
       }
       return before == ',' ? p - 1 : 1;
     }
-    if (before == '}') return p;  // a cut closing "\n]\n" after a whole object
+    if (before == '}') return p;     // a cut closing "\n]\n" after a whole object
     end = static_cast<uint64_t>(p);  // e.g. an empty trace cut inside "[\n\n]\n"
   }
 }
@@ -317,14 +317,17 @@ std::string JsonArgs::str() const {
 
 // --- TraceWriter ------------------------------------------------------------
 
-std::unique_ptr<TraceWriter> TraceWriter::Open(const std::string& path, std::string* error) {
+std::unique_ptr<TraceWriter> TraceWriter::Open(const std::string& path, std::string* error, bool exclusive) {
   // Read access too: after a write error the writer reads back where the last
   // whole object ends (CloseAfterError).
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), 0644);
   if (fd < 0) {
     if (error) {
-      *error = "cannot create trace file '" + path + "': " + std::strerror(errno) +
-               " (choose a writable --output path)";
+      *error = errno == EEXIST ? "trace file '" + path +
+                                     "' already exists: another smprof run may be writing it, or a "
+                                     "killed run left it; remove it or choose another --output"
+                               : "cannot create trace file '" + path + "': " + std::strerror(errno) +
+                                     " (choose a writable --output path)";
     }
     return nullptr;
   }
@@ -415,6 +418,15 @@ void TraceWriter::ProcessName(uint32_t pid, std::string_view name) {
   End();
 }
 
+void TraceWriter::ProcessLabels(uint32_t pid, std::string_view labels) {
+  if (finished_ || !error_.empty()) return;
+  Begin('M', pid);
+  buf_.append(",\"name\":\"process_labels\",\"args\":{\"labels\":");
+  AppendJsonString(&buf_, labels);
+  buf_.push_back('}');
+  End();
+}
+
 void TraceWriter::ProcessSortIndex(uint32_t pid, int64_t index) {
   if (finished_ || !error_.empty()) return;
   Begin('M', pid);
@@ -446,8 +458,8 @@ void TraceWriter::ThreadSortIndex(uint32_t pid, uint32_t tid, int64_t index) {
   End();
 }
 
-void TraceWriter::Complete(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns,
-                           uint64_t dur_ns, const JsonArgs* args) {
+void TraceWriter::Complete(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, uint64_t dur_ns,
+                           const JsonArgs* args) {
   if (finished_ || !error_.empty()) return;
   Begin('X', pid);
   buf_.append(",\"tid\":");
@@ -465,8 +477,7 @@ void TraceWriter::Complete(uint32_t pid, uint32_t tid, std::string_view name, ui
   End();
 }
 
-void TraceWriter::Instant(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns,
-                          const JsonArgs* args) {
+void TraceWriter::Instant(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, const JsonArgs* args) {
   if (finished_ || !error_.empty()) return;
   Begin('i', pid);
   buf_.append(",\"tid\":");
@@ -482,8 +493,7 @@ void TraceWriter::Instant(uint32_t pid, uint32_t tid, std::string_view name, uin
   End();
 }
 
-void TraceWriter::Counter(uint32_t pid, std::string_view name, uint64_t ts_ns,
-                          const JsonArgs& args) {
+void TraceWriter::Counter(uint32_t pid, std::string_view name, uint64_t ts_ns, const JsonArgs& args) {
   if (finished_ || !error_.empty()) return;
   Begin('C', pid);
   buf_.append(",\"cat\":\"smprof\",\"name\":");

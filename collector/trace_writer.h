@@ -75,12 +75,15 @@ int64_t CompleteTracePrefix(int fd, uint64_t size, bool* closed);
 
 class TraceWriter {
  public:
-  // Creates (truncates) `path` and writes "[\n". nullptr + *error on failure.
-  static std::unique_ptr<TraceWriter> Open(const std::string& path, std::string* error);
+  // Creates `path` (truncating it, or failing if it exists when `exclusive`)
+  // and writes "[\n". nullptr + *error on failure.
+  static std::unique_ptr<TraceWriter> Open(const std::string& path, std::string* error, bool exclusive = false);
   // Writes out buffered objects but does not close the array (see Finish).
   ~TraceWriter();
 
   void ProcessName(uint32_t pid, std::string_view name);
+  // Perfetto shows labels beside the process name (comma-separated).
+  void ProcessLabels(uint32_t pid, std::string_view labels);
   void ProcessSortIndex(uint32_t pid, int64_t index);
   void ThreadName(uint32_t pid, uint32_t tid, std::string_view name);
   void ThreadSortIndex(uint32_t pid, uint32_t tid, int64_t index);
@@ -88,8 +91,7 @@ class TraceWriter {
   void Complete(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, uint64_t dur_ns,
                 const JsonArgs* args);
   // Thread-scoped instant ("i", s:"t"). `args` may be null.
-  void Instant(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns,
-               const JsonArgs* args);
+  void Instant(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, const JsonArgs* args);
   // Process-scoped counter ("C"); every numeric arg becomes one series.
   void Counter(uint32_t pid, std::string_view name, uint64_t ts_ns, const JsonArgs& args);
 

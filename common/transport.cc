@@ -55,7 +55,7 @@ using internal::RingHeader;
 
 namespace {
 
-constexpr uint32_t kMaxMsgType = wire::kMsgStats;
+constexpr uint32_t kMaxMsgType = wire::kMsgLastType;
 
 uint64_t MonotonicNs() {
   timespec ts{};
@@ -79,6 +79,7 @@ struct BusJump {
   volatile sig_atomic_t armed;
   const volatile char* lo;  // armed address range [lo, hi)
   const volatile char* hi;
+  sigset_t mask;  // the thread's signal mask when its SigbusScope began
 };
 thread_local BusJump t_bus{};
 
@@ -116,6 +117,7 @@ void OnSigbus(int sig, siginfo_t* info, void* context) {
 class SigbusScope {
  public:
   SigbusScope() {
+    pthread_sigmask(SIG_SETMASK, nullptr, &t_bus.mask);
     std::lock_guard<std::mutex> lock(g_bus_mu);
     if (g_bus_users++ != 0) return;
     struct sigaction ours {};
@@ -141,7 +143,14 @@ bool Guarded(const void* base, size_t bytes, F&& f) {
   BusJump& j = t_bus;
   j.lo = static_cast<const volatile char*>(base);
   j.hi = j.lo + bytes;
-  if (sigsetjmp(j.env, 0) != 0) return false;
+  if (sigsetjmp(j.env, 0) != 0) {
+    // The jump skipped the handler's return, which would have restored the
+    // signal mask: OnSigbus blocks nothing (SA_NODEFER, empty sa_mask), but
+    // a wrapper around it may (TSan's blocks every signal). Not saved by
+    // sigsetjmp, which would cost a system call per access.
+    pthread_sigmask(SIG_SETMASK, &j.mask, nullptr);
+    return false;
+  }
   j.armed = 1;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   f();

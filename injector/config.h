@@ -1,4 +1,6 @@
-// Injector configuration, read once from the environment at injection time.
+// Injector configuration, read once from the environment at injection time
+// through the shared settings table (common/settings.h): a value means the
+// same here as in smprof-run, which validated it before the program started.
 //
 // Every bad value produces one error line naming the variable and the fix,
 // and keeps the default; a bad SMPROF_KERNELS turns profiling off (the
@@ -6,33 +8,23 @@
 // profile the wrong kernels.
 #pragma once
 
-#include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
-#include "common/kernel_filter.h"
+#include "common/settings.h"
 
 namespace smprof::injector {
 
 struct Config {
-  std::string run_id;              // SMPROF_RUN_ID (set by smprof-run)
-  KernelFilter kernels;            // SMPROF_KERNELS
+  std::string run_id;    // SMPROF_RUN_ID (set by smprof-run)
+  std::string injector;  // SMPROF_INJECTOR: this library, as smprof-run found it
+  Settings settings;
   bool kernels_valid = true;
-  uint64_t buffer_bytes = 64ull << 20;  // SMPROF_BUFFER_MB, per context
-  uint32_t chunk_bytes = 1024;          // SMPROF_CHUNK_BYTES
-  uint32_t warp_mask = 0xffffffffu;     // SMPROF_WARPS
-  uint32_t high_water_percent = 75;     // SMPROF_HIGH_WATER
-  uint64_t shm_bytes = 32ull << 20;     // SMPROF_SHM_MB
-  std::string log_level = "warn";       // SMPROF_LOG_LEVEL
+
+  uint64_t buffer_bytes() const { return uint64_t{settings.buffer_mb} << 20; }
+  uint64_t shm_bytes() const { return uint64_t{settings.shm_mb} << 20; }
 };
 
-using GetEnv = std::function<const char*(const char*)>;
-
 Config LoadConfig(const GetEnv& getenv_fn, std::vector<std::string>* errors);
-
-// "0,4-7,31" -> bit mask over warp indices within a block (31 stands for 31
-// and above). Returns false with *error on bad input.
-bool ParseWarpList(const std::string& spec, uint32_t* mask, std::string* error);
 
 }  // namespace smprof::injector

@@ -17,11 +17,10 @@ spdlog::logger& Log() {
   return *logger;
 }
 
-bool SetLogLevel(const std::string& level) {
+void SetLogLevel(const std::string& level) {
   const auto parsed = spdlog::level::from_str(level);
-  if (parsed == spdlog::level::off && level != "off") return false;
+  if (parsed == spdlog::level::off && level != "off") return;
   Log().set_level(parsed);
-  return true;
 }
 
 }  // namespace smprof::injector

@@ -9,7 +9,8 @@
 namespace smprof::injector {
 
 spdlog::logger& Log();
-// Applies SMPROF_LOG_LEVEL; returns false (and keeps "warn") for an unknown level.
-bool SetLogLevel(const std::string& level);
+// Applies SMPROF_LOG_LEVEL, already validated by common/settings (an unknown
+// level keeps "warn").
+void SetLogLevel(const std::string& level);
 
 }  // namespace smprof::injector

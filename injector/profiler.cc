@@ -2,6 +2,7 @@
 
 #include <cuda.h>
 #include <cupti.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/cuda_tools.h"
 #include "common/names.h"
 #include "common/transport.h"
 #include "injector/config.h"
@@ -26,6 +28,8 @@
 #include "injector/log.h"
 #include "injector/shipper.h"
 #include "smprof/wire.h"
+
+extern char** environ;
 
 namespace smprof::injector {
 namespace {
@@ -134,17 +138,18 @@ uint64_t RealtimeNow() {
 
 constexpr int kAbi = static_cast<int>(wire::kArenaAbiVersion);
 
-std::string ArenaSymbol(int version) {
-  return "_ZN6smprof6detail7g_arenaILi" + std::to_string(version) + "EEE";
-}
+std::string ArenaSymbol(int version) { return "_ZN6smprof6detail7g_arenaILi" + std::to_string(version) + "EEE"; }
 
 std::string NameBaseSymbol(int version) {
   return "_ZN6smprof6detail11g_name_baseILi" + std::to_string(version) + "EEE";
 }
 
 // One thread stores %globaltimer; CUPTI's record of this kernel relates the
-// two clocks. PTX, so the driver compiles it for whatever GPU is present.
+// two clocks. A second entry measures the smallest %globaltimer step (the
+// minimum of 8 steps: a step seen whole starts and ends at a change). PTX, so
+// the driver compiles it for whatever GPU is present.
 constexpr char kProbeName[] = "smprof_clock_probe";
+constexpr char kTimerStepName[] = "smprof_timer_step";
 constexpr char kProbePtx[] = R"(
 .version 7.0
 .target sm_70
@@ -156,6 +161,33 @@ constexpr char kProbePtx[] = R"(
   cvta.to.global.u64 %rd2, %rd1;
   mov.u64 %rd3, %globaltimer;
   st.global.u64 [%rd2], %rd3;
+  ret;
+}
+.visible .entry smprof_timer_step(.param .u64 out)
+{
+  .reg .b64 %rd<8>;
+  .reg .b32 %r<2>;
+  .reg .pred %p<2>;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd2, %rd1;
+  mov.u64 %rd7, -1;
+  mov.u32 %r1, 0;
+$L_step:
+  mov.u64 %rd3, %globaltimer;
+$L_first_change:
+  mov.u64 %rd4, %globaltimer;
+  setp.eq.u64 %p1, %rd4, %rd3;
+  @%p1 bra $L_first_change;
+$L_second_change:
+  mov.u64 %rd5, %globaltimer;
+  setp.eq.u64 %p1, %rd5, %rd4;
+  @%p1 bra $L_second_change;
+  sub.u64 %rd6, %rd5, %rd4;
+  min.u64 %rd7, %rd7, %rd6;
+  add.u32 %r1, %r1, 1;
+  setp.lt.u32 %p1, %r1, 8;
+  @%p1 bra $L_step;
+  st.global.u64 [%rd2], %rd7;
   ret;
 }
 )";
@@ -171,9 +203,7 @@ std::string ReadCmdline() {
 class ProducerSink : public MessageSink {
  public:
   explicit ProducerSink(transport::Producer* producer) : producer_(producer) {}
-  bool Send(const void* data, uint32_t size, uint64_t events) override {
-    return producer_->Send(data, size, events);
-  }
+  bool Send(const void* data, uint32_t size, uint64_t events) override { return producer_->Send(data, size, events); }
 
  private:
   transport::Producer* producer_;
@@ -250,6 +280,16 @@ void CUPTIAPI OnBufferCompleted(CUcontext ctx, uint32_t stream, uint8_t* buffer,
 // Per-context state: the arena and what ran on it since the last harvest
 // ---------------------------------------------------------------------------
 
+// Asynchronous device-to-host copies land here, never on a stack: a copy that
+// outlives the wait for it (the GPU was busy) must not write into a frame
+// that is gone.
+struct PinnedScratch {
+  uint32_t next_chunk;  // ArenaHeader::next_chunk, sampled by Poll
+  uint32_t reserved;
+  uint64_t probe_time;  // the clock probe's %globaltimer
+  uint64_t timer_step;  // the smallest %globaltimer step the timer probe saw
+};
+
 struct ContextState {
   CUcontext ctx = nullptr;
   uint32_t device = 0;
@@ -258,10 +298,10 @@ struct ContextState {
   bool destroyed = false;
 
   CUdeviceptr arena = 0;
-  wire::ArenaRef ref{};  // what modules get (arena filled in last)
+  wire::ArenaRef ref{};       // what modules get (arena filled in last)
   CUstream stream = nullptr;  // private, non-blocking
   CUevent poll_event = nullptr;
-  uint32_t* poll_host = nullptr;  // pinned copy of ArenaHeader::next_chunk
+  PinnedScratch* pinned = nullptr;  // pinned host memory the GPU copies into asynchronously
   bool poll_issued = false;
   std::chrono::steady_clock::time_point last_poll{};
 
@@ -269,12 +309,12 @@ struct ContextState {
   // exclusively by a harvest.
   std::shared_timed_mutex gate;
 
-  std::mutex mu;  // guards the fields below; never held across a driver call
-  std::vector<CUstream> busy_streams;       // streams with profiled work since the last harvest
-  std::vector<uint64_t> ptds_users;          // ThreadToken()s with profiled work on their per-thread stream
-  bool orphaned_work = false;               // a busy stream was destroyed before its work ended
-  uint64_t pending = 0;                // profiled launches since the last harvest
-  double projected_chunks = 0;         // chunks the launches since the last harvest may claim
+  std::mutex mu;                                        // guards the fields below; never held across a driver call
+  std::vector<CUstream> busy_streams;                   // streams with profiled work since the last harvest
+  std::vector<uint64_t> ptds_users;                     // ThreadToken()s with profiled work on their per-thread stream
+  bool orphaned_work = false;                           // a busy stream was destroyed before its work ended
+  uint64_t pending = 0;                                 // profiled launches since the last harvest
+  double projected_chunks = 0;                          // chunks the launches since the last harvest may claim
   std::unordered_map<CUmodule, CUdeviceptr> published;  // module -> its g_arena constant
   // A module was unloaded: handles in `published` may be stale (or reused by
   // a new module), so they are resolved again before the next write.
@@ -294,14 +334,15 @@ struct ContextState {
 
 // When a harvest may read the arena.
 enum class HarvestMode {
-  kIfIdle,          // the application synchronised a stream or event: only if all profiled work is done
-  kContextSynced,   // the application synchronised the context: likewise, but work on streams smprof
-                    // cannot query (other threads' per-thread streams, destroyed streams) is done too
-  kForce,           // wait for the profiled work (high-water mark, module unload, context teardown, exit)
+  kIfIdle,         // the application synchronised a stream or event: only if all profiled work is done
+  kContextSynced,  // the application synchronised the context: likewise, but work on streams smprof
+                   // cannot query (other threads' per-thread streams, destroyed streams) is done too
+  kForce,          // wait for the profiled work (high-water mark, module unload, context teardown, exit)
 };
 
 struct FunctionInfo {
   bool opted_in = false;
+  bool selected = false;  // by SMPROF_KERNELS (opted-in functions only)
   CUmodule module = nullptr;
 };
 
@@ -311,9 +352,7 @@ struct FunctionKey {
   bool operator==(const FunctionKey& o) const { return ctx == o.ctx && f == o.f; }
 };
 struct FunctionKeyHash {
-  size_t operator()(const FunctionKey& k) const {
-    return std::hash<void*>()(k.ctx) * 31 + std::hash<void*>()(k.f);
-  }
+  size_t operator()(const FunctionKey& k) const { return std::hash<void*>()(k.ctx) * 31 + std::hash<void*>()(k.f); }
 };
 
 // ---------------------------------------------------------------------------
@@ -330,11 +369,13 @@ class Profiler {
   wire::StatsMsg stats{};
   ActivityStore activity;
   std::atomic<bool> shutting_down{false};
+  std::atomic<uint64_t> launches_opted_in{0};
+  std::atomic<uint64_t> launches_not_selected{0};
   std::atomic<bool> activity_enabled{false};
   CUpti_SubscriberHandle subscriber = nullptr;
   pid_t pid = 0;
 
-  std::mutex mu;  // guards the maps below; never held across a driver call
+  std::mutex mu;                                          // guards the maps below; never held across a driver call
   std::unordered_map<CUcontext, ContextState*> contexts;  // leaky: states are never freed
   std::unordered_map<FunctionKey, FunctionInfo, FunctionKeyHash> functions;
   std::unordered_map<std::string, bool> selection;  // mangled name -> selected
@@ -354,7 +395,7 @@ class Profiler {
       auto it = selection.find(mangled);
       if (it != selection.end()) return it->second;
     }
-    const bool selected = config.kernels.selects_all() || config.kernels.Matches(Demangle(mangled));
+    const bool selected = config.settings.kernels.selects_all() || config.settings.kernels.Matches(Demangle(mangled));
     std::lock_guard<std::mutex> lock(mu);
     selection.emplace(mangled, selected);
     return selected;
@@ -383,7 +424,7 @@ class Profiler {
   void SendStats();
 };
 
-Profiler* g_profiler = nullptr;  // leaky singleton, set once by Start()
+Profiler* g_profiler = nullptr;                    // leaky singleton, set once by Start()
 thread_local ContextState* t_gate_held = nullptr;  // launch gate held between API enter and exit
 
 void CUPTIAPI OnBufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
@@ -408,10 +449,8 @@ void CUPTIAPI OnBufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, si
 
 void Profiler::EnableActivity() {
   if (activity_enabled.exchange(true)) return;
-  CheckCupti(cuptiActivityRegisterCallbacks(OnBufferRequested, OnBufferCompleted),
-             "cuptiActivityRegisterCallbacks");
-  CheckCupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
-             "cuptiActivityEnable(CONCURRENT_KERNEL)");
+  CheckCupti(cuptiActivityRegisterCallbacks(OnBufferRequested, OnBufferCompleted), "cuptiActivityRegisterCallbacks");
+  CheckCupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable(CONCURRENT_KERNEL)");
 }
 
 FunctionInfo Profiler::LookupFunction(CUcontext ctx, CUfunction f, const char* symbol) {
@@ -456,7 +495,8 @@ FunctionInfo Profiler::LookupFunction(CUcontext ctx, CUfunction f, const char* s
   if (info.opted_in) {
     const std::string mangled = symbol ? symbol : "";
     activity.Track(mangled);
-    Log().debug("kernel {} opted in, {}", Demangle(mangled), Selected(mangled) ? "selected" : "not selected");
+    info.selected = Selected(mangled);
+    Log().debug("kernel {} opted in, {}", Demangle(mangled), info.selected ? "selected" : "not selected");
   }
   std::lock_guard<std::mutex> lock(mu);
   functions.emplace(key, info);
@@ -489,54 +529,72 @@ ContextState* Profiler::ContextFor(CUcontext ctx) {
 // Frees what CreateArena allocated (also a partial allocation).
 void Profiler::ReleaseArena(ContextState* cs) {
   if (cs->arena != 0) cuMemFree(cs->arena);
-  if (cs->poll_host != nullptr) cuMemFreeHost(cs->poll_host);
+  if (cs->pinned != nullptr) cuMemFreeHost(cs->pinned);
   if (cs->poll_event != nullptr) cuEventDestroy(cs->poll_event);
   if (cs->stream != nullptr) cuStreamDestroy(cs->stream);
   if (cs->probe_module != nullptr) cuModuleUnload(cs->probe_module);
   if (cs->probe_stream != nullptr) cuStreamDestroy(cs->probe_stream);
   cs->probe_stream = nullptr;
   cs->arena = 0;
-  cs->poll_host = nullptr;
+  cs->pinned = nullptr;
   cs->poll_event = nullptr;
   cs->stream = nullptr;
   cs->probe_module = nullptr;
+}
+
+// The identity and timing facts of `dev` (the timer step is measured later).
+DeviceInfo DescribeDevice(CUdevice dev) {
+  DeviceInfo d;
+  d.ordinal = static_cast<uint32_t>(dev);  // a CUdevice is its ordinal in this process
+  const auto attribute = [dev](CUdevice_attribute a) {
+    int v = 0;
+    return cuDeviceGetAttribute(&v, a, dev) == CUDA_SUCCESS && v > 0 ? static_cast<uint32_t>(v) : 0u;
+  };
+  d.sm_count = attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  d.cc_major = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+  d.cc_minor = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  d.pci_domain = attribute(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID);
+  d.pci_bus = attribute(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID);
+  d.pci_device = attribute(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID);
+  d.sm_clock_khz = attribute(CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+  CUuuid uuid{};
+  if (cuDeviceGetUuid(&uuid, dev) == CUDA_SUCCESS) std::memcpy(d.uuid, uuid.bytes, sizeof(d.uuid));
+  char name[256] = {};
+  cuDeviceGetName(name, sizeof(name), dev);
+  d.name = name;
+  return d;
 }
 
 bool Profiler::CreateArena(ContextState* cs) {
   RelaxedCapture relaxed;
   CUdevice dev;
   if (!SMPROF_CU(cuCtxGetDevice(&dev))) return false;
-  int ordinal = 0, sms = 0, major = 0, minor = 0;
-  cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
-  cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-  cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-  ordinal = static_cast<int>(dev);
-  char name[256] = {};
-  cuDeviceGetName(name, sizeof(name), dev);
-  cs->device = static_cast<uint32_t>(ordinal);
+  DeviceInfo device = DescribeDevice(dev);
+  cs->device = device.ordinal;
   cuptiGetContextId(cs->ctx, &cs->context_id);
 
+  const uint64_t buffer_bytes = config.buffer_bytes();
   if (!SMPROF_CU(cuStreamCreate(&cs->stream, CU_STREAM_NON_BLOCKING)) ||
       !SMPROF_CU(cuEventCreate(&cs->poll_event, CU_EVENT_DISABLE_TIMING)) ||
-      !SMPROF_CU(cuMemHostAlloc(reinterpret_cast<void**>(&cs->poll_host), 64, 0)) ||
-      !SMPROF_CU(cuMemAlloc(&cs->arena, config.buffer_bytes))) {
+      !SMPROF_CU(cuMemHostAlloc(reinterpret_cast<void**>(&cs->pinned), sizeof(PinnedScratch), 0)) ||
+      !SMPROF_CU(cuMemAlloc(&cs->arena, buffer_bytes))) {
     Log().error("could not allocate {} MB of device memory for profiling on GPU {}: lower SMPROF_BUFFER_MB",
-                config.buffer_bytes >> 20, ordinal);
+                buffer_bytes >> 20, device.ordinal);
     return false;
   }
   // Chunks are aligned to their size: the recorder tells a full chunk by its
   // cursor reaching a multiple of chunk_bytes.
-  const uint64_t chunk = config.chunk_bytes;
+  const uint64_t chunk = config.settings.chunk_bytes;
   const uint64_t chunks_offset = (cs->arena + sizeof(wire::ArenaHeader) + chunk - 1) / chunk * chunk - cs->arena;
-  const uint64_t num_chunks = std::min<uint64_t>((config.buffer_bytes - chunks_offset) / chunk, 0x7fffffffu);
-  *cs->poll_host = 0;
+  const uint64_t num_chunks = std::min<uint64_t>((buffer_bytes - chunks_offset) / chunk, 0x7fffffffu);
+  *cs->pinned = PinnedScratch{};
   wire::ArenaHeader header{};
   header.magic = wire::kArenaMagic;
   header.abi_version = wire::kArenaAbiVersion;
   header.chunk_bytes = static_cast<uint32_t>(chunk);
   header.num_chunks = static_cast<uint32_t>(num_chunks);
   header.chunks_offset = chunks_offset;
-  if (!SMPROF_CU(cuMemsetD8Async(cs->arena, 0, config.buffer_bytes, cs->stream)) ||
+  if (!SMPROF_CU(cuMemsetD8Async(cs->arena, 0, buffer_bytes, cs->stream)) ||
       !SMPROF_CU(cuMemcpyHtoDAsync(cs->arena, &header, sizeof(header), cs->stream)) ||
       !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
     return false;
@@ -545,22 +603,35 @@ bool Profiler::CreateArena(ContextState* cs) {
   cs->ref.chunks = cs->arena + chunks_offset;
   cs->ref.num_chunks = header.num_chunks;
   cs->ref.chunk_shift = static_cast<uint32_t>(__builtin_ctzll(chunk));
-  cs->ref.warp_mask = config.warp_mask;
+  cs->ref.warp_mask = config.settings.warp_mask;
   cs->ref.epoch = 1;
   EnableActivity();
   activity.Track(kProbeName);
+  activity.Track(kTimerStepName);
+  CUfunction timer_step = nullptr;
   if (!SMPROF_CU(cuStreamCreate(&cs->probe_stream, CU_STREAM_NON_BLOCKING)) ||
       !SMPROF_CU(cuModuleLoadData(&cs->probe_module, kProbePtx)) ||
-      !SMPROF_CU(cuModuleGetFunction(&cs->probe, cs->probe_module, kProbeName))) {
+      !SMPROF_CU(cuModuleGetFunction(&cs->probe, cs->probe_module, kProbeName)) ||
+      !SMPROF_CU(cuModuleGetFunction(&timer_step, cs->probe_module, kTimerStepName))) {
     cs->probe = nullptr;
-    Log().warn("GPU {}: the clock probe did not load; event times are aligned from launches alone", ordinal);
+    Log().warn("GPU {}: the clock probe did not load; event times are aligned from launches alone", device.ordinal);
+  } else {
+    // The %globaltimer step (32 ns on Hopper, 1 us on some GPUs) bounds how
+    // finely event times can be read. On the probe stream, waited for briefly:
+    // if the GPU is too busy to run it now, the trace says "not measured".
+    CUdeviceptr out = cs->arena + offsetof(wire::ArenaHeader, reserved2) + sizeof(uint64_t);
+    void* args[] = {&out};
+    if (SMPROF_CU(cuLaunchKernel(timer_step, 1, 1, 1, 1, 1, 1, 0, cs->probe_stream, args, nullptr)) &&
+        SMPROF_CU(cuMemcpyDtoHAsync(&cs->pinned->timer_step, out, sizeof(uint64_t), cs->probe_stream)) &&
+        WaitIdle(cs->probe_stream, std::chrono::steady_clock::now() + std::chrono::milliseconds(100))) {
+      device.timer_resolution_ns = static_cast<uint32_t>(std::min<uint64_t>(cs->pinned->timer_step, UINT32_MAX));
+    }
   }
   {
     std::lock_guard<std::mutex> lock(ship_mu);
-    shipper->SendDevice(cs->device, static_cast<uint32_t>(sms), static_cast<uint32_t>(major),
-                        static_cast<uint32_t>(minor), name);
+    shipper->SendDevice(device);
   }
-  Log().info("GPU {} ({}): {} MB arena, {} chunks of {} bytes", ordinal, name, config.buffer_bytes >> 20,
+  Log().info("GPU {} ({}): {} MB arena, {} chunks of {} bytes", device.ordinal, device.name, buffer_bytes >> 20,
              num_chunks, chunk);
   return true;
 }
@@ -584,8 +655,8 @@ bool Profiler::Publish(ContextState* cs, CUmodule module) {
   // is already running sees either nothing or a complete reference.
   const wire::ArenaRef ref = cs->ref;
   const size_t rest = sizeof(wire::ArenaRef) - sizeof(uint64_t);
-  if (!SMPROF_CU(cuMemcpyHtoDAsync(global + sizeof(uint64_t), reinterpret_cast<const char*>(&ref) + 8, rest,
-                                   cs->stream)) ||
+  if (!SMPROF_CU(
+          cuMemcpyHtoDAsync(global + sizeof(uint64_t), reinterpret_cast<const char*>(&ref) + 8, rest, cs->stream)) ||
       !SMPROF_CU(cuStreamSynchronize(cs->stream)) ||
       !SMPROF_CU(cuMemcpyHtoDAsync(global, &ref.arena, sizeof(uint64_t), cs->stream)) ||
       !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
@@ -604,17 +675,17 @@ void Profiler::Poll(ContextState* cs) {
   if (cs->poll_issued && cuEventQuery(cs->poll_event) != CUDA_SUCCESS) return;
   cs->last_poll = now;
   RelaxedCapture relaxed;
-  cs->poll_issued =
-      SMPROF_CU(cuMemcpyDtoHAsync(cs->poll_host, cs->arena + offsetof(wire::ArenaHeader, next_chunk), 4, cs->stream)) &&
-      SMPROF_CU(cuEventRecord(cs->poll_event, cs->stream));
+  cs->poll_issued = SMPROF_CU(cuMemcpyDtoHAsync(&cs->pinned->next_chunk,
+                                                cs->arena + offsetof(wire::ArenaHeader, next_chunk), 4, cs->stream)) &&
+                    SMPROF_CU(cuEventRecord(cs->poll_event, cs->stream));
 }
 
 // High-water test before a launch of about `chunks` chunks: the sampled fill
 // lags behind queued launches, so the projection from the launches since the
 // last harvest counts too.
 bool Profiler::NeedsDrain(ContextState* cs, double chunks) {
-  const double limit = static_cast<double>(cs->ref.num_chunks) * config.high_water_percent / 100.0;
-  const uint32_t sampled = __atomic_load_n(cs->poll_host, __ATOMIC_RELAXED);
+  const double limit = static_cast<double>(cs->ref.num_chunks) * config.settings.high_water_percent / 100.0;
+  const uint32_t sampled = __atomic_load_n(&cs->pinned->next_chunk, __ATOMIC_RELAXED);
   std::lock_guard<std::mutex> lock(cs->mu);
   if (cs->pending == 0) return false;
   return sampled >= limit || cs->projected_chunks + chunks > limit;
@@ -643,8 +714,7 @@ void Profiler::NoteStreamDestroy(ContextState* cs, CUstream stream) {
   }
   const bool idle = cuStreamQuery(stream) == CUDA_SUCCESS;
   std::lock_guard<std::mutex> lock(cs->mu);
-  cs->busy_streams.erase(std::remove(cs->busy_streams.begin(), cs->busy_streams.end(), stream),
-                         cs->busy_streams.end());
+  cs->busy_streams.erase(std::remove(cs->busy_streams.begin(), cs->busy_streams.end(), stream), cs->busy_streams.end());
   cs->orphaned_work |= !idle;
 }
 
@@ -699,8 +769,7 @@ std::string Profiler::ReadName(ContextState* cs, uint64_t address) {
     std::vector<char> buf(kStep);
     for (uint64_t at = address; at < base + size && name.size() < kMax; at += kStep) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kStep, base + size - at));
-      if (!SMPROF_CU(cuMemcpyDtoHAsync(buf.data(), at, n, cs->stream)) ||
-          !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
+      if (!SMPROF_CU(cuMemcpyDtoHAsync(buf.data(), at, n, cs->stream)) || !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
         break;
       }
       const char* end = static_cast<const char*>(std::memchr(buf.data(), '\0', n));
@@ -801,8 +870,7 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
   bool ok = (used == 0 || (SMPROF_CU(cuMemcpyDtoHAsync(data.data(), cs->ref.chunks, data.size(), cs->stream)) &&
                            SMPROF_CU(cuMemsetD8Async(cs->ref.chunks, 0, data.size(), cs->stream)))) &&
             SMPROF_CU(cuMemsetD8Async(cs->arena + offsetof(wire::ArenaHeader, next_chunk), 0,
-                                      sizeof(wire::ArenaHeader) - offsetof(wire::ArenaHeader, next_chunk),
-                                      cs->stream));
+                                      sizeof(wire::ArenaHeader) - offsetof(wire::ArenaHeader, next_chunk), cs->stream));
   for (CUdeviceptr global : globals) {
     ok = ok && SMPROF_CU(cuMemcpyHtoDAsync(global + offsetof(wire::ArenaRef, epoch), &cs->ref.epoch,
                                            sizeof(cs->ref.epoch), cs->stream));
@@ -812,7 +880,7 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
     Log().error("profiling stops on GPU {}: the profile buffer could not be read back", cs->device);
     return;
   }
-  __atomic_store_n(cs->poll_host, 0u, __ATOMIC_RELAXED);
+  __atomic_store_n(&cs->pinned->next_chunk, 0u, __ATOMIC_RELAXED);
   {
     std::lock_guard<std::mutex> lock(cs->mu);
     cs->busy_streams.clear();
@@ -825,14 +893,13 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
 
   // The clock probe runs outside the gate on its own stream, and is given up
   // (this harvest keeps the previous offset) if the GPU is too busy to run it.
-  uint64_t probe_time = 0;
   const uint64_t probe_launched = GpuNow();
   CUdeviceptr probe_out = cs->arena + offsetof(wire::ArenaHeader, reserved2);
   void* probe_args[] = {&probe_out};
   const bool probed =
       cs->probe != nullptr &&
       SMPROF_CU(cuLaunchKernel(cs->probe, 1, 1, 1, 1, 1, 1, 0, cs->probe_stream, probe_args, nullptr)) &&
-      SMPROF_CU(cuMemcpyDtoHAsync(&probe_time, probe_out, sizeof(probe_time), cs->probe_stream)) &&
+      SMPROF_CU(cuMemcpyDtoHAsync(&cs->pinned->probe_time, probe_out, sizeof(uint64_t), cs->probe_stream)) &&
       WaitIdle(cs->probe_stream, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
 
   CheckCupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
@@ -844,9 +911,10 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
     }
   }
   if (probed && probe != nullptr) {
-    cs->clock_offset = static_cast<int64_t>((probe->start_ns + probe->end_ns) / 2 - probe_time);
+    cs->clock_offset = static_cast<int64_t>((probe->start_ns + probe->end_ns) / 2 - cs->pinned->probe_time);
   }
-  records.erase(std::remove_if(records.begin(), records.end(), [](const KernelRecord& r) { return r.name == kProbeName; }),
+  records.erase(std::remove_if(records.begin(), records.end(),
+                               [](const KernelRecord& r) { return r.name == kProbeName || r.name == kTimerStepName; }),
                 records.end());
 
   std::vector<WarpSegment> segments;
@@ -904,6 +972,8 @@ void Profiler::SendStats() {
   stats.events_recorded = c.events;
   stats.messages_dropped = c.messages_dropped;
   stats.events_dropped_transport = c.events_dropped;
+  stats.launches_opted_in = launches_opted_in.load(std::memory_order_relaxed);
+  stats.launches_not_selected = launches_not_selected.load(std::memory_order_relaxed);
   shipper->SendStats(stats);
 }
 
@@ -932,13 +1002,15 @@ bool IsCapturing(CUstream stream) {
 
 // Launch API enter: drain if the arena is nearly full, take the gate (held
 // until API exit), make the kernel's module see the arena, note the work.
-void OnLaunchEnter(Profiler& p, const CUpti_CallbackData* cb, CUpti_CallbackId cbid, CUfunction f,
-                   CUstream stream, uint64_t warps) {
+void OnLaunchEnter(Profiler& p, const CUpti_CallbackData* cb, CUpti_CallbackId cbid, CUfunction f, CUstream stream,
+                   uint64_t warps) {
   ContextState* cs = nullptr;
   CUmodule module = nullptr;
   if (f != nullptr) {
     const FunctionInfo info = p.LookupFunction(cb->context, f, cb->symbolName);
     if (!info.opted_in) return;
+    p.launches_opted_in.fetch_add(1, std::memory_order_relaxed);
+    if (!info.selected) p.launches_not_selected.fetch_add(1, std::memory_order_relaxed);
     cs = p.ContextFor(cb->context);
     if (cs == nullptr) return;
     module = info.module;
@@ -1048,9 +1120,9 @@ void Dispatch(Profiler* p, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, c
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
       const auto* a = static_cast<const cuLaunchKernelEx_params*>(cb->functionParams);
       const CUlaunchConfig* c = a->config;
-      enter ? OnLaunchEnter(*p, cb, cbid, a->f, c ? c->hStream : nullptr,
-                            c ? Warps(c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ)
-                              : 0)
+      enter ? OnLaunchEnter(
+                  *p, cb, cbid, a->f, c ? c->hStream : nullptr,
+                  c ? Warps(c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ) : 0)
             : OnLaunchExit();
       break;
     }
@@ -1094,36 +1166,60 @@ void Dispatch(Profiler* p, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, c
   }
 }
 
+// Subscribes under the name "smprof", so that a tool refused after us can
+// name us (the preload shim relies on it). When another tool holds CUPTI,
+// says which (CUPTI names it) in one line and in a notice for the summary.
 bool Subscribe(Profiler& p) {
-  const CUptiResult r = cuptiSubscribe(&p.subscriber, reinterpret_cast<CUpti_CallbackFunc>(OnCallback), nullptr);
+  char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = {};
+  CUpti_SubscriberParams params{};
+  params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+  params.subscriberName = "smprof";
+  params.oldSubscriberName = holder;
+  params.oldSubscriberSize = CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN;
+  const CUptiResult r =
+      cuptiSubscribe_v2(&p.subscriber, reinterpret_cast<CUpti_CallbackFunc>(OnCallback), nullptr, &params);
   if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
-    Log().error("another CUDA tool (nsys, ncu, compute-sanitizer or a framework profiler) holds CUPTI; "
-                "this run is not profiled. Run without the other tool to profile with smprof.");
+    const std::string tool = holder[0] != '\0' ? std::string(holder) : std::string("another CUDA tool");
+    Log().error(
+        "{} holds CUPTI in pid {} (CUPTI takes one subscriber): smprof does not profile this process; "
+        "run it without that tool to profile it with smprof",
+        tool, p.pid);
+    std::lock_guard<std::mutex> lock(p.ship_mu);
+    p.shipper->SendNotice(wire::kNoticeCuptiUnavailable, tool);
     return false;
   }
-  if (!CheckCupti(r, "cuptiSubscribe")) return false;
+  if (!CheckCupti(r, "cuptiSubscribe_v2")) return false;
   const CUpti_CallbackId driver_ids[] = {
-      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,           CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,         CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-      CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
-      CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,            CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
-      CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,         CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2,
-      CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,      CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
-      CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,       CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2,
-      CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds,     CUPTI_DRIVER_TRACE_CBID_cuMemcpy,
-      CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds,            CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+      CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
+      CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2,
+      CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,
+      CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,
+      CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2,
+      CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds,
+      CUPTI_DRIVER_TRACE_CBID_cuMemcpy,
+      CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds,
+      CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy,
       CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy_v2,
   };
   bool ok = true;
   for (CUpti_CallbackId id : driver_ids) {
     ok &= CheckCupti(cuptiEnableCallback(1, p.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id), "cuptiEnableCallback");
   }
-  ok &= CheckCupti(cuptiEnableCallback(1, p.subscriber, CUPTI_CB_DOMAIN_RESOURCE,
-                                       CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING),
-                   "cuptiEnableCallback(module unload)");
-  ok &= CheckCupti(cuptiEnableCallback(1, p.subscriber, CUPTI_CB_DOMAIN_RESOURCE,
-                                       CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING),
-                   "cuptiEnableCallback(context destroy)");
+  ok &= CheckCupti(
+      cuptiEnableCallback(1, p.subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING),
+      "cuptiEnableCallback(module unload)");
+  ok &= CheckCupti(
+      cuptiEnableCallback(1, p.subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING),
+      "cuptiEnableCallback(context destroy)");
   if (!ok) cuptiUnsubscribe(p.subscriber);
   return ok;
 }
@@ -1157,24 +1253,43 @@ void Shutdown() {
 
 namespace {
 
+// The path of this library, as the dynamic linker loaded it.
+std::string OwnPath() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&OwnPath), &info) == 0 || info.dli_fname == nullptr) return "";
+  return info.dli_fname;
+}
+
+// Another CUDA tool that injects into this process (cuda_tools.h), or "".
+std::string InjectingTool() {
+  const char* injection = std::getenv("CUDA_INJECTION64_PATH");
+  const char* preload = std::getenv("LD_PRELOAD");
+  std::string_view evidence;
+  const std::string own = OwnPath();
+  const std::string_view tool =
+      cuda_tools::InjectingTool(injection ? injection : "", preload ? preload : "", environ, own, &evidence);
+  if (tool.empty()) return "";
+  return std::string(tool) + " (" + std::string(evidence) + ")";
+}
+
+// Attaches to the run and subscribes to CUPTI. A process that is not
+// profiled for a reason the user should hear about (a bad setting, another
+// tool) still attaches, long enough to tell the collector why.
 bool StartOnce() {
   InSmprof guard;
   auto* p = new Profiler();
   std::vector<std::string> errors;
   p->config = LoadConfig([](const char* n) { return std::getenv(n); }, &errors);
-  if (!SetLogLevel(p->config.log_level)) {
-    errors.push_back("SMPROF_LOG_LEVEL='" + p->config.log_level +
-                     "' is not one of trace, debug, info, warn, error, off; using warn");
-  }
+  SetLogLevel(p->config.settings.log_level);
   for (const std::string& e : errors) Log().error("{}", e);
-  if (!p->config.kernels_valid) return false;
   if (p->config.run_id.empty()) {
-    Log().warn("SMPROF_RUN_ID is not set, so no collector is listening: start the application with "
-               "`smprof-run ./app`; running unprofiled");
+    Log().warn(
+        "SMPROF_RUN_ID is not set, so no collector is listening: start the application with "
+        "`smprof-run ./app`; running unprofiled");
     return false;
   }
   transport::ProducerOptions options;
-  options.ring_bytes = p->config.shm_bytes;
+  options.ring_bytes = p->config.shm_bytes();
   std::string error;
   p->producer = transport::Producer::Attach(p->config.run_id, options, &error);
   if (!p->producer) {
@@ -1184,15 +1299,32 @@ bool StartOnce() {
   p->sink = std::make_unique<ProducerSink>(p->producer.get());
   p->shipper = std::make_unique<Shipper>(p->sink.get());
   p->pid = getpid();
-  p->shipper->SendProcess(static_cast<uint32_t>(p->pid), static_cast<uint32_t>(getppid()), RealtimeNow(), GpuNow(),
-                          ReadCmdline());
+  const std::string tool = InjectingTool();
+  // cuptiGetTimestamp would start CUPTI; a process smprof leaves alone gets
+  // the host clock (CUPTI's timestamps are on the same epoch).
+  const bool leave_alone = !p->config.kernels_valid || !tool.empty();
+  p->shipper->SendProcess(static_cast<uint32_t>(p->pid), static_cast<uint32_t>(getppid()), RealtimeNow(),
+                          leave_alone ? RealtimeNow() : GpuNow(), ReadCmdline());
+  if (!p->config.kernels_valid) {
+    const auto bad = std::find_if(errors.begin(), errors.end(),
+                                  [](const std::string& e) { return e.rfind("SMPROF_KERNELS", 0) == 0; });
+    p->shipper->SendNotice(wire::kNoticeBadSettings, bad != errors.end() ? *bad : std::string("SMPROF_KERNELS"));
+    p->producer->Detach();
+    return false;
+  }
+  if (!tool.empty()) {
+    Log().warn("{} injects into pid {}: smprof steps aside and does not profile it", tool, p->pid);
+    p->shipper->SendNotice(wire::kNoticeSteppedAside, tool);
+    p->producer->Detach();
+    return false;
+  }
   if (!Subscribe(*p)) {
     p->producer->Detach();
     return false;
   }
   g_profiler = p;
   std::atexit(ShutdownAtExit);
-  Log().info("profiling (run {}, kernels '{}')", p->config.run_id, p->config.kernels.spec());
+  Log().info("profiling (run {}, kernels '{}')", p->config.run_id, p->config.settings.kernels_spec);
   return true;
 }
 
@@ -1217,8 +1349,7 @@ void ShutdownOnce() {
     p->SendStats();
   }
   if (uint64_t lost = p->activity.dropped()) {
-    Log().warn("{} CUPTI kernel records were not kept (store full); their events appear without launch details",
-               lost);
+    Log().warn("{} CUPTI kernel records were not kept (store full); their events appear without launch details", lost);
   }
   p->producer->Detach();
 }

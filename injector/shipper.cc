@@ -49,16 +49,28 @@ void Shipper::SendProcess(uint32_t pid, uint32_t ppid, uint64_t host_realtime_ns
   Send(wire::kMsgProcess, &m, sizeof(m), cmdline.data(), m.cmdline_len, 0);
 }
 
-void Shipper::SendDevice(uint32_t device, uint32_t sm_count, uint32_t cc_major, uint32_t cc_minor,
-                         const std::string& name) {
-  if (std::find(devices_sent_.begin(), devices_sent_.end(), device) != devices_sent_.end()) return;
+void Shipper::SendDevice(const DeviceInfo& d) {
+  if (std::find(devices_sent_.begin(), devices_sent_.end(), d.ordinal) != devices_sent_.end()) return;
   auto m = Zeroed<wire::DeviceMsg>();
-  m.device = device;
-  m.sm_count = sm_count;
-  m.cc_major = cc_major;
-  m.cc_minor = cc_minor;
-  m.name_len = ClampedLength(name);
-  if (Send(wire::kMsgDevice, &m, sizeof(m), name.data(), m.name_len, 0)) devices_sent_.push_back(device);
+  m.device = d.ordinal;
+  m.sm_count = d.sm_count;
+  m.cc_major = d.cc_major;
+  m.cc_minor = d.cc_minor;
+  std::memcpy(m.uuid, d.uuid, sizeof(m.uuid));
+  m.pci_domain = d.pci_domain;
+  m.pci_bus = d.pci_bus;
+  m.pci_device = d.pci_device;
+  m.sm_clock_khz = d.sm_clock_khz;
+  m.timer_resolution_ns = d.timer_resolution_ns;
+  m.name_len = ClampedLength(d.name);
+  if (Send(wire::kMsgDevice, &m, sizeof(m), d.name.data(), m.name_len, 0)) devices_sent_.push_back(d.ordinal);
+}
+
+void Shipper::SendNotice(wire::NoticeKind kind, const std::string& text) {
+  auto m = Zeroed<wire::NoticeMsg>();
+  m.kind = kind;
+  m.text_len = ClampedLength(text);
+  Send(wire::kMsgNotice, &m, sizeof(m), text.data(), m.text_len, 0);
 }
 
 uint32_t Shipper::InternName(const std::string& name) {
@@ -95,10 +107,9 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
     m.dynamic_smem = r.dynamic_smem;
     m.static_smem = r.static_smem;
     m.registers = r.registers;
-    const std::string display =
-        (launch.flags & wire::kLaunchNoActivity) && r.name.empty()
-            ? "<kernel of grid " + std::to_string(r.grid_id) + ", no CUPTI record>"
-            : kernel_name(r.name);
+    const std::string display = (launch.flags & wire::kLaunchNoActivity) && r.name.empty()
+                                    ? "<kernel of grid " + std::to_string(r.grid_id) + ", no CUPTI record>"
+                                    : kernel_name(r.name);
     m.name_len = ClampedLength(display);
     Send(wire::kMsgLaunch, &m, sizeof(m), display.data(), m.name_len, 0);
     ++counters_.launches;
@@ -139,8 +150,6 @@ void Shipper::SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason
   Send(wire::kMsgHarvest, &m, sizeof(m), nullptr, 0, 0);
 }
 
-void Shipper::SendStats(const wire::StatsMsg& stats) {
-  Send(wire::kMsgStats, &stats, sizeof(stats), nullptr, 0, 0);
-}
+void Shipper::SendStats(const wire::StatsMsg& stats) { Send(wire::kMsgStats, &stats, sizeof(stats), nullptr, 0, 0); }
 
 }  // namespace smprof::injector

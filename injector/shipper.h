@@ -28,9 +28,24 @@ class MessageSink {
 
 struct ShipperCounters {
   uint64_t launches = 0;
-  uint64_t events = 0;           // events in messages the sink accepted
+  uint64_t events = 0;  // events in messages the sink accepted
   uint64_t messages_dropped = 0;
-  uint64_t events_dropped = 0;   // events in messages the sink dropped
+  uint64_t events_dropped = 0;  // events in messages the sink dropped
+};
+
+// What the collector needs to name a GPU across processes and read its times.
+struct DeviceInfo {
+  uint32_t ordinal = 0;  // CUDA ordinal in this process
+  uint32_t sm_count = 0;
+  uint32_t cc_major = 0;
+  uint32_t cc_minor = 0;
+  uint8_t uuid[16] = {};
+  uint32_t pci_domain = 0;
+  uint32_t pci_bus = 0;
+  uint32_t pci_device = 0;
+  uint32_t sm_clock_khz = 0;
+  uint32_t timer_resolution_ns = 0;  // 0: not measured
+  std::string name;
 };
 
 class Shipper {
@@ -40,8 +55,8 @@ class Shipper {
   void SendProcess(uint32_t pid, uint32_t ppid, uint64_t host_realtime_ns, uint64_t gpu_time_ns,
                    const std::string& cmdline);
   // Announces a device once; later calls for the same ordinal do nothing.
-  void SendDevice(uint32_t device, uint32_t sm_count, uint32_t cc_major, uint32_t cc_minor,
-                  const std::string& name);
+  void SendDevice(const DeviceInfo& device);
+  void SendNotice(wire::NoticeKind kind, const std::string& text);
 
   // `name_of(address)` returns the marker name stored at a device address.
   // `kernel_name(mangled)` returns the display name of a kernel.
@@ -49,8 +64,7 @@ class Shipper {
                     const std::function<std::string(uint64_t)>& name_of,
                     const std::function<std::string(const std::string&)>& kernel_name);
 
-  void SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason reason, uint64_t dropped,
-                   uint64_t unplaced);
+  void SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason reason, uint64_t dropped, uint64_t unplaced);
   void SendStats(const wire::StatsMsg& stats);
 
   const ShipperCounters& counters() const { return counters_; }

@@ -2,9 +2,10 @@
 // parse without running anything.
 //
 // Precedence: an option beats the matching SMPROF_* environment variable,
-// which beats the built-in default. Every value is validated here, whichever
-// source it came from, so that a bad value stops smprof-run before anything
-// runs instead of being ignored later inside the application.
+// which beats the built-in default. Each setting's text is taken from the
+// winning source and parsed once, by common/settings (the parser the injector
+// uses too), so that a bad value stops smprof-run before anything runs
+// instead of being ignored later inside the application.
 #pragma once
 
 #include <cstdint>
@@ -13,41 +14,22 @@
 #include <utility>
 #include <vector>
 
+#include "common/settings.h"
+
 namespace smprof::runner {
 
 using Environment = std::map<std::string, std::string>;
 
-// Environment variables smprof reads (documented in HelpText()).
-inline constexpr const char* kEnvKernels = "SMPROF_KERNELS";
-inline constexpr const char* kEnvBufferMb = "SMPROF_BUFFER_MB";
-inline constexpr const char* kEnvWarps = "SMPROF_WARPS";
-inline constexpr const char* kEnvShmMb = "SMPROF_SHM_MB";
-inline constexpr const char* kEnvLogLevel = "SMPROF_LOG_LEVEL";
-inline constexpr const char* kEnvChunkBytes = "SMPROF_CHUNK_BYTES";
-inline constexpr const char* kEnvHighWater = "SMPROF_HIGH_WATER";
-inline constexpr const char* kEnvRunId = "SMPROF_RUN_ID";
-inline constexpr const char* kEnvInjector = "SMPROF_INJECTOR";
-inline constexpr const char* kEnvCollector = "SMPROF_COLLECTOR";
-
-// Ranges (inclusive).
-inline constexpr uint32_t kMinBufferMb = 1, kMaxBufferMb = 4095, kDefaultBufferMb = 64;
-inline constexpr uint32_t kMinShmMb = 1, kMaxShmMb = 4096, kDefaultShmMb = 32;
-inline constexpr uint32_t kMinChunkBytes = 256, kMaxChunkBytes = 65536, kDefaultChunkBytes = 1024;
-inline constexpr uint32_t kMinHighWater = 10, kMaxHighWater = 95, kDefaultHighWater = 75;
-inline constexpr uint32_t kMaxWarpIndex = 31;  // 1024 threads per block
-
 struct RunOptions {
-  std::string output;      // empty: DefaultOutputPath()
-  std::string kernels;     // empty: every kernel
-  uint32_t buffer_mb = kDefaultBufferMb;
-  std::string warps;       // empty: every warp (the option itself rejects "")
-  uint32_t shm_mb = kDefaultShmMb;
-  std::string log_level = "warn";
+  std::string output;  // empty: DefaultOutputPath()
+  bool force = false;  // overwrite an existing output file
   bool preload = false;
   bool quiet = false;
-  // Values passed to the application as SMPROF_* variables: every value given
-  // by an option or found in the environment (validated), by variable name.
-  std::map<std::string, std::string> app_env;
+  Settings settings;
+  // Where each setting given by an option or the environment came from:
+  // "--buffer-mb", "-k" or "SMPROF_BUFFER_MB". Settings left at their
+  // default are absent, and are not passed to the application.
+  std::map<Setting, std::string> sources;
   std::vector<std::string> program;  // program and its arguments
 };
 
@@ -61,29 +43,31 @@ enum class ParseOutcome {
 
 // Parses argv[1..] (`args` excludes argv[0]) against `env`. On kError/kUsage
 // `*error` is a one-line message naming the fix.
-ParseOutcome ParseRunOptions(const std::vector<std::string>& args, const Environment& env,
-                             RunOptions* options, std::string* error);
+ParseOutcome ParseRunOptions(const std::vector<std::string>& args, const Environment& env, RunOptions* options,
+                             std::string* error);
 
 std::string UsageText();
 std::string HelpText();
 std::string VersionText();
 
-// "smprof-<program basename>-<YYYYmmdd-HHMMSS>.json" for the local time `now`.
-std::string DefaultOutputPath(const std::string& program, int64_t now_unix_seconds);
+// "smprof-<program basename>-<YYYYmmdd-HHMMSS>-<pid>.json" for the local
+// time `now` and smprof-run's pid: two runs started in the same second in one
+// directory get different names.
+std::string DefaultOutputPath(const std::string& program, int64_t now_unix_seconds, int64_t pid);
 
-// Validators shared by option and environment parsing; `what` names the
-// source ("--buffer-mb" or "SMPROF_BUFFER_MB") in the error.
-bool ParseBoundedUint(const std::string& what, const std::string& text, uint32_t min, uint32_t max,
-                      uint32_t* value, std::string* error);
-bool ValidateWarps(const std::string& what, const std::string& text, std::string* error);
-bool ValidateLogLevel(const std::string& what, const std::string& text, std::string* error);
+// The SMPROF_* values to pass to the application: every setting in
+// options.sources, as SettingText writes it.
+std::vector<std::pair<std::string, std::string>> SettingVariables(const RunOptions& options);
 
 // The variables to set in the application's environment. `ld_preload` is the
-// application's current LD_PRELOAD (empty if unset). With --preload the
-// injector goes first in LD_PRELOAD; otherwise CUDA_INJECTION64_PATH names it.
-std::vector<std::pair<std::string, std::string>> AppEnvironment(const RunOptions& options,
-                                                                const std::string& run_id,
-                                                                const std::string& injector_path,
-                                                                const std::string& ld_preload);
+// application's current LD_PRELOAD (empty if unset). The preload shim goes
+// first in LD_PRELOAD (and with --preload the injector after it);
+// CUDA_INJECTION64_PATH names the injector, which the driver loads at cuInit.
+struct Helpers {
+  std::string injector;  // libsmprof_inject.so
+  std::string preload;   // libsmprof_preload.so
+};
+std::vector<std::pair<std::string, std::string>> AppEnvironment(const RunOptions& options, const std::string& run_id,
+                                                                const Helpers& helpers, const std::string& ld_preload);
 
 }  // namespace smprof::runner

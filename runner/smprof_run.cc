@@ -2,15 +2,29 @@
 //
 // Process layout:
 //   smprof-run ──fork/exec──> smprof-collector   (own process group; dies with
-//        │                                        us via PR_SET_PDEATHSIG)
+//        │        control pipe ──>                 us: PR_SET_PDEATHSIG, and the
+//        │        <── summary (memfd)              control pipe closes)
 //        └─────fork/execvp──> program            (our process group; CUDA loads
 //                                                 the injector through
-//                                                 CUDA_INJECTION64_PATH)
+//                                                 CUDA_INJECTION64_PATH; every
+//                                                 process preloads the shim)
 // Order: the collector must be ready (it created the run's control segment
 // and wrote "ready\n" to the ready pipe) before the program starts, or the
-// program's first producer would find no run. The collector is stopped with
-// SIGTERM only after the program has exited; it then drains every ring and
-// writes the trace and the summary file.
+// program's first producer would find no run. smprof-run sends the run's
+// metadata over the control pipe, runs the program, sends its exit status
+// and closes the pipe: that is the collector's signal to drain every ring,
+// finish the trace, move it into place and write the summary into a memfd
+// (an anonymous file: nothing is left on disk whatever happens to us).
+//
+// Output: the trace is written to <output>.partial and renamed when complete
+// (collector/trace_placement.h); an existing <output> stops the run before
+// the program starts unless --force. A program that cannot be started gets
+// its error line and nothing else: no summary, no trace.
+//
+// Other CUDA tools: when one already injects into this run (ncu or nsys
+// started smprof-run), smprof steps aside: it execs the program unprofiled;
+// when the program starts one (smprof-run -- ncu ./app), the preload shim
+// steps aside in that tool's process (injector/preload_shim.cc).
 //
 // Descendants: smprof-run is a child subreaper (PR_SET_CHILD_SUBREAPER), so
 // processes the program leaves behind are reparented to it. After the program
@@ -23,17 +37,20 @@
 // and keeps running so the trace is finished. SIGTERM/SIGHUP/SIGQUIT sent to
 // us are forwarded to the program. A signal that was ignored when smprof-run
 // started (nohup, a background job) stays ignored, here and in the children.
-// The forwarded signals are blocked across fork, and a signal that came before
-// the program started stops the run without starting it. The program is waited
-// for without reaping it (WNOWAIT), and its pid is cleared with the signals
-// blocked before it is reaped, so the handler never signals a reused pid.
-// Children restore the other default dispositions and the mask before exec.
+// SIGPIPE is ignored here (a dead collector must not kill us through the
+// control pipe) and restored for the children. The forwarded signals are
+// blocked across fork, and a signal that came before the program started
+// stops the run without starting it. The program is waited for without
+// reaping it (WNOWAIT), and its pid is cleared with the signals blocked
+// before it is reaped, so the handler never signals a reused pid.
 //
-// A collector that had to be killed (or died) may leave the trace cut inside
-// an event: smprof-run cuts it after the last whole one and closes the array.
+// A collector that had to be killed (or died) leaves <output>.partial, maybe
+// cut inside an event: smprof-run cuts it after the last whole one, closes
+// the array and says where it is.
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -47,15 +64,18 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "collector/trace_placement.h"
 #include "collector/trace_writer.h"
+#include "common/cuda_tools.h"
 #include "common/transport.h"
+#include "runner/install_layout.h"
+#include "runner/run_metadata.h"
 #include "runner/run_options.h"
 
 extern char** environ;
@@ -65,6 +85,8 @@ namespace {
 
 constexpr int kExitUsage = 2;
 constexpr int kExitCollectorFailed = 1;
+constexpr int kExitNotFound = 127;  // as a shell says "command not found"
+constexpr int kExitNotExecutable = 126;
 constexpr std::chrono::seconds kReadyTimeout{10};
 constexpr std::chrono::seconds kCollectorStopTimeout{30};
 constexpr std::chrono::seconds kDescendantTimeout{10};
@@ -76,7 +98,7 @@ volatile sig_atomic_t g_pending_signal = 0;
 bool g_ignored_at_start[NSIG] = {};
 
 void RecordIgnoredSignals() {
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) {
     struct sigaction old {};
     g_ignored_at_start[sig] = sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN;
   }
@@ -92,6 +114,11 @@ void ForwardSignal(int sig) {
 }
 
 void Error(const std::string& message) { std::fprintf(stderr, "smprof-run: %s\n", message.c_str()); }
+
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return lstat(path.c_str(), &st) == 0;
+}
 
 bool IsFile(const std::string& path) {
   struct stat st {};
@@ -109,11 +136,15 @@ std::string Dirname(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+std::string CurrentDirectory() {
+  char cwd[4096];
+  return getcwd(cwd, sizeof(cwd)) != nullptr ? std::string(cwd) : std::string();
+}
+
 std::string Absolute(const std::string& path) {
   if (!path.empty() && path[0] == '/') return path;
-  char cwd[4096];
-  if (getcwd(cwd, sizeof(cwd)) == nullptr) return path;
-  std::string dir = cwd;
+  const std::string dir = CurrentDirectory();
+  if (dir.empty()) return path;
   if (path.rfind("./", 0) == 0) return dir + path.substr(1);
   return dir + "/" + path;
 }
@@ -134,8 +165,7 @@ bool FindHelper(const Environment& env, const char* env_var, const std::vector<s
       *path = Absolute(it->second);
       return true;
     }
-    *error = std::string(env_var) + "=" + it->second + " does not exist: point it at " + what +
-             " or unset it";
+    *error = std::string(env_var) + "=" + it->second + " does not exist: point it at " + what + " or unset it";
     return false;
   }
   for (const std::string& c : candidates) {
@@ -147,7 +177,7 @@ bool FindHelper(const Environment& env, const char* env_var, const std::vector<s
   std::string tried;
   for (const std::string& c : candidates) tried += (tried.empty() ? "" : ", ") + c;
   *error = what + " not found (looked for " + tried + "): build smprof (cmake --build <build dir>) " +
-           "and run this smprof-run from its bin/ directory, or set " + env_var + "=<path>";
+           "or install it (cmake --install), and run that smprof-run, or set " + env_var + "=<path>";
   return false;
 }
 
@@ -162,11 +192,16 @@ std::string MakeRunId() {
   return std::to_string(getpid()) + "-" + hex;
 }
 
+uint64_t RealtimeNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 // In a child between fork and exec: default dispositions (except for signals
 // ignored when smprof-run started, which stay ignored), empty mask.
 void ResetSignalsForExec() {
-  if (!g_ignored_at_start[SIGINT]) std::signal(SIGINT, SIG_DFL);
-  for (int sig : kForwardedSignals) {
+  for (int sig : {SIGINT, SIGPIPE, SIGTERM, SIGHUP, SIGQUIT}) {
     if (!g_ignored_at_start[sig]) std::signal(sig, SIG_DFL);
   }
   sigset_t none;
@@ -188,18 +223,31 @@ pid_t WaitFor(pid_t pid, int* status) {
   return r;
 }
 
+bool WriteAll(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 struct Collector {
   pid_t pid = -1;
   bool reaped = false;  // it exited while we waited for descendants
   int status = 0;       // its wait status, once reaped
+  int control = -1;     // write end of the control pipe; closing it stops the collector
 };
 
 // Starts the collector and waits for "ready\n". Returns false after printing
 // why (the collector prints its own error to our stderr).
-bool StartCollector(const std::string& path, const std::string& run_id, const std::string& output,
-                    const std::string& summary, const std::string& log_level, Collector* collector) {
+bool StartCollector(const std::string& path, const std::string& run_id, const std::string& output, bool force,
+                    int summary_fd, const std::string& log_level, Collector* collector) {
   int ready[2];
-  if (pipe2(ready, O_CLOEXEC) != 0) {
+  int control[2];
+  if (pipe2(ready, O_CLOEXEC) != 0 || pipe2(control, O_CLOEXEC) != 0) {
     Error(std::string("cannot create a pipe: ") + std::strerror(errno));
     return false;
   }
@@ -207,8 +255,7 @@ bool StartCollector(const std::string& path, const std::string& run_id, const st
   const pid_t pid = fork();
   if (pid < 0) {
     Error(std::string("cannot fork: ") + std::strerror(errno));
-    close(ready[0]);
-    close(ready[1]);
+    for (int fd : {ready[0], ready[1], control[0], control[1]}) close(fd);
     return false;
   }
   if (pid == 0) {
@@ -221,11 +268,21 @@ bool StartCollector(const std::string& path, const std::string& run_id, const st
       dup2(null_fd, STDIN_FILENO);
       if (null_fd != STDIN_FILENO) close(null_fd);
     }
-    fcntl(ready[1], F_SETFD, 0);
-    const std::string fd = std::to_string(ready[1]);
-    std::vector<std::string> args = {path,        "--run-id",    run_id, "--output",    output,
-                                     "--summary", summary,       "--ready-fd", fd, "--log-level",
+    for (int fd : {ready[1], control[0], summary_fd}) fcntl(fd, F_SETFD, 0);
+    std::vector<std::string> args = {path,
+                                     "--run-id",
+                                     run_id,
+                                     "--output",
+                                     output,
+                                     "--summary-fd",
+                                     std::to_string(summary_fd),
+                                     "--control-fd",
+                                     std::to_string(control[0]),
+                                     "--ready-fd",
+                                     std::to_string(ready[1]),
+                                     "--log-level",
                                      log_level};
+    if (force) args.push_back("--force");
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -235,13 +292,16 @@ bool StartCollector(const std::string& path, const std::string& run_id, const st
   }
   setpgid(pid, pid);  // also here, so the group exists whichever runs first
   collector->pid = pid;
+  collector->control = control[1];
   close(ready[1]);
+  close(control[0]);
 
   std::string got;
   const auto deadline = std::chrono::steady_clock::now() + kReadyTimeout;
   bool ok = false;
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       Error("the collector did not become ready within " + std::to_string(kReadyTimeout.count()) +
             " s; rerun with --log-level debug to see why");
@@ -275,26 +335,44 @@ bool StartCollector(const std::string& path, const std::string& run_id, const st
     WaitFor(collector->pid, &status);
     collector->pid = -1;
   }
+  if (!ok) {
+    close(collector->control);
+    collector->control = -1;
+  }
   return ok;
 }
 
-// Cuts the trace after its last whole event and closes the array, after the
-// collector was killed or died (the writer could not do it).
-void RepairTrace(const std::string& output) {
-  if (!IsFile(output)) return;
-  bool repaired = false;
-  std::string error;
-  if (!RepairTraceFile(output, &repaired, &error)) {
-    Error(error);
-  } else if (repaired) {
-    Error("the trace was cut after its last whole event and closed: it holds what the collector "
-          "wrote until then");
-  }
+// Sends one control message (control_channel.h). A collector that is gone
+// cannot read it; its absence is reported when the collector is stopped.
+void SendControl(Collector* collector, const nlohmann::json& message) {
+  if (collector->control < 0) return;
+  WriteAll(collector->control, message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
-// SIGTERMs the collector and waits for it. Returns false if it had to be
-// killed or failed; if it was killed or died by a signal, repairs `output`.
+// After the collector was killed or died: the trace it was writing stays
+// where it is, under its partial name, cut after its last whole event and
+// closed. Says where.
+void KeepPartialTrace(const std::string& output) {
+  const std::string partial = PartialPath(output);
+  if (!IsFile(partial)) return;
+  bool repaired = false;
+  std::string error;
+  if (!RepairTraceFile(partial, &repaired, &error)) {
+    Error(error);
+    return;
+  }
+  Error(std::string("the trace is incomplete: ") + partial + " holds what the collector wrote until then" +
+        (repaired ? " (cut after its last whole event and closed)" : ""));
+}
+
+// Closes the control pipe and sends SIGTERM (either one makes the collector
+// drain, finish and exit; it reads what is left in the pipe first) and waits
+// for it. Returns false if it had to be killed or failed.
 bool StopCollector(Collector* collector, const std::string& output) {
+  if (collector->control >= 0) {
+    close(collector->control);
+    collector->control = -1;
+  }
   int status = collector->status;
   if (!collector->reaped) {
     if (collector->pid <= 0) return false;
@@ -307,9 +385,9 @@ bool StopCollector(Collector* collector, const std::string& output) {
         kill(-collector->pid, SIGKILL);
         WaitFor(collector->pid, &status);
         collector->pid = -1;
-        Error("the collector did not finish within " +
-              std::to_string(kCollectorStopTimeout.count()) + " s and was killed");
-        RepairTrace(output);
+        Error("the collector did not finish within " + std::to_string(kCollectorStopTimeout.count()) +
+              " s and was killed");
+        KeepPartialTrace(output);
         return false;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -317,9 +395,8 @@ bool StopCollector(Collector* collector, const std::string& output) {
   }
   collector->pid = -1;
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    Error("the collector ended with status " + std::to_string(ExitCodeOf(status)) +
-          "; the trace may be incomplete");
-    if (!WIFEXITED(status)) RepairTrace(output);
+    Error("the collector ended with status " + std::to_string(ExitCodeOf(status)));
+    KeepPartialTrace(output);
     return false;
   }
   return true;
@@ -380,11 +457,22 @@ size_t WaitForDescendants(Collector* collector, std::chrono::seconds timeout) {
   }
 }
 
-constexpr int kNotStarted = -2;
+struct ProgramResult {
+  enum Kind { kRan, kNotStarted, kStopped, kForkFailed } kind = kForkFailed;
+  int status = 0;      // kRan: its wait status
+  int exec_error = 0;  // kNotStarted: execvp's errno
+};
 
-// Runs the program; returns its wait status, -1 if it could not be forked, or
-// kNotStarted if a forwarded signal came first (g_pending_signal).
-int RunProgram(const RunOptions& options, const std::vector<std::pair<std::string, std::string>>& vars) {
+// Runs the program. kStopped if a forwarded signal came first
+// (g_pending_signal). An execvp failure comes back through a close-on-exec
+// pipe, so it is told apart from a program that exits with 127 itself.
+ProgramResult RunProgram(const RunOptions& options, const std::vector<std::pair<std::string, std::string>>& vars) {
+  ProgramResult result;
+  int exec_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
+    Error(std::string("cannot create a pipe: ") + std::strerror(errno));
+    return result;
+  }
   sigset_t block;
   sigset_t old;
   sigemptyset(&block);
@@ -394,37 +482,69 @@ int RunProgram(const RunOptions& options, const std::vector<std::pair<std::strin
   // g_app_pid is set, and forwarded.
   if (g_pending_signal != 0) {
     sigprocmask(SIG_SETMASK, &old, nullptr);
-    return kNotStarted;
+    close(exec_pipe[0]);
+    close(exec_pipe[1]);
+    result.kind = ProgramResult::kStopped;
+    return result;
   }
   const pid_t pid = fork();
   if (pid < 0) {
     sigprocmask(SIG_SETMASK, &old, nullptr);
     Error(std::string("cannot fork: ") + std::strerror(errno));
-    return -1;
+    close(exec_pipe[0]);
+    close(exec_pipe[1]);
+    return result;
   }
   if (pid == 0) {
+    close(exec_pipe[0]);
     ResetSignalsForExec();
     for (const auto& [name, value] : vars) setenv(name.c_str(), value.c_str(), 1);
     std::vector<char*> argv;
     for (const std::string& a : options.program) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     execvp(argv[0], argv.data());
-    dprintf(STDERR_FILENO, "smprof-run: cannot run '%s': %s\n", argv[0], std::strerror(errno));
-    _exit(127);
+    const int err = errno;
+    (void)!write(exec_pipe[1], &err, sizeof(err));
+    _exit(kExitNotFound);
   }
   g_app_pid = pid;
   sigprocmask(SIG_SETMASK, &old, nullptr);
+  close(exec_pipe[1]);
+  int err = 0;
+  ssize_t n;
+  do {
+    n = read(exec_pipe[0], &err, sizeof(err));
+  } while (n < 0 && errno == EINTR);
+  close(exec_pipe[0]);
   // Wait without reaping: the pid stays ours (a zombie) until g_app_pid is
   // cleared with the signals blocked, so the handler never signals a reused pid.
-  siginfo_t info {};
+  siginfo_t info{};
   while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) != 0 && errno == EINTR) {
   }
   sigprocmask(SIG_BLOCK, &block, nullptr);
   g_app_pid = 0;
   sigprocmask(SIG_SETMASK, &old, nullptr);
-  int status = 0;
-  WaitFor(pid, &status);
-  return status;
+  WaitFor(pid, &result.status);
+  if (n == static_cast<ssize_t>(sizeof(err))) {
+    result.kind = ProgramResult::kNotStarted;
+    result.exec_error = err;
+  } else {
+    result.kind = ProgramResult::kRan;
+  }
+  return result;
+}
+
+// For a run smprof steps aside from: becomes the program, with the
+// environment as it is, so that it runs exactly as without smprof-run (the
+// other tool follows the exec). Returns only if the program cannot start.
+int ExecUnprofiled(const RunOptions& options) {
+  std::vector<char*> argv;
+  for (const std::string& a : options.program) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  const int err = errno;
+  Error("cannot run '" + options.program[0] + "': " + std::strerror(err));
+  return err == ENOENT ? kExitNotFound : kExitNotExecutable;
 }
 
 uint64_t Count(const nlohmann::json& j, const char* key) {
@@ -437,58 +557,106 @@ uint64_t Count(const nlohmann::json& j, const char* key) {
   return 0;
 }
 
-void PrintSummary(const std::string& summary_path, const std::string& output, const RunOptions& options) {
-  std::ifstream in(summary_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json summary = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  std::string trace = output;
+std::string Text(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return "";
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+nlohmann::json ReadSummary(int fd) {
+  std::string text;
+  char buf[64 << 10];
+  off_t offset = 0;
+  for (;;) {
+    const ssize_t n = pread(fd, buf, sizeof(buf), offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    offset += n;
+  }
+  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+bool HaveNvidiaDriver() { return access("/proc/driver/nvidia/version", F_OK) == 0; }
+
+// Why nothing was profiled, from what the run reported (one line), or "".
+std::string NothingProfiledHint(const nlohmann::json& summary, const RunOptions& options) {
+  if (Count(summary, "launches") != 0) return "";
+  const uint64_t processes = Count(summary, "processes");
+  const uint64_t not_profiled = Count(summary, "not_profiled");
+  if (processes == 0) {
+    return HaveNvidiaDriver()
+               ? "no process of the run started CUDA, so there was nothing to profile"
+               : "no process of the run started CUDA, and this machine has no NVIDIA driver "
+                 "(/proc/driver/nvidia/version is missing): CUDA programs need an NVIDIA GPU and its driver";
+  }
+  if (not_profiled >= processes) return "";  // each said why, above
+  const uint64_t opted_in = Count(summary, "launches_opted_in");
+  if (opted_in == 0) {
+    return "no kernel that opts in was launched: kernels opt in by including <smprof/smprof.cuh> and "
+           "marking regions";
+  }
+  if (Count(summary, "launches_not_selected") >= opted_in) {
+    return "SMPROF_KERNELS (now \"" + options.settings.kernels_spec + "\") selected none of the " +
+           std::to_string(opted_in) +
+           " launches of opted-in kernels: check the patterns against the kernel "
+           "names (smprof-run --help)";
+  }
+  return "the selected kernels recorded no events: check SMPROF_WARPS (now \"" +
+         (options.settings.warps_spec.empty() ? std::string("all") : options.settings.warps_spec) +
+         "\") and that their markers run";
+}
+
+void PrintSummary(const nlohmann::json& summary, const std::string& output, const RunOptions& options) {
   if (summary.is_discarded() || !summary.is_object()) {
     Error("the collector wrote no summary; the trace may be incomplete");
-  } else {
-    if (auto it = summary.find("trace"); it != summary.end() && it->is_string()) {
-      trace = Absolute(it->get<std::string>());
-    }
-    if (options.quiet) return;
-    const nlohmann::json lost = summary.value("lost", nlohmann::json::object());
-    const uint64_t orphan = Count(lost, "orphan");
-    const std::string orphan_text =
-        orphan == 0 ? "" : ", orphan " + std::to_string(orphan);  // events of a lost launch
-    std::fprintf(stderr,
-                 "smprof: profiled %llu launches, %llu events from %llu process(es); lost %llu events "
-                 "(device buffer %llu, unplaced %llu, transport %llu%s)\n",
-                 static_cast<unsigned long long>(Count(summary, "launches")),
-                 static_cast<unsigned long long>(Count(summary, "events")),
-                 static_cast<unsigned long long>(Count(summary, "processes")),
-                 static_cast<unsigned long long>(Count(lost, "total")),
-                 static_cast<unsigned long long>(Count(lost, "device_buffer")),
-                 static_cast<unsigned long long>(Count(lost, "device_unplaced")),
-                 static_cast<unsigned long long>(Count(lost, "transport")), orphan_text.c_str());
-    // Losses that are not counted in events: each is named when non-zero.
-    std::string problems;
-    for (const char* key : {"producers_incomplete", "framing_errors", "malformed_messages",
-                            "orphan_events", "registry_full", "transport_unread_messages"}) {
-      const uint64_t n = Count(summary, key);
-      if (n != 0) problems += (problems.empty() ? "" : ", ") + std::string(key) + " " + std::to_string(n);
-    }
-    if (!problems.empty()) {
-      std::fprintf(stderr, "smprof: warning: %s; the trace may be missing data\n", problems.c_str());
-    }
-    if (auto it = summary.find("trace_error"); it != summary.end() && it->is_string()) {
-      std::fprintf(stderr, "smprof: warning: writing the trace failed: %s\n",
-                   it->get<std::string>().c_str());
-    }
+    return;
   }
+  const std::string trace = Text(summary, "trace").empty() ? output : Absolute(Text(summary, "trace"));
   if (options.quiet) return;
-  std::fprintf(stderr, "smprof: trace: %s (open it at https://ui.perfetto.dev)\n", trace.c_str());
-  if (!summary.is_discarded() && Count(summary, "launches") == 0) {
-    std::string check = "check SMPROF_KERNELS";
-    if (!options.kernels.empty()) check += " (now \"" + options.kernels + "\")";
-    std::fprintf(stderr,
-                 "smprof: no kernel was profiled: kernels opt in by including <smprof/smprof.cuh> and "
-                 "marking regions; %s; needs a CUDA GPU and driver\n",
-                 check.c_str());
+  const nlohmann::json lost = summary.value("lost", nlohmann::json::object());
+  const uint64_t orphan = Count(lost, "orphan");
+  const std::string orphan_text = orphan == 0 ? "" : ", orphan " + std::to_string(orphan);  // events of a lost launch
+  std::fprintf(stderr,
+               "smprof: profiled %llu launches, %llu events from %llu process(es); lost %llu events "
+               "(device buffer %llu, unplaced %llu, transport %llu%s)\n",
+               static_cast<unsigned long long>(Count(summary, "launches")),
+               static_cast<unsigned long long>(Count(summary, "events")),
+               static_cast<unsigned long long>(Count(summary, "processes")),
+               static_cast<unsigned long long>(Count(lost, "total")),
+               static_cast<unsigned long long>(Count(lost, "device_buffer")),
+               static_cast<unsigned long long>(Count(lost, "device_unplaced")),
+               static_cast<unsigned long long>(Count(lost, "transport")), orphan_text.c_str());
+  // Losses that are not counted in events: each is named when non-zero.
+  std::string problems;
+  for (const char* key : {"producers_incomplete", "framing_errors", "malformed_messages", "orphan_events",
+                          "registry_full", "transport_unread_messages"}) {
+    const uint64_t n = Count(summary, key);
+    if (n != 0) problems += (problems.empty() ? "" : ", ") + std::string(key) + " " + std::to_string(n);
   }
+  if (!problems.empty()) {
+    std::fprintf(stderr, "smprof: warning: %s; the trace may be missing data\n", problems.c_str());
+  }
+  if (auto it = summary.find("not_profiled"); it != summary.end() && it->is_array()) {
+    for (const nlohmann::json& n : *it) {
+      const std::string reason = Text(n, "reason");
+      const std::string detail = Text(n, "detail");
+      const std::string why = reason == "cupti_unavailable" ? detail + " holds CUPTI"
+                              : reason == "stepped_aside"   ? detail + " injects into it; smprof stepped aside"
+                                                            : detail;
+      std::fprintf(stderr, "smprof: pid %llu was not profiled: %s\n", static_cast<unsigned long long>(Count(n, "pid")),
+                   why.c_str());
+    }
+  }
+  if (auto it = summary.find("trace_error"); it != summary.end() && it->is_string()) {
+    std::fprintf(stderr, "smprof: warning: writing the trace failed: %s\n", it->get<std::string>().c_str());
+  }
+  if (trace != output && trace != PartialPath(output)) {
+    std::fprintf(stderr, "smprof: %s appeared during the run, so the trace was written beside it\n", output.c_str());
+  }
+  std::fprintf(stderr, "smprof: trace: %s (open it at https://ui.perfetto.dev)\n", trace.c_str());
+  const std::string hint = NothingProfiledHint(summary, options);
+  if (!hint.empty()) std::fprintf(stderr, "smprof: %s\n", hint.c_str());
 }
 
 Environment ReadEnvironment() {
@@ -501,7 +669,13 @@ Environment ReadEnvironment() {
   return env;
 }
 
+std::string Hostname() {
+  char host[256] = {};
+  return gethostname(host, sizeof(host) - 1) == 0 ? std::string(host) : std::string();
+}
+
 int Main(int argc, char** argv) {
+  const uint64_t start_ns = RealtimeNs();
   const std::vector<std::string> args(argv + 1, argv + argc);
   const Environment env = ReadEnvironment();
   RunOptions options;
@@ -525,45 +699,64 @@ int Main(int argc, char** argv) {
   }
 
   const std::string self_dir = SelfDirectory();
-  const std::string prefix = Dirname(self_dir);
-  std::string injector;
+  Helpers helpers;
   std::string collector_path;
-  if (!FindHelper(env, kEnvInjector,
-                  {prefix + "/lib/libsmprof_inject.so", prefix + "/lib64/libsmprof_inject.so",
-                   prefix + "/lib/smprof/libsmprof_inject.so"},
-                  "the injector libsmprof_inject.so", &injector, &error) ||
-      !FindHelper(env, kEnvCollector,
-                  {self_dir + "/smprof-collector", prefix + "/libexec/smprof/smprof-collector"},
-                  "the collector smprof-collector", &collector_path, &error)) {
+  if (!FindHelper(env, kEnvInjector, InjectorCandidates(self_dir), "the injector libsmprof_inject.so",
+                  &helpers.injector, &error) ||
+      !FindHelper(env, kEnvPreload, PreloadCandidates(self_dir), "the preload shim libsmprof_preload.so",
+                  &helpers.preload, &error) ||
+      !FindHelper(env, kEnvCollector, CollectorCandidates(self_dir), "the collector smprof-collector", &collector_path,
+                  &error)) {
     Error(error);
     return kExitUsage;
   }
 
-  const std::string output =
-      Absolute(options.output.empty() ? DefaultOutputPath(options.program[0], std::time(nullptr)) : options.output);
+  // Another tool already injects into this run (it started smprof-run):
+  // smprof's injection would make it fail, so smprof steps aside.
+  auto variable = [&](const char* name) {
+    auto it = env.find(name);
+    return it == env.end() ? std::string() : it->second;
+  };
+  const std::string injection = variable("CUDA_INJECTION64_PATH");
+  const std::string preload = variable("LD_PRELOAD");
+  std::string_view evidence;
+  const std::string_view tool = cuda_tools::InjectingTool(injection, preload, environ, helpers.injector, &evidence);
+  if (!tool.empty()) {
+    std::fprintf(stderr,
+                 "smprof: %.*s injects into this run (%.*s): smprof steps aside; the program runs unprofiled and "
+                 "no trace is written\n",
+                 static_cast<int>(tool.size()), tool.data(), static_cast<int>(evidence.size()), evidence.data());
+    return ExecUnprofiled(options);
+  }
+
+  const std::string output = Absolute(
+      options.output.empty() ? DefaultOutputPath(options.program[0], std::time(nullptr), getpid()) : options.output);
   if (!IsDirectory(Dirname(output))) {
     Error("cannot write the trace to " + output + ": directory " + Dirname(output) +
           " does not exist; create it or choose another --output");
     return kExitUsage;
   }
+  if (IsDirectory(output)) {
+    Error(output + " is a directory: give --output a file name");
+    return kExitUsage;
+  }
+  if (!options.force && Exists(output) && !IsStreamPath(output)) {
+    Error(output + " already exists: choose another --output, or pass --force to overwrite it");
+    return kExitUsage;
+  }
 
-  std::string summary_path;
-  {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string templ = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/smprof-summary-XXXXXX";
-    const int fd = mkstemp(templ.data());
-    if (fd < 0) {
-      Error("cannot create a temporary file " + templ + ": " + std::strerror(errno) + "; set TMPDIR");
-      return kExitCollectorFailed;
-    }
-    close(fd);
-    summary_path = templ;
+  // The summary comes back in an anonymous file: nothing to clean up, ever.
+  const int summary_fd = memfd_create("smprof-summary", MFD_CLOEXEC);
+  if (summary_fd < 0) {
+    Error(std::string("cannot create the summary file (memfd_create): ") + std::strerror(errno));
+    return kExitCollectorFailed;
   }
 
   // From here on: Ctrl-C is the program's business; forward the others,
   // except those ignored when we started (nohup), which stay ignored.
   RecordIgnoredSignals();
   std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGPIPE, SIG_IGN);
   struct sigaction sa {};
   sa.sa_handler = ForwardSignal;
   sa.sa_flags = SA_RESTART;
@@ -578,27 +771,60 @@ int Main(int argc, char** argv) {
   const std::string run_id = MakeRunId();
   Collector collector;
   int exit_code = kExitCollectorFailed;
-  if (StartCollector(collector_path, run_id, output, summary_path, options.log_level, &collector)) {
-    const char* preload = std::getenv("LD_PRELOAD");
-    const int status = RunProgram(options, AppEnvironment(options, run_id, injector, preload ? preload : ""));
-    if (status == kNotStarted) {
-      exit_code = 128 + g_pending_signal;  // asked to stop before the program started
-      StopCollector(&collector, output);
-    } else {
-      exit_code = status < 0 ? kExitCollectorFailed : ExitCodeOf(status);
-      const size_t left = WaitForDescendants(&collector, kDescendantTimeout);
-      if (left != 0) {
-        std::fprintf(stderr,
-                     "smprof: %zu process(es) of the run still running; events they record from now "
-                     "on are not in the trace\n",
-                     left);
+  if (StartCollector(collector_path, run_id, output, options.force, summary_fd, options.settings.log_level,
+                     &collector)) {
+    const auto vars = AppEnvironment(options, run_id, helpers, preload);
+    RunContext context;
+    context.argv.assign(argv, argv + argc);
+    context.cwd = CurrentDirectory();
+    context.host = Hostname();
+    context.start_unix_ns = start_ns;
+    context.run_id = run_id;
+    context.output = output;
+    context.environment = env;
+    context.app_variables = vars;
+    SendControl(&collector, {{"run", RunMetadata(options, context)}});
+
+    const ProgramResult program = RunProgram(options, vars);
+    switch (program.kind) {
+      case ProgramResult::kNotStarted:
+        // Nothing ran, so nothing was collected: the error line and no trace.
+        Error("cannot run '" + options.program[0] + "': " + std::strerror(program.exec_error));
+        exit_code = program.exec_error == ENOENT ? kExitNotFound : kExitNotExecutable;
+        SendControl(&collector, {{"exit", {{"status", "not_started"}, {"error", std::strerror(program.exec_error)}}}});
+        if (StopCollector(&collector, output)) {
+          const nlohmann::json summary = ReadSummary(summary_fd);
+          const std::string trace = Text(summary, "trace");
+          if (!trace.empty() && Count(summary, "processes") == 0) unlink(trace.c_str());
+        }
+        break;
+      case ProgramResult::kStopped:
+        exit_code = 128 + g_pending_signal;  // asked to stop before the program started
+        SendControl(&collector,
+                    {{"exit", {{"status", "not_started"}, {"signal", static_cast<int>(g_pending_signal)}}}});
+        StopCollector(&collector, output);
+        break;
+      case ProgramResult::kForkFailed:
+        StopCollector(&collector, output);
+        break;
+      case ProgramResult::kRan: {
+        exit_code = ExitCodeOf(program.status);
+        SendControl(&collector, {{"exit", ExitMetadata(program.status)}});
+        const size_t left = WaitForDescendants(&collector, kDescendantTimeout);
+        if (left != 0) {
+          std::fprintf(stderr,
+                       "smprof: %zu process(es) of the run still running; events they record from now "
+                       "on are not in the trace\n",
+                       left);
+        }
+        StopCollector(&collector, output);
+        PrintSummary(ReadSummary(summary_fd), output, options);
+        break;
       }
-      StopCollector(&collector, output);
-      PrintSummary(summary_path, output, options);
     }
   }
   transport::RemoveRunSegments(run_id);
-  unlink(summary_path.c_str());
+  close(summary_fd);
   return exit_code;
 }
 

@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
 # Configures and builds smprof into ${SMPROF_BUILD_DIR:-build}.
+#
+# Every option that decides what is built is passed each time, so whatever
+# configured the build directory before (the other README command, a manual
+# cmake -D...) cannot leave the tests, the CUDA code or a sanitizer switched
+# the wrong way: the README's two commands share one build directory in
+# either order. Extra arguments are passed to cmake and come last.
+#
+# Environment: SMPROF_BUILD_DIR, SMPROF_TARGETS (space-separated ninja
+# targets; default: everything), SMPROF_JOBS (default: nproc), CUDA_HOME.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${SMPROF_BUILD_DIR:-$root/build}"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 jobs="${SMPROF_JOBS:-$(nproc)}"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc" -DCUDAToolkit_ROOT="$cuda" "$@" >/dev/null
-ninja -C "$build" -j "$jobs"
+  -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc" -DCUDAToolkit_ROOT="$cuda" \
+  -DSMPROF_BUILD_TESTS=ON -DSMPROF_BUILD_CUDA=ON -DSMPROF_SANITIZE=OFF "$@" >/dev/null
+# shellcheck disable=SC2086  # SMPROF_TARGETS is a list
+ninja -C "$build" -j "$jobs" ${SMPROF_TARGETS:-}

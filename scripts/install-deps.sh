@@ -4,7 +4,7 @@
 # with CUPTI is expected in /usr/local/cuda (or $CUDA_HOME).
 set -euo pipefail
 
-packages=(cmake ninja-build g++ libspdlog-dev libfmt-dev nlohmann-json3-dev libboost-dev libgtest-dev)
+packages=(cmake ninja-build g++ pkg-config libspdlog-dev libfmt-dev nlohmann-json3-dev libboost-dev libgtest-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

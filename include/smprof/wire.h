@@ -67,9 +67,9 @@ struct ChunkHeader {
   uint32_t block_x;
   uint16_t block_y;
   uint16_t block_z;
-  uint16_t sm;      // %smid of the first event
-  uint8_t warp;     // warp index within the block (linear thread id / 32)
-  uint8_t magic;    // kChunkMagic once the header is written
+  uint16_t sm;    // %smid of the first event
+  uint8_t warp;   // warp index within the block (linear thread id / 32)
+  uint8_t magic;  // kChunkMagic once the header is written
   uint32_t reserved;
 };
 
@@ -98,11 +98,11 @@ struct ArenaHeader {
   uint64_t chunks_offset;  // byte offset of chunk 0 from the arena base
   uint32_t reserved0[26];
   // Device-written counters (second 128-byte line); zeroed after each harvest.
-  uint32_t next_chunk;       // claim counter; may run past num_chunks
+  uint32_t next_chunk;  // claim counter; may run past num_chunks
   uint32_t reserved1;
   uint64_t dropped_events;   // events not stored: arena full
   uint64_t unplaced_events;  // events not stored: the arena reference was seen half-published
-  uint64_t reserved2[13];
+  uint64_t reserved2[13];  // [0], [1]: written by the injector's probe kernels (clock, timer step)
 };
 
 // The module constant that kernels read (smprof::detail::g_arena<kArenaAbiVersion>,
@@ -132,26 +132,28 @@ static_assert(sizeof(ArenaHeader) == 256, "ArenaHeader layout");
 static_assert(offsetof(ArenaHeader, next_chunk) == 128 && offsetof(ArenaHeader, dropped_events) == 136 &&
                   offsetof(ArenaHeader, unplaced_events) == 144,
               "ArenaHeader layout");
-static_assert(sizeof(ArenaRef) == 32 && offsetof(ArenaRef, num_chunks) == 16 &&
-                  offsetof(ArenaRef, warp_mask) == 24 && offsetof(ArenaRef, epoch) == 28,
+static_assert(sizeof(ArenaRef) == 32 && offsetof(ArenaRef, num_chunks) == 16 && offsetof(ArenaRef, warp_mask) == 24 &&
+                  offsetof(ArenaRef, epoch) == 28,
               "ArenaRef layout");
 
 // ---------------------------------------------------------------------------
 // Transport messages (injector -> collector)
 // ---------------------------------------------------------------------------
 
-inline constexpr uint32_t kTransportVersion = 2;
+inline constexpr uint32_t kTransportVersion = 3;
 inline constexpr uint32_t kMaxMessageBytes = 1u << 20;  // collector rejects larger
 
 enum MsgType : uint32_t {
-  kMsgPad = 0,          // filler to the end of a ring; skip
-  kMsgProcess = 1,      // ProcessMsg + command line bytes
-  kMsgDevice = 2,       // DeviceMsg + device name bytes
-  kMsgName = 3,         // NameMsg + name bytes
-  kMsgLaunch = 4,       // LaunchMsg + demangled kernel name bytes
-  kMsgWarpEvents = 5,   // WarpEventsMsg + count x WireEvent
-  kMsgHarvest = 6,      // HarvestMsg: every launch announced before it is complete
-  kMsgStats = 7,        // StatsMsg: cumulative counters of the process
+  kMsgPad = 0,         // filler to the end of a ring; skip
+  kMsgProcess = 1,     // ProcessMsg + command line bytes
+  kMsgDevice = 2,      // DeviceMsg + device name bytes
+  kMsgName = 3,        // NameMsg + name bytes
+  kMsgLaunch = 4,      // LaunchMsg + demangled kernel name bytes
+  kMsgWarpEvents = 5,  // WarpEventsMsg + count x WireEvent
+  kMsgHarvest = 6,     // HarvestMsg: every launch announced before it is complete
+  kMsgStats = 7,       // StatsMsg: cumulative counters of the process
+  kMsgNotice = 8,      // NoticeMsg + text: why the process is not (fully) profiled
+  kMsgLastType = kMsgNotice,
 };
 
 struct MsgHeader {
@@ -170,15 +172,22 @@ struct ProcessMsg {
   uint32_t reserved;
 };
 
-// Sent once per device the process profiles, before its first launch.
+// Sent once per device the process profiles, before its first launch. The
+// ordinal is the process's own (CUDA_VISIBLE_DEVICES renumbers GPUs per
+// process); the UUID and PCI address name the physical GPU across processes.
 struct DeviceMsg {
   MsgHeader h;
   uint32_t device;  // CUDA ordinal in the process
   uint32_t sm_count;
   uint32_t cc_major;
   uint32_t cc_minor;
-  uint32_t name_len;
-  uint32_t reserved;
+  uint8_t uuid[16];  // cuDeviceGetUuid
+  uint32_t pci_domain;
+  uint32_t pci_bus;
+  uint32_t pci_device;
+  uint32_t sm_clock_khz;         // CU_DEVICE_ATTRIBUTE_CLOCK_RATE (peak SM clock)
+  uint32_t timer_resolution_ns;  // smallest %globaltimer step measured on it; 0: not measured
+  uint32_t name_len;             // device name bytes following this struct
 };
 
 // Interns a marker name for this process. Ids start at 1.
@@ -247,7 +256,7 @@ struct HarvestMsg {
   MsgHeader h;
   uint64_t time_ns;  // GPU clock when the harvest started
   uint32_t device;
-  uint32_t reason;  // HarvestReason
+  uint32_t reason;           // HarvestReason
   uint64_t dropped_events;   // device drops in this harvest (arena full)
   uint64_t unplaced_events;  // device drops in this harvest (slot table too small)
 };
@@ -256,7 +265,7 @@ struct HarvestMsg {
 struct StatsMsg {
   MsgHeader h;
   uint64_t launches_profiled;
-  uint64_t events_recorded;      // events shipped
+  uint64_t events_recorded;  // events shipped
   uint64_t events_dropped_device;
   uint64_t events_unplaced_device;
   uint64_t events_filtered;      // recorded by kernels SMPROF_KERNELS did not select
@@ -264,22 +273,39 @@ struct StatsMsg {
   uint64_t events_malformed;     // arena records that failed validation
   uint64_t harvests;
   uint64_t forced_drains;
-  uint64_t messages_dropped;     // transport: ring full or collector gone
+  uint64_t messages_dropped;  // transport: ring full or collector gone
   uint64_t events_dropped_transport;
+  uint64_t launches_opted_in;      // launch calls of kernels whose module includes the markers
+  uint64_t launches_not_selected;  // of those, kernels SMPROF_KERNELS did not select
+};
+
+enum NoticeKind : uint32_t {
+  kNoticeCuptiUnavailable = 1,  // CUPTI refused smprof (another tool subscribed first); text: that tool
+  kNoticeSteppedAside = 2,      // another CUDA tool injects into the process; text: which
+  kNoticeBadSettings = 3,       // a setting made the injector turn profiling off; text: the error
+};
+
+// Sent at most once per kind by a process that is not (fully) profiled, so
+// that the run summary can say why instead of guessing.
+struct NoticeMsg {
+  MsgHeader h;
+  uint32_t kind;      // NoticeKind
+  uint32_t text_len;  // bytes following this struct
 };
 
 static_assert(sizeof(MsgHeader) == 8, "MsgHeader layout");
 static_assert(sizeof(ProcessMsg) == 40, "ProcessMsg layout");
-static_assert(sizeof(DeviceMsg) == 32, "DeviceMsg layout");
+static_assert(sizeof(DeviceMsg) == 64 && offsetof(DeviceMsg, uuid) == 24 && offsetof(DeviceMsg, pci_domain) == 40 &&
+                  offsetof(DeviceMsg, name_len) == 60,
+              "DeviceMsg layout");
 static_assert(sizeof(NameMsg) == 16, "NameMsg layout");
-static_assert(sizeof(LaunchMsg) == 112 && offsetof(LaunchMsg, grid) == 72 &&
-                  offsetof(LaunchMsg, name_len) == 108,
+static_assert(sizeof(LaunchMsg) == 112 && offsetof(LaunchMsg, grid) == 72 && offsetof(LaunchMsg, name_len) == 108,
               "LaunchMsg layout");
 static_assert(sizeof(WireEvent) == 16, "WireEvent layout");
-static_assert(sizeof(WarpEventsMsg) == 40 && offsetof(WarpEventsMsg, count) == 32,
-              "WarpEventsMsg layout");
+static_assert(sizeof(WarpEventsMsg) == 40 && offsetof(WarpEventsMsg, count) == 32, "WarpEventsMsg layout");
 static_assert(sizeof(HarvestMsg) == 40, "HarvestMsg layout");
-static_assert(sizeof(StatsMsg) == 96, "StatsMsg layout");
+static_assert(sizeof(StatsMsg) == 112, "StatsMsg layout");
+static_assert(sizeof(NoticeMsg) == 16, "NoticeMsg layout");
 
 // Messages are padded to this alignment.
 inline constexpr uint32_t kMsgAlign = 8;

@@ -2,6 +2,7 @@
 // shared-memory transport by this process and by a forked child, stopped with
 // SIGTERM (clean drain) or SIGKILL (the trace must still be a valid prefix).
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -14,16 +15,16 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
+#include "collector/trace_placement.h"
 #include "common/transport.h"
 #include "smprof/wire.h"
+#include "tests/support/subprocess.h"
 #include "tests/support/wire_builders.h"
 
 namespace smprof {
@@ -52,9 +53,7 @@ Bytes Warp(uint64_t launch, const std::vector<wire::WireEvent>& events) {
 }
 
 // `t` relative to kT0.
-Bytes Harvest(uint64_t t, uint64_t dropped) {
-  return testing::Harvest(kT0 + t, wire::kHarvestSync, dropped);
-}
+Bytes Harvest(uint64_t t, uint64_t dropped) { return testing::Harvest(kT0 + t, wire::kHarvestSync, dropped); }
 
 // --- process helpers ---------------------------------------------------------
 
@@ -65,8 +64,7 @@ std::string CollectorBinary() {
 
 std::string UniqueRunId(const char* tag) {
   static int counter = 0;
-  return std::string("e2e-coll-") + tag + "-" + std::to_string(getpid()) + "-" +
-         std::to_string(counter++);
+  return std::string("e2e-coll-") + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
 }
 
 std::string ReadFile(const std::string& path) {
@@ -89,6 +87,10 @@ pid_t Spawn(std::vector<std::string> args, int* ready_fd, const std::string& log
   const std::string binary = CollectorBinary();
   const pid_t pid = fork();
   if (pid == 0) {
+    // As tests/support/subprocess.h: own process group (WaitExit kills it
+    // whole) and the signal dispositions of a terminal, even under nohup.
+    setpgid(0, 0);
+    smprof::testing::ResetSignalsInChild({});
     if (ready_fd != nullptr) fcntl(fds[1], F_SETFD, 0);  // inherited across exec
     if (!log_path.empty()) {
       const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -133,7 +135,7 @@ int WaitExit(pid_t pid) {
   int status = 0;
   while (waitpid(pid, &status, WNOHANG) == 0) {
     if (std::chrono::steady_clock::now() >= deadline) {
-      kill(pid, SIGKILL);
+      kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
       return -1;
     }
@@ -194,8 +196,8 @@ class CollectorE2eTest : public ::testing::Test {
   pid_t StartCollector(const char* tag, const std::string& log = "") {
     run_id_ = UniqueRunId(tag);
     int ready = -1;
-    const pid_t pid = Spawn({"--run-id", run_id_, "--output", trace_, "--summary", summary_,
-                             "--drain-timeout-ms", "20000", "--log-level", "info"},
+    const pid_t pid = Spawn({"--run-id", run_id_, "--output", trace_, "--summary", summary_, "--drain-timeout-ms",
+                             "20000", "--log-level", "info"},
                             &ready, log);
     EXPECT_GT(pid, 0);
     EXPECT_EQ(WaitReady(ready), "ready\n");
@@ -220,20 +222,20 @@ TEST_F(CollectorE2eTest, TwoProcessesMalformedInputAndCleanShutdown) {
   const uint32_t long_size = static_cast<uint32_t>(long_harvest.size());
   std::memcpy(long_harvest.data() + 4, &long_size, 4);
   const Bytes bad_kind = Warp(1, {{kT0 + 3000, 1, 0}});
-  ASSERT_TRUE(SendAll(*producer, {
-                                     Process(self, kT0, "e2e-parent"),
-                                     Name(1, "work"),
-                                     Launch(1, "void kparent(int)"),
-                                     Warp(1, {{kT0 + 2000, 1, wire::kEventBegin},
-                                              {kT0 + 2500, 1, wire::kEventInstant},
-                                              {kT0 + 4000, 1, wire::kEventEnd}}),
-                                     bad_name,
-                                     long_harvest,
-                                     bad_kind,
-                                     Warp(42, {{kT0 + 5000, 1, wire::kEventInstant},
-                                               {kT0 + 5001, 1, wire::kEventInstant}}),
-                                     Harvest(200000, 3),
-                                 }));
+  ASSERT_TRUE(
+      SendAll(*producer, {
+                             Process(self, kT0, "e2e-parent"),
+                             Name(1, "work"),
+                             Launch(1, "kparent(int)"),
+                             Warp(1, {{kT0 + 2000, 1, wire::kEventBegin},
+                                      {kT0 + 2500, 1, wire::kEventInstant},
+                                      {kT0 + 4000, 1, wire::kEventEnd}}),
+                             bad_name,
+                             long_harvest,
+                             bad_kind,
+                             Warp(42, {{kT0 + 5000, 1, wire::kEventInstant}, {kT0 + 5001, 1, wire::kEventInstant}}),
+                             Harvest(200000, 3),
+                         }));
 
   // A forked child: its own producer, its own names and launch ids.
   const pid_t child = fork();
@@ -245,10 +247,8 @@ TEST_F(CollectorE2eTest, TwoProcessesMalformedInputAndCleanShutdown) {
     auto p = transport::Producer::Attach(run_id_, options, &error);
     if (!p) _exit(10);
     const uint32_t me = static_cast<uint32_t>(getpid());
-    const bool ok =
-        SendAll(*p, {Process(me, kT0 + 10, "e2e-child"), Name(1, "child-work"),
-                     Launch(1, "void kchild(int)"), Warp(1, {{kT0 + 3000, 1, wire::kEventInstant}}),
-                     Harvest(300000, 0)});
+    const bool ok = SendAll(*p, {Process(me, kT0 + 10, "e2e-child"), Name(1, "child-work"), Launch(1, "kchild(int)"),
+                                 Warp(1, {{kT0 + 3000, 1, wire::kEventInstant}}), Harvest(300000, 0)});
     p->Detach();
     _exit(ok ? 0 : 11);
   }
@@ -284,22 +284,18 @@ TEST_F(CollectorE2eTest, TwoProcessesMalformedInputAndCleanShutdown) {
   EXPECT_GE(parent_track, 2);
   EXPECT_GE(child_track, 2);
   const int parent_launch =
-      PidNamed(trace, "#1 kparent | GPU0 | stream 0 | grid(1,1,1) block(32,1,1) | pid " +
-                          std::to_string(self));
+      PidNamed(trace, "#1 kparent | cuda:0 | stream 0 | grid(1,1,1) block(32,1,1) | pid " + std::to_string(self));
   const int child_launch =
-      PidNamed(trace, "#1 kchild | GPU0 | stream 0 | grid(1,1,1) block(32,1,1) | pid " +
-                          std::to_string(child));
+      PidNamed(trace, "#1 kchild | cuda:0 | stream 0 | grid(1,1,1) block(32,1,1) | pid " + std::to_string(child));
   ASSERT_GE(parent_launch, 10);
   ASSERT_GE(child_launch, 10);
 
-  const auto parent_x =
-      Select(trace, [&](const json& e) { return e["pid"] == parent_launch && e["ph"] == "X"; });
+  const auto parent_x = Select(trace, [&](const json& e) { return e["pid"] == parent_launch && e["ph"] == "X"; });
   ASSERT_EQ(parent_x.size(), 2u);  // kernel + "work"
-  EXPECT_EQ(parent_x[0]["name"], "void kparent(int)");
+  EXPECT_EQ(parent_x[0]["name"], "kparent(int)");
   EXPECT_EQ(parent_x[1]["name"], "work");
   EXPECT_DOUBLE_EQ(parent_x[1]["dur"].get<double>(), 2.0);
-  const auto child_i =
-      Select(trace, [&](const json& e) { return e["pid"] == child_launch && e["ph"] == "i"; });
+  const auto child_i = Select(trace, [&](const json& e) { return e["pid"] == child_launch && e["ph"] == "i"; });
   ASSERT_EQ(child_i.size(), 1u);
   EXPECT_EQ(child_i[0]["name"], "child-work");
   const auto counter = Select(trace, [&](const json& e) { return e["ph"] == "C"; });
@@ -321,15 +317,15 @@ TEST_F(CollectorE2eTest, KilledCollectorLeavesAValidPrefix) {
   const pid_t collector = StartCollector("kill");
   auto producer = Attach(run_id_);
   ASSERT_NE(producer, nullptr);
-  ASSERT_TRUE(SendAll(*producer, {Process(static_cast<uint32_t>(getpid()), kT0, "e2e-killed"),
-                                  Name(1, "step"), Launch(1, "void kk()"),
-                                  Warp(1, {{kT0 + 2000, 1, wire::kEventBegin},
-                                           {kT0 + 3000, 1, wire::kEventEnd},
-                                           {kT0 + 3500, 1, wire::kEventBegin}}),
-                                  Harvest(200000, 0)}));
+  ASSERT_TRUE(SendAll(
+      *producer,
+      {Process(static_cast<uint32_t>(getpid()), kT0, "e2e-killed"), Name(1, "step"), Launch(1, "void kk()"),
+       Warp(1,
+            {{kT0 + 2000, 1, wire::kEventBegin}, {kT0 + 3000, 1, wire::kEventEnd}, {kT0 + 3500, 1, wire::kEventBegin}}),
+       Harvest(200000, 0)}));
   // The harvest is flushed right after it is handled; wait until it is on disk.
   const auto deadline = std::chrono::steady_clock::now() + kSafetyTimeout;
-  while (ReadFile(trace_).find("harvest: sync") == std::string::npos &&
+  while (ReadFile(PartialPath(trace_)).find("harvest: sync") == std::string::npos &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -337,7 +333,10 @@ TEST_F(CollectorE2eTest, KilledCollectorLeavesAValidPrefix) {
   EXPECT_EQ(WaitExit(collector), 128 + SIGKILL);
   producer.reset();
 
-  const std::string text = ReadFile(trace_);
+  // A killed collector leaves its trace under the partial name, never at
+  // the final one: a file at --output is always a whole trace.
+  EXPECT_FALSE(std::ifstream(trace_).good());
+  const std::string text = ReadFile(PartialPath(trace_));
   ASSERT_NE(text.find("harvest: sync"), std::string::npos) << text;
   EXPECT_FALSE(json::accept(text));  // the array was never closed
   json trace;
@@ -356,9 +355,8 @@ TEST_F(CollectorE2eTest, StopClosesTheRunForProducersStillAttached) {
   const pid_t collector = StartCollector("close", log);
   auto producer = Attach(run_id_);
   ASSERT_NE(producer, nullptr);
-  ASSERT_TRUE(SendAll(*producer, {Process(static_cast<uint32_t>(getpid()), kT0, "e2e-open"),
-                                  Name(1, "step"), Launch(1, "void ko()"),
-                                  Warp(1, {{kT0 + 2000, 1, wire::kEventInstant}})}));
+  ASSERT_TRUE(SendAll(*producer, {Process(static_cast<uint32_t>(getpid()), kT0, "e2e-open"), Name(1, "step"),
+                                  Launch(1, "void ko()"), Warp(1, {{kT0 + 2000, 1, wire::kEventInstant}})}));
   ASSERT_EQ(kill(collector, SIGTERM), 0);
   EXPECT_EQ(WaitExit(collector), 0);
   const std::string text = ReadFile(log);
@@ -372,22 +370,15 @@ TEST_F(CollectorE2eTest, StopClosesTheRunForProducersStillAttached) {
 }
 
 TEST(CollectorCliTest, BadArgumentsExit2) {
-  const std::string log =
-      ::testing::TempDir() + "collector_cli_" + std::to_string(getpid()) + ".log";
+  const std::string log = ::testing::TempDir() + "collector_cli_" + std::to_string(getpid()) + ".log";
   EXPECT_EQ(WaitExit(Spawn({"--output", "/tmp/x.json"}, nullptr, log)), 2);
   EXPECT_NE(ReadFile(log).find("--run-id"), std::string::npos);
   EXPECT_EQ(WaitExit(Spawn({"--run-id", "bad/id", "--output", "/tmp/x.json"}, nullptr, log)), 2);
-  EXPECT_EQ(
-      WaitExit(Spawn({"--run-id", "ok", "--output", "/tmp/x.json", "--bogus", "1"}, nullptr, log)),
-      2);
-  EXPECT_EQ(WaitExit(Spawn({"--run-id", "ok", "--output", "/tmp/x.json", "--drain-timeout-ms", "x"},
-                           nullptr, log)),
-            2);
+  EXPECT_EQ(WaitExit(Spawn({"--run-id", "ok", "--output", "/tmp/x.json", "--bogus", "1"}, nullptr, log)), 2);
+  EXPECT_EQ(WaitExit(Spawn({"--run-id", "ok", "--output", "/tmp/x.json", "--drain-timeout-ms", "x"}, nullptr, log)), 2);
   // The transport's registry holds at most 65536 entries.
   for (const char* n : {"0", "65537", "1048576"}) {
-    EXPECT_EQ(WaitExit(Spawn({"--run-id", "ok", "--output", "/tmp/x.json", "--max-producers", n},
-                             nullptr, log)),
-              2)
+    EXPECT_EQ(WaitExit(Spawn({"--run-id", "ok", "--output", "/tmp/x.json", "--max-producers", n}, nullptr, log)), 2)
         << n;
     EXPECT_NE(ReadFile(log).find("1 to 65536"), std::string::npos) << ReadFile(log);
   }
@@ -397,12 +388,9 @@ TEST(CollectorCliTest, BadArgumentsExit2) {
 }
 
 TEST(CollectorCliTest, UnwritableOutputExits1NamingTheFix) {
-  const std::string log =
-      ::testing::TempDir() + "collector_cli_out_" + std::to_string(getpid()) + ".log";
+  const std::string log = ::testing::TempDir() + "collector_cli_out_" + std::to_string(getpid()) + ".log";
   const std::string run_id = UniqueRunId("out");
-  EXPECT_EQ(WaitExit(Spawn({"--run-id", run_id, "--output", "/nonexistent-smprof-dir/t.json"},
-                           nullptr, log)),
-            1);
+  EXPECT_EQ(WaitExit(Spawn({"--run-id", run_id, "--output", "/nonexistent-smprof-dir/t.json"}, nullptr, log)), 1);
   const std::string err = ReadFile(log);
   EXPECT_NE(err.find("/nonexistent-smprof-dir/t.json"), std::string::npos) << err;
   EXPECT_NE(err.find("--output"), std::string::npos) << err;
@@ -416,10 +404,8 @@ TEST(CollectorCliTest, DuplicateRunIdExits1) {
   std::string error;
   auto consumer = transport::Consumer::Create(run_id, {}, &error);
   ASSERT_NE(consumer, nullptr) << error;
-  const std::string log =
-      ::testing::TempDir() + "collector_cli_dup_" + std::to_string(getpid()) + ".log";
-  const std::string out =
-      ::testing::TempDir() + "collector_cli_dup_" + std::to_string(getpid()) + ".json";
+  const std::string log = ::testing::TempDir() + "collector_cli_dup_" + std::to_string(getpid()) + ".log";
+  const std::string out = ::testing::TempDir() + "collector_cli_dup_" + std::to_string(getpid()) + ".json";
   EXPECT_EQ(WaitExit(Spawn({"--run-id", run_id, "--output", out}, nullptr, log)), 1);
   EXPECT_NE(ReadFile(log).find(run_id), std::string::npos);
   unlink(log.c_str());

@@ -4,6 +4,7 @@
 #include "common/transport.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -122,7 +123,14 @@ class Harness {
     size_t ended = 0;
     uint64_t polls = 0;
     while (ended < children_.size() || !consumer_->Idle()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
+      if (std::chrono::steady_clock::now() > deadline) {
+        // A hung child must not outlive the test (nor hang the wait below).
+        for (const auto& [pid, state] : children_) kill(pid, SIGKILL);
+        pid_t pid;
+        int status = 0;
+        while ((pid = waitpid(-1, &status, 0)) > 0) exit_status_[pid] = status;
+        return false;
+      }
       const size_t n = consumer_->Poll(
           [this](const ProducerInfo& info, const uint8_t* data, uint32_t size) {
             OnMessage(info, data, size);

@@ -78,9 +78,34 @@ inline Bytes Warp(uint64_t launch, uint16_t sm, uint32_t bx, uint16_t warp,
   m.warp = warp;
   m.count = static_cast<uint32_t>(events.size());
   return Frame(m, wire::kMsgWarpEvents,
-               std::string_view(reinterpret_cast<const char*>(events.data()),
-                                events.size() * sizeof(wire::WireEvent)));
+               std::string_view(reinterpret_cast<const char*>(events.data()), events.size() * sizeof(wire::WireEvent)));
 }
+
+// A device with a physical identity: `uuid_byte` fills the UUID, `pci_bus`
+// the PCI address 0000:<bus>:00.0.
+inline Bytes Device(uint32_t ordinal, std::string_view name, uint8_t uuid_byte, uint32_t pci_bus,
+                    uint32_t sm_count = 132) {
+  wire::DeviceMsg m{};
+  m.device = ordinal;
+  m.sm_count = sm_count;
+  m.cc_major = 9;
+  m.cc_minor = 0;
+  std::memset(m.uuid, uuid_byte, sizeof(m.uuid));
+  m.pci_bus = pci_bus;
+  m.sm_clock_khz = 1980000;
+  m.timer_resolution_ns = 32;
+  m.name_len = static_cast<uint32_t>(name.size());
+  return Frame(m, wire::kMsgDevice, name);
+}
+
+inline Bytes Notice(uint32_t kind, std::string_view text) {
+  wire::NoticeMsg m{};
+  m.kind = kind;
+  m.text_len = static_cast<uint32_t>(text.size());
+  return Frame(m, wire::kMsgNotice, text);
+}
+
+inline Bytes Stats(const wire::StatsMsg& fields) { return Frame(fields, wire::kMsgStats); }
 
 inline Bytes Harvest(uint64_t time_ns, uint32_t reason, uint64_t dropped, uint64_t unplaced = 0) {
   wire::HarvestMsg m{};

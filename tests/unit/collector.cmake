@@ -11,3 +11,7 @@ smprof_add_test(collector_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/collector_test.cc
   LIBS smprof::collector nlohmann_json::nlohmann_json
   LABELS unit)
+smprof_add_test(control_channel_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/control_channel_test.cc
+  LIBS smprof::collector
+  LABELS unit)

@@ -2,21 +2,22 @@
 // parsed back and checked event by event, together with the summary numbers.
 #include "collector/collector.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
+#include "collector/trace_placement.h"
 #include "tests/support/wire_builders.h"
 
 namespace smprof {
@@ -37,7 +38,7 @@ struct LaunchSpec {
   uint64_t id = 1;
   uint64_t start = kT0 + 1000;
   uint64_t end = kT0 + 100000;
-  std::string kernel = "void k(int)";
+  std::string kernel = "k(int)";  // as the demangler writes a non-template kernel
   uint32_t device = 0;
   uint64_t stream = 7;
   uint32_t flags = 0;
@@ -70,16 +71,17 @@ Bytes Harvest(uint64_t t, uint32_t reason, uint64_t dropped, uint64_t unplaced) 
 class CollectorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = ::testing::TempDir() + "collector_test_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
-            std::to_string(getpid()) + ".json";
+    path_ = ::testing::TempDir() + "collector_test_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+            "_" + std::to_string(getpid()) + ".json";
     std::string error;
     CollectorOptions options;
     options.trace_path = path_;
     collector_ = Collector::Create(options, &error);
     ASSERT_NE(collector_, nullptr) << error;
   }
-  void TearDown() override { ::unlink(path_.c_str()); }
+  void TearDown() override {
+    for (const std::string& f : {path_, PartialPath(path_), NumberedPath(path_, 2)}) ::unlink(f.c_str());
+  }
 
   void Send(transport::ProducerInfo p, const Bytes& b) {
     collector_->HandleMessage(p, b.data(), static_cast<uint32_t>(b.size()));
@@ -111,9 +113,7 @@ std::vector<json> Select(const json& trace, const std::function<bool(const json&
 }
 
 std::vector<json> Events(const json& trace, const std::string& ph, int pid, int tid) {
-  return Select(trace, [&](const json& e) {
-    return e["ph"] == ph && e["pid"] == pid && e.value("tid", -1) == tid;
-  });
+  return Select(trace, [&](const json& e) { return e["ph"] == ph && e["pid"] == pid && e.value("tid", -1) == tid; });
 }
 
 // The args.name of a process_name / thread_name metadata event ("" if none).
@@ -157,8 +157,7 @@ TEST_F(CollectorTest, OneLaunchTwoWarpsEverything) {
   ls.stream = 13;
   Send(a, Launch(ls));
   // Warp A (sm 5, block 1, warp 1): nested ranges, an instant, an unmatched END.
-  Send(a,
-       Warp(7, 5, 1, 1, {B(2000, 1), B(3000, 2), I(3500, 3), E(4000, 2), E(9000, 1), E(9500, 2)}));
+  Send(a, Warp(7, 5, 1, 1, {B(2000, 1), B(3000, 2), I(3500, 3), E(4000, 2), E(9000, 1), E(9500, 2)}));
   // Warp B (sm 2, block 0, warp 0): BEGIN never ended, instant with an undefined name.
   Send(a, Warp(7, 2, 0, 0, {B(2500, 1), I(2600, 42)}));
   // Warp A again: a warp split over two messages.
@@ -206,7 +205,7 @@ TEST_F(CollectorTest, OneLaunchTwoWarpsEverything) {
   EXPECT_EQ(MetaName(t, "thread_name", 2, 1), "harvests");
   // Launch process.
   EXPECT_EQ(MetaName(t, "process_name", 10),
-            "#7 ns::gemm<128> | GPU1 | stream 13 | grid(4,1,1) block(64,1,1) | pid 1000");
+            "#7 ns::gemm<128> | cuda:1 | stream 13 | grid(4,1,1) block(64,1,1) | pid 1000");
   EXPECT_EQ(SortIndex(t, "process_sort_index", 10), 1000001);
   EXPECT_EQ(MetaName(t, "thread_name", 10, 1), "kernel (CUPTI)");
   EXPECT_EQ(MetaName(t, "thread_name", 10, 2), "SM 005 | block (1,0,0) | warp 1");
@@ -289,7 +288,7 @@ TEST_F(CollectorTest, OneLaunchTwoWarpsEverything) {
   EXPECT_EQ(lost[0]["args"]["lost"], 7);
 
   // Run summary: last event of the trace, at the latest timestamp.
-  EXPECT_EQ(MetaName(t, "process_name", 1), "smprof run summary");
+  EXPECT_EQ(MetaName(t, "process_name", 1), "smprof run");
   const json& last = t.back();
   EXPECT_EQ(last["ph"], "i");
   EXPECT_EQ(last["pid"], 1);
@@ -339,16 +338,32 @@ TEST_F(CollectorTest, SummaryJsonHasExactlyTheDocumentedKeys) {
   const json j = s.ToJson();
   std::set<std::string> keys;
   for (auto& [key, value] : j.items()) keys.insert(key);
-  EXPECT_EQ(keys, (std::set<std::string>{"trace", "processes", "launches", "events", "lost",
-                                         "filtered_events", "unattributed_events",
-                                         "malformed_messages", "orphan_events",
-                                         "unterminated_ranges", "unmatched_ends", "forced_drains",
-                                         "harvests", "framing_errors", "producers_incomplete",
-                                         "registry_full", "transport_unread_messages"}));
+  EXPECT_EQ(keys, (std::set<std::string>{"trace",
+                                         "processes",
+                                         "launches",
+                                         "events",
+                                         "lost",
+                                         "filtered_events",
+                                         "unattributed_events",
+                                         "malformed_messages",
+                                         "orphan_events",
+                                         "unterminated_ranges",
+                                         "unmatched_ends",
+                                         "forced_drains",
+                                         "harvests",
+                                         "framing_errors",
+                                         "producers_incomplete",
+                                         "registry_full",
+                                         "transport_unread_messages",
+                                         "launches_opted_in",
+                                         "launches_not_selected",
+                                         "gpus",
+                                         "not_profiled",
+                                         "run",
+                                         "exit"}));
   std::set<std::string> lost_keys;
   for (auto& [key, value] : j["lost"].items()) lost_keys.insert(key);
-  EXPECT_EQ(lost_keys, (std::set<std::string>{"device_buffer", "device_unplaced", "transport",
-                                              "orphan", "total"}));
+  EXPECT_EQ(lost_keys, (std::set<std::string>{"device_buffer", "device_unplaced", "transport", "orphan", "total"}));
   EXPECT_EQ(j["trace"], path_);
 
   // A failed trace write is reported.
@@ -420,8 +435,7 @@ TEST_F(CollectorTest, EndMatchingAgreesWithALinearScan) {
       stack.push_back({name, t});
     } else {
       batch.push_back(E(t, name));
-      auto it = std::find_if(stack.rbegin(), stack.rend(),
-                             [&](const Open& o) { return o.name == name; });
+      auto it = std::find_if(stack.rbegin(), stack.rend(), [&](const Open& o) { return o.name == name; });
       if (it == stack.rend()) {
         ++unmatched;
       } else {
@@ -569,10 +583,8 @@ TEST_F(CollectorTest, TwoProducersInterleavedKeepTheirOwnNamesAndLaunches) {
   EXPECT_EQ(s.unknown_names, 0u);
   EXPECT_EQ(MetaName(t, "process_name", 2), "smprof | proc-a | pid 100");
   EXPECT_EQ(MetaName(t, "process_name", 3), "smprof | proc-b | pid 200");
-  EXPECT_EQ(MetaName(t, "process_name", 10),
-            "#1 ka | GPU0 | stream 7 | grid(4,1,1) block(64,1,1) | pid 100");
-  EXPECT_EQ(MetaName(t, "process_name", 11),
-            "#1 kb | GPU0 | stream 7 | grid(4,1,1) block(64,1,1) | pid 200");
+  EXPECT_EQ(MetaName(t, "process_name", 10), "#1 ka | cuda:0 | stream 7 | grid(4,1,1) block(64,1,1) | pid 100");
+  EXPECT_EQ(MetaName(t, "process_name", 11), "#1 kb | cuda:0 | stream 7 | grid(4,1,1) block(64,1,1) | pid 200");
   EXPECT_EQ(SortIndex(t, "process_sort_index", 10), 1000001);
   EXPECT_EQ(SortIndex(t, "process_sort_index", 11), 1000000);  // b's launch started first
   ASSERT_EQ(Events(t, "i", 10, 2).size(), 1u);
@@ -660,8 +672,7 @@ TEST_F(CollectorTest, MessagesBeforeProcessMsgAreAccepted) {
   EXPECT_EQ(s.events, 1u);
   // Base came from the launch start (the first timestamp written).
   EXPECT_DOUBLE_EQ(Events(t, "X", 10, 1)[0]["ts"].get<double>(), 1000000.0);
-  EXPECT_EQ(MetaName(t, "process_name", 10),
-            "#1 k | GPU0 | stream 7 | grid(4,1,1) block(64,1,1) | pid 4242");
+  EXPECT_EQ(MetaName(t, "process_name", 10), "#1 k | cuda:0 | stream 7 | grid(4,1,1) block(64,1,1) | pid 4242");
   EXPECT_EQ(Events(t, "i", 10, 2)[0]["name"], "early");
   EXPECT_EQ(MetaName(t, "process_name", 2), "smprof | late-process-msg | pid 4242");
 }
@@ -728,14 +739,12 @@ TEST_F(CollectorTest, FuzzedMessagesNeverBreakTheTrace) {
   };
   uint64_t delivered = 0;
   for (int i = 0; i < 30000; ++i) {
-    const transport::ProducerInfo p{static_cast<uint32_t>(rng() % 3),
-                                    static_cast<uint32_t>(100 + rng() % 3)};
+    const transport::ProducerInfo p{static_cast<uint32_t>(rng() % 3), static_cast<uint32_t>(100 + rng() % 3)};
     Bytes b = seeds[rng() % seeds.size()];
     if (rng() % 4 != 0) {
       const int flips = 1 + static_cast<int>(rng() % 3);
       for (int f = 0; f < flips; ++f) {
-        const size_t bit =
-            64 + rng() % ((b.size() - 8) * 8);  // keep the header: reach deeper checks
+        const size_t bit = 64 + rng() % ((b.size() - 8) * 8);  // keep the header: reach deeper checks
         b[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
       }
     }
@@ -751,27 +760,220 @@ TEST_F(CollectorTest, FuzzedMessagesNeverBreakTheTrace) {
   EXPECT_GT(s.events, 0u);
 }
 
-TEST(QualifiedKernelNameTest, CutsParametersAndReturnType) {
-  using internal::QualifiedKernelName;
-  EXPECT_EQ(QualifiedKernelName("void ns::gemm<128>(float const*, int)"), "ns::gemm<128>");
-  EXPECT_EQ(QualifiedKernelName("my_kernel"), "my_kernel");
-  EXPECT_EQ(QualifiedKernelName("my_kernel(int)"), "my_kernel");
-  EXPECT_EQ(QualifiedKernelName("  void k()  "), "k");
-  EXPECT_EQ(QualifiedKernelName("void (anonymous namespace)::k<int>(int*)"),
-            "(anonymous namespace)::k<int>");
-  EXPECT_EQ(
-      QualifiedKernelName("void cub::Reduce<cub::Policy<(bool)1>, thrust::plus<int> >(int*, int)"),
-      "cub::Reduce<cub::Policy<(bool)1>, thrust::plus<int> >");
-  EXPECT_EQ(QualifiedKernelName("void k<void (*)(int), &f>(int)"), "k<void (*)(int), &f>");
-  EXPECT_EQ(QualifiedKernelName("void foo<(3>2)>(int)"), "foo<(3>2)>");
-  EXPECT_EQ(QualifiedKernelName("unsigned int* ns::get<unsigned int>(unsigned int)"),
-            "ns::get<unsigned int>");
-  EXPECT_EQ(QualifiedKernelName("ns::Functor<int>::operator()(int) const"),
-            "ns::Functor<int>::operator()");
-  EXPECT_EQ(QualifiedKernelName(""), "<unnamed kernel>");
-  // Garbage does not crash.
-  EXPECT_FALSE(QualifiedKernelName("((((<<<>>>))) operator").empty());
-  EXPECT_FALSE(QualifiedKernelName(std::string("a\0b(c)", 6)).empty());
+// The process label, by pid, of every process whose name starts with `prefix`.
+std::map<int, std::string> ProcessesNamed(const json& trace, const std::string& prefix) {
+  std::map<int, std::string> out;
+  for (const json& e : trace) {
+    if (e["ph"] == "M" && e["name"] == "process_name" && e["args"]["name"].get<std::string>().rfind(prefix, 0) == 0) {
+      out[e["pid"].get<int>()] = e["args"]["name"];
+    }
+  }
+  return out;
+}
+
+// Two processes pinned to two physical GPUs both call theirs cuda:0; a third
+// process sees the first GPU as cuda:1. The trace shows each physical GPU
+// once, and every launch names the run-wide GPU and the process's ordinal.
+TEST_F(CollectorTest, GpusAreGroupedByPhysicalIdentityNotByOrdinal) {
+  const transport::ProducerInfo a{0, 100}, b{1, 200}, c{2, 300};
+  Send(a, Process(100, kT0, "app --rank 0"));
+  Send(b, Process(200, kT0, "app --rank 1"));
+  Send(c, Process(300, kT0, "app --rank 2"));
+  Send(a, testing::Device(0, "NVIDIA H200", 0x11, 0x19));
+  Send(b, testing::Device(0, "NVIDIA H200", 0x22, 0x1a));
+  Send(c, testing::Device(1, "NVIDIA H200", 0x11, 0x19));
+  LaunchSpec la, lb, lc;
+  lc.device = 1;
+  lb.start = kT0 + 2000;
+  Send(a, Launch(la));
+  Send(b, Launch(lb));
+  Send(c, Launch(lc));
+  CollectorSummary s;
+  const json t = FinishAndParse(&s);
+
+  const auto gpus = ProcessesNamed(t, "GPU ");
+  ASSERT_EQ(gpus.size(), 2u);
+  const std::string uuid_a = "GPU-11111111-1111-1111-1111-111111111111";
+  const std::string uuid_b = "GPU-22222222-2222-2222-2222-222222222222";
+  std::set<std::string> labels;
+  for (const auto& [pid, label] : gpus) labels.insert(label);
+  EXPECT_EQ(labels, (std::set<std::string>{"GPU 0 | NVIDIA H200 | 0000:19:00.0 | " + uuid_a,
+                                           "GPU 1 | NVIDIA H200 | 0000:1a:00.0 | " + uuid_b}));
+  std::set<std::string> launches;
+  for (const auto& [pid, label] : ProcessesNamed(t, "#")) launches.insert(label);
+  EXPECT_EQ(launches,
+            (std::set<std::string>{"#1 k | GPU 0 (cuda:0) | stream 7 | grid(4,1,1) block(64,1,1) | pid 100",
+                                   "#1 k | GPU 1 (cuda:0) | stream 7 | grid(4,1,1) block(64,1,1) | pid 200",
+                                   "#1 k | GPU 0 (cuda:1) | stream 7 | grid(4,1,1) block(64,1,1) | pid 300"}));
+
+  // GPU 0's track holds the kernel spans of both processes that used it.
+  int gpu0 = -1;
+  for (const auto& [pid, label] : gpus) {
+    if (label.rfind("GPU 0 ", 0) == 0) gpu0 = pid;
+  }
+  const auto identity = Events(t, "i", gpu0, 0);
+  ASSERT_EQ(identity.size(), 1u);
+  EXPECT_EQ(identity[0]["args"]["uuid"], uuid_a);
+  EXPECT_EQ(identity[0]["args"]["timer_resolution_ns"], 32);
+  EXPECT_EQ(MetaName(t, "thread_name", gpu0, 1), "pid 100 | cuda:0 | stream 7");
+  EXPECT_EQ(MetaName(t, "thread_name", gpu0, 2), "pid 300 | cuda:1 | stream 7");
+  EXPECT_EQ(Events(t, "X", gpu0, 1).size(), 1u);
+  EXPECT_EQ(Events(t, "X", gpu0, 2).size(), 1u);
+
+  ASSERT_EQ(s.gpus.size(), 2u);
+  EXPECT_EQ(s.gpus[0]["uuid"], uuid_a);
+  EXPECT_EQ(s.gpus[0]["pci_bus_id"], "0000:19:00.0");
+  EXPECT_EQ(s.gpus[0]["sm_count"], 132);
+  EXPECT_EQ(s.gpus[0]["sm_clock_khz"], 1980000);
+  EXPECT_EQ(s.gpus[0]["timer_resolution_ns"], 32);
+  EXPECT_EQ(s.gpus[0]["compute_capability"], "9.0");
+  EXPECT_EQ(s.gpus[0]["seen_as"], json::parse(R"([{"pid":100,"ordinal":0},{"pid":300,"ordinal":1}])"));
+  EXPECT_EQ(s.gpus[1]["seen_as"], json::parse(R"([{"pid":200,"ordinal":0}])"));
+  EXPECT_EQ(t.back()["args"]["gpus"], s.gpus);
+}
+
+TEST_F(CollectorTest, LaunchesAreNamedByTheSharedKernelNameParser) {
+  const transport::ProducerInfo a{0, 1};
+  Send(a, Process(1, kT0, "app"));
+  LaunchSpec l;
+  l.kernel = "f(int)::{lambda(int)#1}::operator()(int) const";
+  Send(a, Launch(l));
+  const json t = FinishAndParse();
+  EXPECT_EQ(MetaName(t, "process_name", 10),
+            "#1 f(int)::{lambda(int)#1}::operator() | cuda:0 | stream 7 | grid(4,1,1) block(64,1,1) | pid 1");
+}
+
+TEST_F(CollectorTest, NoticesSayWhyAProcessWasNotProfiled) {
+  const transport::ProducerInfo a{0, 41};
+  Send(a, Process(41, kT0, "app"));
+  Send(a, testing::Notice(wire::kNoticeCuptiUnavailable, "CUPTI for compute-sanitizer"));
+  CollectorSummary s;
+  const json t = FinishAndParse(&s);
+  EXPECT_EQ(s.not_profiled, json::parse(R"([{"pid":41,"reason":"cupti_unavailable",
+                                            "detail":"CUPTI for compute-sanitizer"}])"));
+  const auto notes = Select(t, [](const json& e) { return e["ph"] == "i" && e["name"] == "not profiled"; });
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0]["pid"], 2);
+  EXPECT_EQ(notes[0]["args"]["detail"], "CUPTI for compute-sanitizer");
+}
+
+TEST_F(CollectorTest, LaunchCountsOfOptedInKernelsReachTheSummary) {
+  const transport::ProducerInfo a{0, 1}, b{1, 2};
+  wire::StatsMsg st{};
+  st.launches_opted_in = 5;
+  st.launches_not_selected = 5;
+  Send(a, testing::Stats(st));
+  st.launches_opted_in = 3;
+  st.launches_not_selected = 1;
+  Send(b, testing::Stats(st));
+  st.launches_opted_in = 4;  // a later StatsMsg of the same process replaces the earlier one
+  Send(b, testing::Stats(st));
+  CollectorSummary s;
+  FinishAndParse(&s);
+  EXPECT_EQ(s.launches_opted_in, 9u);
+  EXPECT_EQ(s.launches_not_selected, 6u);
+}
+
+TEST_F(CollectorTest, RunMetadataIsAtTheStartAndExitStatusInTheSummary) {
+  collector_->HandleControl(json::parse(R"({"run": {"command": ["./app", "--n", "3"], "smprof_version": "0.1.0",
+                                                    "settings": {"SMPROF_BUFFER_MB": {"value": "64",
+                                                                                      "source": "default"}}}})"));
+  collector_->HandleControl(json::parse(R"({"exit": {"status": "exited", "code": 3}})"));
+  collector_->HandleControl(json::parse(R"({"unknown": 1})"));  // ignored
+  CollectorSummary s;
+  const json t = FinishAndParse(&s);
+  const auto run = Events(t, "i", 1, 1);
+  ASSERT_EQ(run.size(), 2u);  // the run metadata and the summary
+  EXPECT_EQ(run[0]["name"], "smprof run");
+  EXPECT_DOUBLE_EQ(run[0]["ts"].get<double>(), 0.0);
+  EXPECT_EQ(run[0]["args"]["command"], json::parse(R"(["./app", "--n", "3"])"));
+  EXPECT_EQ(run[0]["args"]["settings"]["SMPROF_BUFFER_MB"]["source"], "default");
+  EXPECT_EQ(s.run["smprof_version"], "0.1.0");
+  EXPECT_EQ(s.exit, json::parse(R"({"status": "exited", "code": 3})"));
+  EXPECT_EQ(run[1]["args"]["exit"]["code"], 3);
+  EXPECT_EQ(run[1]["args"]["run"]["command"][0], "./app");
+}
+
+// The trace is written under PartialPath and moved into place by Finish.
+TEST_F(CollectorTest, TraceIsPartialUntilFinished) {
+  const transport::ProducerInfo a{0, 1};
+  Send(a, Process(1, kT0, "app"));
+  EXPECT_EQ(::access(path_.c_str(), F_OK), -1);
+  EXPECT_EQ(::access(PartialPath(path_).c_str(), F_OK), 0);
+  CollectorSummary s;
+  FinishAndParse(&s);
+  EXPECT_EQ(s.trace, path_);
+  EXPECT_EQ(::access(path_.c_str(), F_OK), 0);
+  EXPECT_EQ(::access(PartialPath(path_).c_str(), F_OK), -1);
+}
+
+// A file created at the trace path during the run is not overwritten: the
+// trace lands at the numbered path and the summary says where.
+TEST_F(CollectorTest, AFileThatAppearedMeanwhileIsNotOverwritten) {
+  std::ofstream(path_) << "keep me";
+  const CollectorSummary s = collector_->Finish();
+  EXPECT_TRUE(s.trace_ok) << s.trace_error;
+  EXPECT_EQ(s.trace, NumberedPath(path_, 2));
+  std::ifstream kept(path_);
+  std::string text;
+  std::getline(kept, text);
+  EXPECT_EQ(text, "keep me");
+  EXPECT_TRUE(json::accept(std::ifstream(s.trace)));
+}
+
+TEST_F(CollectorTest, ExistingPartialFileStopsASecondWriterUnlessOverwriting) {
+  CollectorOptions options;
+  options.trace_path = path_;
+  std::string error;
+  EXPECT_EQ(Collector::Create(options, &error), nullptr);  // our own collector_ holds the partial file
+  EXPECT_NE(error.find("already exists"), std::string::npos) << error;
+  EXPECT_NE(error.find(PartialPath(path_)), std::string::npos) << error;
+  collector_.reset();  // leaves the partial file behind, as a killed run would
+  options.overwrite = true;
+  collector_ = Collector::Create(options, &error);
+  ASSERT_NE(collector_, nullptr) << error;
+  std::ofstream(path_) << "old trace";
+  const CollectorSummary s = collector_->Finish();
+  EXPECT_TRUE(s.trace_ok) << s.trace_error;
+  EXPECT_EQ(s.trace, path_);
+  EXPECT_TRUE(json::accept(std::ifstream(path_)));
+}
+
+// -o /dev/null discards the trace: written there directly, no partial file,
+// nothing placed beside it.
+TEST(TracePlacementTest, DevNullIsWrittenDirectly) {
+  CollectorOptions options;
+  options.trace_path = "/dev/null";
+  std::string error;
+  auto collector = Collector::Create(options, &error);
+  ASSERT_NE(collector, nullptr) << error;
+  const CollectorSummary s = collector->Finish();
+  EXPECT_TRUE(s.trace_ok) << s.trace_error;
+  EXPECT_EQ(s.trace, "/dev/null");
+  EXPECT_NE(::access("/dev/null.partial", F_OK), 0);
+  EXPECT_NE(::access("/dev/null-2", F_OK), 0);
+  EXPECT_TRUE(IsStreamPath("/dev/null"));
+  EXPECT_FALSE(IsStreamPath("/tmp"));
+  EXPECT_FALSE(IsStreamPath("/no/such/file"));
+}
+
+TEST(TracePlacementTest, NumberedPaths) {
+  EXPECT_EQ(NumberedPath("/d/trace.json", 2), "/d/trace-2.json");
+  EXPECT_EQ(NumberedPath("trace", 3), "trace-3");
+  EXPECT_EQ(NumberedPath("/d.x/trace", 2), "/d.x/trace-2");
+  EXPECT_EQ(NumberedPath("/d/.hidden", 2), "/d/.hidden-2");
+  EXPECT_EQ(NumberedPath("/d/a.b.json", 2), "/d/a.b-2.json");
+  EXPECT_EQ(PartialPath("/d/trace.json"), "/d/trace.json.partial");
+}
+
+TEST(GpuIdentityTest, UuidAndPciText) {
+  uint8_t uuid[16] = {0x94, 0x7b, 0x83, 0xbb, 0x87, 0x31, 0x77, 0x41, 0xa0, 0x2a, 0x79, 0x3c, 0xee, 0xab, 0xd4, 0x7e};
+  EXPECT_EQ(internal::UuidText(uuid), "GPU-947b83bb-8731-7741-a02a-793ceeabd47e");  // as nvidia-smi -L writes it
+  uint8_t zero[16] = {};
+  EXPECT_EQ(internal::UuidText(zero), "");
+  EXPECT_EQ(internal::PciBusIdText(0, 0x19, 0), "0000:19:00.0");
+  EXPECT_EQ(internal::PciBusIdText(0, 0, 6), "0000:00:06.0");
+  EXPECT_EQ(internal::PciBusIdText(0, 0, 0), "");
 }
 
 TEST(LaunchFlagsTest, Words) {

@@ -1,10 +1,11 @@
 // Injector configuration from the environment: defaults, valid values, and
-// one clear error per bad value.
-#include "injector/config.h"
-
+// one clear error per bad value, with the same rules as smprof-run (both read
+// through common/settings).
 #include <gtest/gtest.h>
 
 #include <map>
+
+#include "injector/config.h"
 
 namespace smprof::injector {
 namespace {
@@ -22,29 +23,34 @@ TEST(InjectorConfig, Defaults) {
   std::vector<std::string> errors;
   const Config c = Load({}, &errors);
   EXPECT_TRUE(errors.empty());
-  EXPECT_EQ(c.buffer_bytes, 64ull << 20);
-  EXPECT_EQ(c.chunk_bytes, 1024u);
-  EXPECT_EQ(c.warp_mask, 0xffffffffu);
+  EXPECT_EQ(c.buffer_bytes(), 64ull << 20);
+  EXPECT_EQ(c.shm_bytes(), 32ull << 20);
+  EXPECT_EQ(c.settings.chunk_bytes, 1024u);
+  EXPECT_EQ(c.settings.warp_mask, 0xffffffffu);
   EXPECT_TRUE(c.kernels_valid);
-  EXPECT_TRUE(c.kernels.selects_all());
+  EXPECT_TRUE(c.settings.kernels.selects_all());
 }
 
 TEST(InjectorConfig, ValidValues) {
   std::vector<std::string> errors;
-  const Config c = Load({{"SMPROF_BUFFER_MB", "8"},
+  const Config c = Load({{"SMPROF_RUN_ID", "12-ab"},
+                         {"SMPROF_INJECTOR", "/p/libsmprof_inject.so"},
+                         {"SMPROF_BUFFER_MB", "8"},
                          {"SMPROF_CHUNK_BYTES", "4096"},
-                         {"SMPROF_WARPS", "0,4-5,40"},
+                         {"SMPROF_WARPS", "0,4-5,31"},
                          {"SMPROF_HIGH_WATER", "50"},
                          {"SMPROF_KERNELS", "gemm*,!gemm_slow"}},
                         &errors);
   EXPECT_TRUE(errors.empty()) << errors.front();
-  EXPECT_EQ(c.buffer_bytes, 8ull << 20);
-  EXPECT_EQ(c.chunk_bytes, 4096u);
-  EXPECT_EQ(c.warp_mask, (1u << 0) | (1u << 4) | (1u << 5) | (1u << 31));
-  EXPECT_EQ(c.high_water_percent, 50u);
-  EXPECT_TRUE(c.kernels.Matches("gemm_fast(float*)"));
-  EXPECT_TRUE(c.kernels.Matches("void ns::gemm_tiled<64>(float const*, int)"));
-  EXPECT_FALSE(c.kernels.Matches("gemm_slow(float*)"));
+  EXPECT_EQ(c.run_id, "12-ab");
+  EXPECT_EQ(c.injector, "/p/libsmprof_inject.so");
+  EXPECT_EQ(c.buffer_bytes(), 8ull << 20);
+  EXPECT_EQ(c.settings.chunk_bytes, 4096u);
+  EXPECT_EQ(c.settings.warp_mask, (1u << 0) | (1u << 4) | (1u << 5) | (1u << 31));
+  EXPECT_EQ(c.settings.high_water_percent, 50u);
+  EXPECT_TRUE(c.settings.kernels.Matches("gemm_fast(float*)"));
+  EXPECT_TRUE(c.settings.kernels.Matches("void ns::gemm_tiled<64>(float const*, int)"));
+  EXPECT_FALSE(c.settings.kernels.Matches("gemm_slow(float*)"));
 }
 
 TEST(InjectorConfig, BadValuesKeepDefaultsWithOneErrorEach) {
@@ -55,11 +61,22 @@ TEST(InjectorConfig, BadValuesKeepDefaultsWithOneErrorEach) {
                          {"SMPROF_HIGH_WATER", "99"}},
                         &errors);
   ASSERT_EQ(errors.size(), 4u);
-  EXPECT_NE(errors[0].find("SMPROF_BUFFER_MB"), std::string::npos);
-  EXPECT_EQ(c.buffer_bytes, 64ull << 20);
-  EXPECT_EQ(c.chunk_bytes, 1024u);
-  EXPECT_EQ(c.warp_mask, 0xffffffffu);
-  EXPECT_EQ(c.high_water_percent, 75u);
+  EXPECT_EQ(errors[0].rfind("SMPROF_BUFFER_MB: ", 0), 0u) << errors[0];
+  EXPECT_NE(errors[0].find("; using 64"), std::string::npos) << errors[0];
+  EXPECT_EQ(c.buffer_bytes(), 64ull << 20);
+  EXPECT_EQ(c.settings.chunk_bytes, 1024u);
+  EXPECT_EQ(c.settings.warp_mask, 0xffffffffu);
+  EXPECT_EQ(c.settings.high_water_percent, 75u);
+}
+
+// One rule for warp indices everywhere: smprof-run rejects 40, so the
+// injector does too (it used to map it to warp 31).
+TEST(InjectorConfig, WarpIndexAbove31IsAnErrorAsInSmprofRun) {
+  std::vector<std::string> errors;
+  const Config c = Load({{"SMPROF_WARPS", "0,40"}}, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("out of range"), std::string::npos) << errors[0];
+  EXPECT_EQ(c.settings.warp_mask, 0xffffffffu);
 }
 
 TEST(InjectorConfig, BadKernelPatternTurnsProfilingOff) {

@@ -3,12 +3,12 @@
 // -DSMPROF_SANITIZE=ON to make that a hard check).
 #include "collector/message_decoder.h"
 
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "tests/support/wire_builders.h"
 
@@ -27,21 +27,14 @@ Bytes Process(uint32_t pid, uint64_t gpu_ns, std::string_view cmdline) {
 }
 
 Bytes Device(uint32_t device, std::string_view name) {
-  wire::DeviceMsg m{};
-  m.device = device;
-  m.sm_count = 132;
-  m.cc_major = 9;
-  m.name_len = static_cast<uint32_t>(name.size());
-  return Frame(m, wire::kMsgDevice, name);
+  return testing::Device(device, name, /*uuid_byte=*/0xab, /*pci_bus=*/0x19);
 }
 
 Bytes Warp(uint64_t launch, const std::vector<wire::WireEvent>& events) {
   return testing::Warp(launch, /*sm=*/5, /*bx=*/1, /*warp=*/3, events);
 }
 
-Bytes Harvest(uint32_t reason, uint64_t dropped) {
-  return testing::Harvest(/*time_ns=*/777, reason, dropped);
-}
+Bytes Harvest(uint32_t reason, uint64_t dropped) { return testing::Harvest(/*time_ns=*/777, reason, dropped); }
 
 Bytes Stats(uint64_t dropped) {
   wire::StatsMsg m{};
@@ -82,6 +75,10 @@ TEST(MessageDecoderTest, DecodesEveryType) {
   ASSERT_EQ(Decode(buf2, &m), DecodeStatus::kOk);
   EXPECT_EQ(m.type, wire::kMsgDevice);
   EXPECT_EQ(m.device.device, 2u);
+  EXPECT_EQ(m.device.uuid[15], 0xab);
+  EXPECT_EQ(m.device.pci_bus, 0x19u);
+  EXPECT_EQ(m.device.sm_clock_khz, 1980000u);
+  EXPECT_EQ(m.device.timer_resolution_ns, 32u);
   EXPECT_EQ(m.text, "NVIDIA H100");
 
   const Bytes buf3 = Name(7, "mainloop");
@@ -101,8 +98,7 @@ TEST(MessageDecoderTest, DecodesEveryType) {
   EXPECT_EQ(m.launch.grid[0], 4u);
   EXPECT_EQ(m.text, "void k<1>(int)");
 
-  const Bytes buf6 =
-      Warp(9, {{10, 1, wire::kEventBegin}, {20, 2, wire::kEventInstant}, {30, 1, wire::kEventEnd}});
+  const Bytes buf6 = Warp(9, {{10, 1, wire::kEventBegin}, {20, 2, wire::kEventInstant}, {30, 1, wire::kEventEnd}});
   ASSERT_EQ(Decode(buf6, &m), DecodeStatus::kOk);
   EXPECT_EQ(m.type, wire::kMsgWarpEvents);
   EXPECT_EQ(m.warp_events.sm, 5u);
@@ -128,6 +124,12 @@ TEST(MessageDecoderTest, DecodesEveryType) {
   EXPECT_EQ(m.stats.events_dropped_device, 13u);
   EXPECT_EQ(m.stats.harvests, 3u);
 
+  const Bytes buf10 = testing::Notice(wire::kNoticeCuptiUnavailable, "CUPTI for compute-sanitizer");
+  ASSERT_EQ(Decode(buf10, &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.type, wire::kMsgNotice);
+  EXPECT_EQ(m.notice.kind, static_cast<uint32_t>(wire::kNoticeCuptiUnavailable));
+  EXPECT_EQ(m.text, "CUPTI for compute-sanitizer");
+
   Bytes pad(16, 0);
   SetHeader(&pad, wire::kMsgPad, 16);
   ASSERT_EQ(Decode(pad, &m), DecodeStatus::kOk);
@@ -139,8 +141,7 @@ TEST(MessageDecoderTest, DecodesUnalignedInput) {
   Bytes shifted(msg.size() + 1);
   std::memcpy(shifted.data() + 1, msg.data(), msg.size());
   DecodedMessage m;
-  ASSERT_EQ(MessageDecoder::Decode(shifted.data() + 1, static_cast<uint32_t>(msg.size()), &m),
-            DecodeStatus::kOk);
+  ASSERT_EQ(MessageDecoder::Decode(shifted.data() + 1, static_cast<uint32_t>(msg.size()), &m), DecodeStatus::kOk);
   EXPECT_EQ(m.event(1).time_ns, 20u);
 }
 
@@ -173,7 +174,7 @@ TEST(MessageDecoderTest, RejectsTooLarge) {
 
 TEST(MessageDecoderTest, RejectsUnknownType) {
   Bytes b(16, 0);
-  SetHeader(&b, 8, 16);
+  SetHeader(&b, wire::kMsgLastType + 1, 16);
   EXPECT_EQ(Decode(b), DecodeStatus::kUnknownType);
   SetHeader(&b, 0xffffffffu, 16);
   EXPECT_EQ(Decode(b), DecodeStatus::kUnknownType);
@@ -199,6 +200,12 @@ TEST(MessageDecoderTest, RejectsSizeThatDisagreesWithContents) {
   Bytes d(24, 0);
   SetHeader(&d, wire::kMsgDevice, 24);
   EXPECT_EQ(Decode(d), DecodeStatus::kBadSize);
+  Bytes nt = testing::Notice(wire::kNoticeSteppedAside, "abc");
+  wire::NoticeMsg notice;
+  std::memcpy(&notice, nt.data(), sizeof(notice));
+  notice.text_len = 40;
+  std::memcpy(nt.data(), &notice, sizeof(notice));
+  EXPECT_EQ(Decode(nt), DecodeStatus::kBadSize);
   // Fixed messages: exactly their size.
   Bytes h = Harvest(1, 0);
   h.resize(h.size() + 8, 0);
@@ -224,11 +231,9 @@ TEST(MessageDecoderTest, RejectsEventCountThatDoesNotFit) {
 TEST(MessageDecoderTest, RejectsStringsAbove64KiB) {
   EXPECT_EQ(Decode(Name(1, std::string(kMaxStringBytes, 'n'))), DecodeStatus::kOk);
   EXPECT_EQ(Decode(Name(1, std::string(kMaxStringBytes + 1, 'n'))), DecodeStatus::kStringTooLong);
-  EXPECT_EQ(Decode(Process(1, 2, std::string(kMaxStringBytes + 1, 'c'))),
-            DecodeStatus::kStringTooLong);
+  EXPECT_EQ(Decode(Process(1, 2, std::string(kMaxStringBytes + 1, 'c'))), DecodeStatus::kStringTooLong);
   EXPECT_EQ(Decode(Device(0, std::string(kMaxStringBytes + 1, 'd'))), DecodeStatus::kStringTooLong);
-  EXPECT_EQ(Decode(Launch(1, 1, 2, std::string(kMaxStringBytes + 1, 'k'))),
-            DecodeStatus::kStringTooLong);
+  EXPECT_EQ(Decode(Launch(1, 1, 2, std::string(kMaxStringBytes + 1, 'k'))), DecodeStatus::kStringTooLong);
   // A huge declared length that would overflow 32-bit size arithmetic.
   Bytes b = Name(1, "abc");
   wire::NameMsg n;
@@ -240,9 +245,7 @@ TEST(MessageDecoderTest, RejectsStringsAbove64KiB) {
 
 TEST(MessageDecoderTest, RejectsBadEventKind) {
   for (uint32_t kind : {0u, 4u, 7u, 0x80000001u}) {
-    EXPECT_EQ(Decode(Warp(1, {{10, 1, wire::kEventBegin}, {20, 1, kind}})),
-              DecodeStatus::kBadEventKind)
-        << kind;
+    EXPECT_EQ(Decode(Warp(1, {{10, 1, wire::kEventBegin}, {20, 1, kind}})), DecodeStatus::kBadEventKind) << kind;
   }
 }
 
@@ -267,8 +270,7 @@ void CheckViewInside(const Bytes& b, const DecodedMessage& m) {
   }
   if (m.event_count != 0) {
     ASSERT_GE(reinterpret_cast<const char*>(m.events), begin);
-    ASSERT_LE(reinterpret_cast<const char*>(m.events) + m.event_count * sizeof(wire::WireEvent),
-              end);
+    ASSERT_LE(reinterpret_cast<const char*>(m.events) + m.event_count * sizeof(wire::WireEvent), end);
     for (uint32_t i = 0; i < m.event_count; ++i) {
       const uint32_t kind = m.event(i).kind;
       ASSERT_TRUE(kind >= 1 && kind <= 3);
@@ -283,8 +285,7 @@ TEST(MessageDecoderTest, FuzzRandomAndBitFlippedMessages) {
       Device(0, "GPU name"),
       Name(3, "region"),
       Launch(1, 100, 500, "void ns::k<int, 3>(float*, int)"),
-      Warp(1,
-           {{110, 3, wire::kEventBegin}, {120, 3, wire::kEventInstant}, {130, 3, wire::kEventEnd}}),
+      Warp(1, {{110, 3, wire::kEventBegin}, {120, 3, wire::kEventInstant}, {130, 3, wire::kEventEnd}}),
       Harvest(wire::kHarvestSync, 2),
       Stats(5),
   };
@@ -319,8 +320,8 @@ TEST(MessageDecoderTest, FuzzRandomAndBitFlippedMessages) {
     // Exact-size heap buffer so that ASan flags any over-read.
     Bytes exact(b.begin(), b.end());
     DecodedMessage m;
-    const DecodeStatus st = MessageDecoder::Decode(exact.empty() ? nullptr : exact.data(),
-                                                   static_cast<uint32_t>(exact.size()), &m);
+    const DecodeStatus st =
+        MessageDecoder::Decode(exact.empty() ? nullptr : exact.data(), static_cast<uint32_t>(exact.size()), &m);
     if (st == DecodeStatus::kOk) {
       ++accepted;
       ASSERT_NO_FATAL_FAILURE(CheckViewInside(exact, m));

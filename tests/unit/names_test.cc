@@ -12,10 +12,8 @@ TEST(DemangleTest, ItaniumNames) {
   EXPECT_EQ(Demangle("_ZN2nsL4gemmILi128EEEvPKfi"), "void ns::gemm<128>(float const*, int)");
   EXPECT_EQ(Demangle("_Z13vecadd_kernelPf"), "vecadd_kernel(float*)");
   EXPECT_EQ(Demangle("_ZN12_GLOBAL__N_14anonIiEEvT_"), "void (anonymous namespace)::anon<int>(int)");
-  EXPECT_EQ(Demangle("_ZN36_GLOBAL__N__da25dcdf_4_b_cu_3e24bd0b6hiddenEPi"),
-            "(anonymous namespace)::hidden(int*)");
-  EXPECT_EQ(Demangle("_Z6kernelIZ3usevEUliE_EvT_"),
-            "void kernel<use()::{lambda(int)#1}>(use()::{lambda(int)#1})");
+  EXPECT_EQ(Demangle("_ZN36_GLOBAL__N__da25dcdf_4_b_cu_3e24bd0b6hiddenEPi"), "(anonymous namespace)::hidden(int*)");
+  EXPECT_EQ(Demangle("_Z6kernelIZ3usevEUliE_EvT_"), "void kernel<use()::{lambda(int)#1}>(use()::{lambda(int)#1})");
   EXPECT_EQ(Demangle("_Z5applyI17__nv_dl_wrapper_tI11__nv_dl_tagIPFivEXadL_Z4mainEELj1EEJEEEvT_"),
             "void apply<__nv_dl_wrapper_t<__nv_dl_tag<int (*)(), &main, 1u>> >"
             "(__nv_dl_wrapper_t<__nv_dl_tag<int (*)(), &main, 1u>>)");
@@ -58,16 +56,12 @@ INSTANTIATE_TEST_SUITE_P(
     Names, SplitKernelNameTest,
     testing::Values(
         SplitCase{"void ns::gemm<128>(float const*, int)", "ns::gemm<128>", "gemm"},
-        SplitCase{"gemm(float*, int)", "gemm", "gemm"},
-        SplitCase{"vecadd_kernel", "vecadd_kernel", "vecadd_kernel"},
-        SplitCase{"triton_poi_fused_add_0", "triton_poi_fused_add_0", "triton_poi_fused_add_0"},
-        SplitCase{"", "", ""},
+        SplitCase{"gemm(float*, int)", "gemm", "gemm"}, SplitCase{"vecadd_kernel", "vecadd_kernel", "vecadd_kernel"},
+        SplitCase{"triton_poi_fused_add_0", "triton_poi_fused_add_0", "triton_poi_fused_add_0"}, SplitCase{"", "", ""},
         // Spaces inside template arguments are not a return type boundary.
-        SplitCase{"unsigned int uk<ns::Foo<unsigned int> >(ns::Foo<unsigned int>)",
-                  "uk<ns::Foo<unsigned int> >", "uk"},
+        SplitCase{"unsigned int uk<ns::Foo<unsigned int> >(ns::Foo<unsigned int>)", "uk<ns::Foo<unsigned int> >", "uk"},
         SplitCase{"std::pair<int, unsigned int> ns::pr<int>(int)", "ns::pr<int>", "pr"},
-        SplitCase{"void ns::Foo<unsigned int>::bar<3>(unsigned int)", "ns::Foo<unsigned int>::bar<3>",
-                  "bar"},
+        SplitCase{"void ns::Foo<unsigned int>::bar<3>(unsigned int)", "ns::Foo<unsigned int>::bar<3>", "bar"},
         SplitCase{"ns::Foo<int>::qq(int)", "ns::Foo<int>::qq", "qq"},
         SplitCase{"std::pair<int, unsigned int>::pair<int, unsigned int, true>()",
                   "std::pair<int, unsigned int>::pair<int, unsigned int, true>", "pair"},
@@ -75,10 +69,9 @@ INSTANTIATE_TEST_SUITE_P(
         SplitCase{"void (anonymous namespace)::anon<int>(int)", "(anonymous namespace)::anon<int>", "anon"},
         SplitCase{"(anonymous namespace)::hidden(int*)", "(anonymous namespace)::hidden", "hidden"},
         // Lambdas: local entities carry their enclosing function's parameters.
-        SplitCase{"void kernel<use()::{lambda(int)#1}>(use()::{lambda(int)#1})",
-                  "kernel<use()::{lambda(int)#1}>", "kernel"},
-        SplitCase{"use()::{lambda(int)#1}::operator()(int) const", "use()::{lambda(int)#1}::operator()",
-                  "operator()"},
+        SplitCase{"void kernel<use()::{lambda(int)#1}>(use()::{lambda(int)#1})", "kernel<use()::{lambda(int)#1}>",
+                  "kernel"},
+        SplitCase{"use()::{lambda(int)#1}::operator()(int) const", "use()::{lambda(int)#1}::operator()", "operator()"},
         SplitCase{"void apply<__nv_dl_wrapper_t<__nv_dl_tag<int (*)(), &main, 1u>> >"
                   "(__nv_dl_wrapper_t<__nv_dl_tag<int (*)(), &main, 1u>>)",
                   "apply<__nv_dl_wrapper_t<__nv_dl_tag<int (*)(), &main, 1u>> >", "apply"},
@@ -93,7 +86,18 @@ INSTANTIATE_TEST_SUITE_P(
         SplitCase{"ns::step(int) [clone .cold]", "ns::step", "step"},
         // Expression arguments put '>' inside parentheses (g++: _Z3selILi3EEv1EIXgtT_Li2EEE).
         SplitCase{"void sel<3>(E<((3)>(2))>)", "sel<3>", "sel"},
-        SplitCase{"void ns::pick<E<((3)>(2))> >(int)", "ns::pick<E<((3)>(2))> >", "pick"}));
+        SplitCase{"void ns::pick<E<((3)>(2))> >(int)", "ns::pick<E<((3)>(2))> >", "pick"},
+        // The collector names launches with `qualified` (it had a parser of
+        // its own that showed this lambda kernel as "f").
+        SplitCase{"f(int)::{lambda(int)#1}::operator()(int) const", "f(int)::{lambda(int)#1}::operator()",
+                  "operator()"},
+        SplitCase{"my_kernel(int)", "my_kernel", "my_kernel"},
+        SplitCase{"void cub::Reduce<cub::Policy<(bool)1>, thrust::plus<int> >(int*, int)",
+                  "cub::Reduce<cub::Policy<(bool)1>, thrust::plus<int> >", "Reduce"},
+        SplitCase{"void k<void (*)(int), &f>(int)", "k<void (*)(int), &f>", "k"},
+        SplitCase{"void foo<(3>2)>(int)", "foo<(3>2)>", "foo"},
+        SplitCase{"unsigned int* ns::get<unsigned int>(unsigned int)", "ns::get<unsigned int>", "get"},
+        SplitCase{"ns::Functor<int>::operator()(int) const", "ns::Functor<int>::operator()", "operator()"}));
 
 TEST(SplitKernelNameTest, DemangledThenSplit) {
   const KernelNameForms forms = SplitKernelName(Demangle("_ZN2ns3FooIjE3barILi3EEEvj"));
@@ -103,8 +107,8 @@ TEST(SplitKernelNameTest, DemangledThenSplit) {
 }
 
 TEST(SplitKernelNameTest, UnbalancedInputDoesNotCrash) {
-  for (const char* s : {"a<b", "a>b", "f(", ")(", "ns::<", "::", "operator", "(anonymous namespace", "<<>>(",
-                        "void f<int(int)"}) {
+  for (const char* s :
+       {"a<b", "a>b", "f(", ")(", "ns::<", "::", "operator", "(anonymous namespace", "<<>>(", "void f<int(int)"}) {
     const KernelNameForms forms = SplitKernelName(s);
     EXPECT_EQ(forms.full, s);
     EXPECT_LE(forms.qualified.size(), forms.full.size()) << s;

@@ -24,8 +24,10 @@ Parsed Parse(const Args& args, const Environment& env = {}) {
 }
 
 std::string AppEnv(const RunOptions& o, const std::string& name) {
-  auto it = o.app_env.find(name);
-  return it == o.app_env.end() ? "<unset>" : it->second;
+  for (const auto& [var, value] : SettingVariables(o)) {
+    if (var == name) return value;
+  }
+  return "<unset>";
 }
 
 TEST(RunOptionsTest, Defaults) {
@@ -33,14 +35,15 @@ TEST(RunOptionsTest, Defaults) {
   ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
   EXPECT_EQ(p.options.program, Args{"./app"});
   EXPECT_EQ(p.options.output, "");
-  EXPECT_EQ(p.options.kernels, "");
-  EXPECT_EQ(p.options.buffer_mb, 64u);
-  EXPECT_EQ(p.options.warps, "");
-  EXPECT_EQ(p.options.shm_mb, 32u);
-  EXPECT_EQ(p.options.log_level, "warn");
+  EXPECT_EQ(p.options.settings.kernels_spec, "");
+  EXPECT_EQ(p.options.settings.buffer_mb, 64u);
+  EXPECT_EQ(p.options.settings.warps_spec, "");
+  EXPECT_EQ(p.options.settings.shm_mb, 32u);
+  EXPECT_EQ(p.options.settings.log_level, "warn");
   EXPECT_FALSE(p.options.preload);
   EXPECT_FALSE(p.options.quiet);
-  EXPECT_TRUE(p.options.app_env.empty());
+  EXPECT_FALSE(p.options.force);
+  EXPECT_TRUE(SettingVariables(p.options).empty());
 }
 
 TEST(RunOptionsTest, EachOption) {
@@ -48,12 +51,12 @@ TEST(RunOptionsTest, EachOption) {
                     "--preload", "--log-level", "debug", "-q", "./app"});
   ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
   EXPECT_EQ(p.options.output, "t.json");
-  EXPECT_EQ(p.options.kernels, "gemm*");
-  EXPECT_EQ(p.options.buffer_mb, 128u);
-  EXPECT_EQ(p.options.warps, "0,4-7");
-  EXPECT_EQ(p.options.shm_mb, 8u);
+  EXPECT_EQ(p.options.settings.kernels_spec, "gemm*");
+  EXPECT_EQ(p.options.settings.buffer_mb, 128u);
+  EXPECT_EQ(p.options.settings.warps_spec, "0,4-7");
+  EXPECT_EQ(p.options.settings.shm_mb, 8u);
   EXPECT_TRUE(p.options.preload);
-  EXPECT_EQ(p.options.log_level, "debug");
+  EXPECT_EQ(p.options.settings.log_level, "debug");
   EXPECT_TRUE(p.options.quiet);
   EXPECT_EQ(AppEnv(p.options, "SMPROF_KERNELS"), "gemm*");
   EXPECT_EQ(AppEnv(p.options, "SMPROF_BUFFER_MB"), "128");
@@ -63,20 +66,20 @@ TEST(RunOptionsTest, EachOption) {
 }
 
 TEST(RunOptionsTest, LongFormsAndAttachedValues) {
-  Parsed p = Parse({"--output=a.json", "--kernels=x,y", "--buffer-mb=1", "--shm-mb=4096", "--quiet",
-                    "--log-level=off", "./app"});
+  Parsed p = Parse(
+      {"--output=a.json", "--kernels=x,y", "--buffer-mb=1", "--shm-mb=4096", "--quiet", "--log-level=off", "./app"});
   ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
   EXPECT_EQ(p.options.output, "a.json");
-  EXPECT_EQ(p.options.kernels, "x,y");
-  EXPECT_EQ(p.options.buffer_mb, 1u);
-  EXPECT_EQ(p.options.shm_mb, 4096u);
+  EXPECT_EQ(p.options.settings.kernels_spec, "x,y");
+  EXPECT_EQ(p.options.settings.buffer_mb, 1u);
+  EXPECT_EQ(p.options.settings.shm_mb, 4096u);
   EXPECT_TRUE(p.options.quiet);
-  EXPECT_EQ(p.options.log_level, "off");
+  EXPECT_EQ(p.options.settings.log_level, "off");
 
   p = Parse({"-ob.json", "-kgemm", "--output", "c.json", "./app"});  // later wins
   ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
   EXPECT_EQ(p.options.output, "c.json");
-  EXPECT_EQ(p.options.kernels, "gemm");
+  EXPECT_EQ(p.options.settings.kernels_spec, "gemm");
 }
 
 TEST(RunOptionsTest, HelpAndVersion) {
@@ -91,15 +94,28 @@ TEST(RunOptionsTest, HelpAndVersion) {
   EXPECT_EQ(p.options.program, (Args{"./app", "--help"}));
 }
 
+// Each option is looked for as it appears in an option line ("  -o, --output
+// PATH"), so a short option cannot pass by being a substring of a long one.
 TEST(RunOptionsTest, HelpDocumentsEveryOptionAndVariable) {
   const std::string help = HelpText();
-  for (const char* word :
-       {"-o", "--output", "-k", "--kernels", "--buffer-mb", "--warps", "--shm-mb", "--preload", "--log-level",
-        "-q", "--quiet", "-h", "--help", "--version", "SMPROF_KERNELS", "SMPROF_BUFFER_MB", "SMPROF_WARPS",
-        "SMPROF_SHM_MB", "SMPROF_LOG_LEVEL", "SMPROF_CHUNK_BYTES", "SMPROF_HIGH_WATER", "SMPROF_RUN_ID",
-        "SMPROF_INJECTOR", "SMPROF_COLLECTOR", "CUDA_INJECTION64_PATH", "LD_PRELOAD", "ui.perfetto.dev"}) {
+  const auto has_line = [&](const std::string& start) { return help.find("\n" + start) != std::string::npos; };
+  for (const char* line : {"  -o, --output PATH ", "      --force ", "      --preload ", "  -q, --quiet ",
+                           "  -h, --help ", "      --version "}) {
+    EXPECT_TRUE(has_line(line)) << "no help line starting \"" << line << "\"";
+  }
+  for (const SettingSpec& s : AllSettings()) {
+    EXPECT_TRUE(has_line(std::string("  ") + s.variable + " ")) << s.variable;
+    if (s.option == nullptr) continue;
+    const std::string start = s.short_option != 0 ? std::string("  -") + s.short_option + ", --" : "      --";
+    EXPECT_TRUE(has_line(start + s.option + " " + s.value_name + " ")) << s.option;
+    EXPECT_NE(help.find(std::string("(") + s.variable + ")"), std::string::npos) << s.variable;
+  }
+  for (const char* word : {"SMPROF_RUN_ID", "SMPROF_INJECTOR", "SMPROF_PRELOAD", "SMPROF_COLLECTOR",
+                           "CUDA_INJECTION64_PATH", "LD_PRELOAD", "ui.perfetto.dev", ".partial"}) {
     EXPECT_NE(help.find(word), std::string::npos) << word;
   }
+  // The check itself must be able to fail.
+  EXPECT_FALSE(has_line("  -x, --no-such-option "));
 }
 
 TEST(RunOptionsTest, MissingProgramIsUsage) {
@@ -125,10 +141,10 @@ TEST(RunOptionsTest, DoubleDashEndsOptions) {
 TEST(RunOptionsTest, ProgramArgumentsThatLookLikeOptionsPassThrough) {
   Parsed p = Parse({"-k", "gemm", "python3", "-o", "out", "--kernels", "!!!", "-q", "--buffer-mb", "0"});
   ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
-  EXPECT_EQ(p.options.kernels, "gemm");
+  EXPECT_EQ(p.options.settings.kernels_spec, "gemm");
   EXPECT_FALSE(p.options.quiet);
   EXPECT_EQ(p.options.output, "");
-  EXPECT_EQ(p.options.buffer_mb, 64u);
+  EXPECT_EQ(p.options.settings.buffer_mb, 64u);
   EXPECT_EQ(p.options.program, (Args{"python3", "-o", "out", "--kernels", "!!!", "-q", "--buffer-mb", "0"}));
   // A lone "-" is a program name, not an option.
   p = Parse({"-", "a"});
@@ -178,8 +194,8 @@ TEST(RunOptionsTest, NumbersOutOfRange) {
   }
   Parsed p = Parse({"--buffer-mb", "4095", "--shm-mb", "007", "a"});
   ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
-  EXPECT_EQ(p.options.buffer_mb, 4095u);
-  EXPECT_EQ(p.options.shm_mb, 7u);
+  EXPECT_EQ(p.options.settings.buffer_mb, 4095u);
+  EXPECT_EQ(p.options.settings.shm_mb, 7u);
 }
 
 TEST(RunOptionsTest, Warps) {
@@ -193,9 +209,8 @@ TEST(RunOptionsTest, Warps) {
   };
   for (const Case& c : {Case{"32", "out of range"}, Case{"0,100", "out of range"}, Case{"7-4", "write it as 4-7"},
                         Case{"0,,1", "remove the extra comma"}, Case{"0,", "remove the extra comma"},
-                        Case{"x", "not a warp index"}, Case{"1-", "not a warp index"},
-                        Case{"-1", "not a warp index"}, Case{"1, 2", "without spaces"},
-                        Case{"", "empty warp list"}}) {
+                        Case{"x", "not a warp index"}, Case{"1-", "not a warp index"}, Case{"-1", "not a warp index"},
+                        Case{"1, 2", "without spaces"}, Case{"", "empty warp list"}}) {
     Parsed p = Parse({"--warps", c.warps, "a"});
     EXPECT_EQ(p.outcome, ParseOutcome::kError) << c.warps;
     EXPECT_NE(p.error.find(c.expect), std::string::npos) << c.warps << ": " << p.error;
@@ -227,16 +242,16 @@ TEST(RunOptionsTest, KernelSpecIsValidated) {
 
 TEST(RunOptionsTest, EnvironmentIsReadAndValidated) {
   const Environment env = {{"SMPROF_KERNELS", "reduce*"}, {"SMPROF_BUFFER_MB", "256"},
-                           {"SMPROF_WARPS", "1-2"},      {"SMPROF_SHM_MB", "16"},
-                           {"SMPROF_LOG_LEVEL", "info"}, {"SMPROF_CHUNK_BYTES", "4096"},
-                           {"SMPROF_HIGH_WATER", "50"},  {"UNRELATED", "x"}};
+                           {"SMPROF_WARPS", "1-2"},       {"SMPROF_SHM_MB", "16"},
+                           {"SMPROF_LOG_LEVEL", "info"},  {"SMPROF_CHUNK_BYTES", "4096"},
+                           {"SMPROF_HIGH_WATER", "50"},   {"UNRELATED", "x"}};
   Parsed p = Parse({"a"}, env);
   ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
-  EXPECT_EQ(p.options.kernels, "reduce*");
-  EXPECT_EQ(p.options.buffer_mb, 256u);
-  EXPECT_EQ(p.options.warps, "1-2");
-  EXPECT_EQ(p.options.shm_mb, 16u);
-  EXPECT_EQ(p.options.log_level, "info");
+  EXPECT_EQ(p.options.settings.kernels_spec, "reduce*");
+  EXPECT_EQ(p.options.settings.buffer_mb, 256u);
+  EXPECT_EQ(p.options.settings.warps_spec, "1-2");
+  EXPECT_EQ(p.options.settings.shm_mb, 16u);
+  EXPECT_EQ(p.options.settings.log_level, "info");
   EXPECT_EQ(AppEnv(p.options, "SMPROF_CHUNK_BYTES"), "4096");
   EXPECT_EQ(AppEnv(p.options, "SMPROF_HIGH_WATER"), "50");
   EXPECT_EQ(AppEnv(p.options, "UNRELATED"), "<unset>");
@@ -246,17 +261,13 @@ TEST(RunOptionsTest, EnvironmentIsReadAndValidated) {
     const char* value;
     const char* expect;
   };
-  for (const Case& c : {Case{"SMPROF_BUFFER_MB", "0", "out of range"},
-                        Case{"SMPROF_BUFFER_MB", "lots", "not a positive whole number"},
-                        Case{"SMPROF_SHM_MB", "5000", "out of range"},
-                        Case{"SMPROF_WARPS", "40", "out of range"},
-                        Case{"SMPROF_LOG_LEVEL", "loud", "unknown log level"},
-                        Case{"SMPROF_CHUNK_BYTES", "1000", "not a power of two"},
-                        Case{"SMPROF_CHUNK_BYTES", "128", "out of range"},
-                        Case{"SMPROF_CHUNK_BYTES", "131072", "out of range"},
-                        Case{"SMPROF_HIGH_WATER", "9", "out of range"},
-                        Case{"SMPROF_HIGH_WATER", "96", "out of range"},
-                        Case{"SMPROF_KERNELS", "x[", "unterminated"}}) {
+  for (const Case& c :
+       {Case{"SMPROF_BUFFER_MB", "0", "out of range"}, Case{"SMPROF_BUFFER_MB", "lots", "not a positive whole number"},
+        Case{"SMPROF_SHM_MB", "5000", "out of range"}, Case{"SMPROF_WARPS", "40", "out of range"},
+        Case{"SMPROF_LOG_LEVEL", "loud", "unknown log level"}, Case{"SMPROF_CHUNK_BYTES", "1000", "not a power of two"},
+        Case{"SMPROF_CHUNK_BYTES", "128", "out of range"}, Case{"SMPROF_CHUNK_BYTES", "131072", "out of range"},
+        Case{"SMPROF_HIGH_WATER", "9", "out of range"}, Case{"SMPROF_HIGH_WATER", "96", "out of range"},
+        Case{"SMPROF_KERNELS", "x[", "unterminated"}}) {
     Parsed bad = Parse({"a"}, {{c.var, c.value}});
     EXPECT_EQ(bad.outcome, ParseOutcome::kError) << c.var << "=" << c.value;
     EXPECT_EQ(bad.error.rfind(std::string(c.var) + ": ", 0), 0u) << bad.error;
@@ -270,16 +281,19 @@ TEST(RunOptionsTest, EnvironmentIsReadAndValidated) {
 }
 
 TEST(RunOptionsTest, OptionsOverrideEnvironment) {
-  const Environment env = {{"SMPROF_KERNELS", "reduce*"}, {"SMPROF_BUFFER_MB", "256"}, {"SMPROF_WARPS", "1"},
-                           {"SMPROF_SHM_MB", "16"}, {"SMPROF_LOG_LEVEL", "info"}};
-  Parsed p = Parse({"-k", "gemm", "--buffer-mb", "8", "--warps", "3", "--shm-mb", "2", "--log-level", "error", "a"},
-                   env);
+  const Environment env = {{"SMPROF_KERNELS", "reduce*"},
+                           {"SMPROF_BUFFER_MB", "256"},
+                           {"SMPROF_WARPS", "1"},
+                           {"SMPROF_SHM_MB", "16"},
+                           {"SMPROF_LOG_LEVEL", "info"}};
+  Parsed p =
+      Parse({"-k", "gemm", "--buffer-mb", "8", "--warps", "3", "--shm-mb", "2", "--log-level", "error", "a"}, env);
   ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
-  EXPECT_EQ(p.options.kernels, "gemm");
-  EXPECT_EQ(p.options.buffer_mb, 8u);
-  EXPECT_EQ(p.options.warps, "3");
-  EXPECT_EQ(p.options.shm_mb, 2u);
-  EXPECT_EQ(p.options.log_level, "error");
+  EXPECT_EQ(p.options.settings.kernels_spec, "gemm");
+  EXPECT_EQ(p.options.settings.buffer_mb, 8u);
+  EXPECT_EQ(p.options.settings.warps_spec, "3");
+  EXPECT_EQ(p.options.settings.shm_mb, 2u);
+  EXPECT_EQ(p.options.settings.log_level, "error");
   EXPECT_EQ(AppEnv(p.options, "SMPROF_KERNELS"), "gemm");
   EXPECT_EQ(AppEnv(p.options, "SMPROF_BUFFER_MB"), "8");
   EXPECT_EQ(AppEnv(p.options, "SMPROF_WARPS"), "3");
@@ -292,10 +306,10 @@ TEST(RunOptionsTest, OptionsOverrideEnvironment) {
 }
 
 TEST(RunOptionsTest, DefaultOutputPath) {
-  const std::string path = DefaultOutputPath("/usr/bin/python3", 1700000000);
+  const std::string path = DefaultOutputPath("/usr/bin/python3", 1700000000, 4321);
   EXPECT_EQ(path.rfind("smprof-python3-", 0), 0u) << path;
-  ASSERT_EQ(path.size(), std::string("smprof-python3-YYYYmmdd-HHMMSS.json").size()) << path;
-  EXPECT_EQ(path.substr(path.size() - 5), ".json");
+  ASSERT_EQ(path.size(), std::string("smprof-python3-YYYYmmdd-HHMMSS-4321.json").size()) << path;
+  EXPECT_EQ(path.substr(path.size() - 10), "-4321.json");
   const std::string stamp = path.substr(15, 15);
   for (size_t i = 0; i < stamp.size(); ++i) {
     if (i == 8) {
@@ -304,29 +318,50 @@ TEST(RunOptionsTest, DefaultOutputPath) {
       EXPECT_TRUE(stamp[i] >= '0' && stamp[i] <= '9') << path;
     }
   }
-  EXPECT_EQ(DefaultOutputPath("./app", 0).rfind("smprof-app-", 0), 0u);
-  EXPECT_EQ(DefaultOutputPath("app", 0).rfind("smprof-app-", 0), 0u);
+  // Two runs in the same second differ by their pid.
+  EXPECT_NE(DefaultOutputPath("app", 1700000000, 1), DefaultOutputPath("app", 1700000000, 2));
+  EXPECT_EQ(DefaultOutputPath("./app", 0, 1).rfind("smprof-app-", 0), 0u);
+  EXPECT_EQ(DefaultOutputPath("app", 0, 1).rfind("smprof-app-", 0), 0u);
+}
+
+TEST(RunOptionsTest, Force) {
+  EXPECT_TRUE(Parse({"--force", "a"}).options.force);
+  EXPECT_EQ(Parse({"--force=yes", "a"}).outcome, ParseOutcome::kError);
+}
+
+TEST(RunOptionsTest, SourcesSayWhereEachSettingCameFrom) {
+  Parsed p = Parse({"-k", "g*", "--buffer-mb=8", "a"}, {{"SMPROF_WARPS", "0"}, {"SMPROF_BUFFER_MB", "16"}});
+  ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
+  EXPECT_EQ(p.options.sources.at(Setting::kKernels), "-k");
+  EXPECT_EQ(p.options.sources.at(Setting::kBufferMb), "--buffer-mb");
+  EXPECT_EQ(p.options.sources.at(Setting::kWarps), "SMPROF_WARPS");
+  EXPECT_EQ(p.options.sources.count(Setting::kShmMb), 0u);
+  EXPECT_EQ(p.options.settings.warp_mask, 1u);
 }
 
 TEST(RunOptionsTest, AppEnvironmentInjection) {
   RunOptions o;
-  o.app_env["SMPROF_KERNELS"] = "gemm";
-  auto vars = AppEnvironment(o, "123-abcdef01", "/x/lib/libsmprof_inject.so", "");
+  std::string error;
+  ASSERT_TRUE(ParseSetting(Setting::kKernels, "gemm", "-k", &o.settings, &error)) << error;
+  o.sources[Setting::kKernels] = "-k";
+  const Helpers helpers{"/x/lib/smprof/libsmprof_inject.so", "/x/lib/smprof/libsmprof_preload.so"};
+  auto vars = AppEnvironment(o, "123-abcdef01", helpers, "");
   auto find = [&](const std::string& name) -> std::string {
     auto it = std::find_if(vars.begin(), vars.end(), [&](const auto& v) { return v.first == name; });
     return it == vars.end() ? "<unset>" : it->second;
   };
   EXPECT_EQ(find("SMPROF_RUN_ID"), "123-abcdef01");
-  EXPECT_EQ(find("CUDA_INJECTION64_PATH"), "/x/lib/libsmprof_inject.so");
-  EXPECT_EQ(find("LD_PRELOAD"), "<unset>");
+  EXPECT_EQ(find("SMPROF_INJECTOR"), helpers.injector);
+  EXPECT_EQ(find("CUDA_INJECTION64_PATH"), helpers.injector);
+  EXPECT_EQ(find("LD_PRELOAD"), helpers.preload);
   EXPECT_EQ(find("SMPROF_KERNELS"), "gemm");
+  EXPECT_EQ(find("SMPROF_BUFFER_MB"), "<unset>");  // defaults are not passed
 
+  vars = AppEnvironment(o, "r", helpers, "/y/other.so");
+  EXPECT_EQ(find("LD_PRELOAD"), helpers.preload + ":/y/other.so");
   o.preload = true;
-  vars = AppEnvironment(o, "r", "/x/inj.so", "");
-  EXPECT_EQ(find("LD_PRELOAD"), "/x/inj.so");
-  EXPECT_EQ(find("CUDA_INJECTION64_PATH"), "<unset>");
-  vars = AppEnvironment(o, "r", "/x/inj.so", "/y/other.so");
-  EXPECT_EQ(find("LD_PRELOAD"), "/x/inj.so:/y/other.so");
+  vars = AppEnvironment(o, "r", helpers, "/y/other.so");
+  EXPECT_EQ(find("LD_PRELOAD"), helpers.preload + ":" + helpers.injector + ":/y/other.so");
 }
 
 }  // namespace

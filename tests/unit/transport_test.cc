@@ -380,7 +380,7 @@ TEST_F(TransportTest, MalformedAndOversizedMessagesAreDropped) {
   reinterpret_cast<wire::MsgHeader*>(mismatch.data())->size = 56;
   EXPECT_FALSE(Send(*producer, mismatch, 1));
   EXPECT_FALSE(Send(*producer, MakeMessage(wire::kMsgPad, 64, 3), 1));
-  EXPECT_FALSE(Send(*producer, MakeMessage(wire::kMsgStats + 1, 64, 4), 1));
+  EXPECT_FALSE(Send(*producer, MakeMessage(wire::kMsgLastType + 1, 64, 4), 1));
   Bytes unaligned = MakeMessage(wire::kMsgName, 64, 5);
   EXPECT_FALSE(producer->Send(unaligned.data(), 60, 1));
   EXPECT_FALSE(producer->Send(unaligned.data(), 4, 1));
@@ -741,7 +741,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadHeader{"huge", wire::kMsgName, 0xfffffff8u},
                       BadHeader{"above_max", wire::kMsgName, wire::kMaxMessageBytes + 8},
                       BadHeader{"past_write_pos", wire::kMsgName, 72},
-                      BadHeader{"unknown_type", wire::kMsgStats + 1, 16},
+                      BadHeader{"unknown_type", wire::kMsgLastType + 1, 16},
                       BadHeader{"huge_type", 0xffffffffu, 16}),
     [](const ::testing::TestParamInfo<BadHeader>& p) { return std::string(p.param.label); });
 

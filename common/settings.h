@@ -1,0 +1,109 @@
+// Every SMPROF_* setting, defined once: its variable, its smprof-run option,
+// its default, its range, its parser and its help text.
+//
+// smprof-run reads a setting from its option or, failing that, from the
+// environment, and stops on a bad value; the injector reads the same variable
+// from the application's environment with the same parser, and on a bad value
+// logs the same message and keeps the default (except SMPROF_KERNELS: see
+// LoadSettings). So a value means the same thing wherever it is read, and the
+// help text, the run metadata and the application's environment all come from
+// this table.
+//
+// Used by the injector: no exceptions thrown on purpose, no global state
+// beyond the constant table.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/kernel_filter.h"
+
+namespace smprof {
+
+enum class Setting {
+  kKernels,
+  kBufferMb,
+  kChunkBytes,
+  kWarps,
+  kHighWater,
+  kShmMb,
+  kLogLevel,
+};
+
+struct SettingSpec {
+  Setting id;
+  const char* variable;      // "SMPROF_BUFFER_MB"
+  const char* option;        // smprof-run's long option without "--", or nullptr
+  char short_option;         // 0: none
+  const char* value_name;    // in the help: "N", "LIST", "LEVEL"
+  const char* default_text;  // in the help and the run metadata
+  const char* help;          // one sentence or a few lines, no default, no variable name
+};
+
+// The table, in help order.
+const std::vector<SettingSpec>& AllSettings();
+const SettingSpec& SpecOf(Setting setting);
+// nullptr when no setting has this option.
+const SettingSpec* FindSettingByOption(std::string_view long_option);
+const SettingSpec* FindSettingByShortOption(char short_option);
+
+// Values of every setting; the defaults are the documented ones.
+struct Settings {
+  std::string kernels_spec;  // as written; empty: every kernel
+  KernelFilter kernels;
+  uint32_t buffer_mb = 64;
+  uint32_t chunk_bytes = 1024;
+  std::string warps_spec;            // as written; empty: every warp
+  uint32_t warp_mask = 0xffffffffu;  // bit w: warp w of each block records
+  uint32_t high_water_percent = 75;
+  uint32_t shm_mb = 32;
+  std::string log_level = "warn";
+};
+
+// Parses `text` as the value of `setting` into *settings. On a bad value
+// returns false and sets *error to "<source>: <what is wrong and the fix>",
+// where `source` names where the text came from ("--buffer-mb",
+// "SMPROF_BUFFER_MB"); *settings is then unchanged.
+bool ParseSetting(Setting setting, std::string_view text, std::string_view source, Settings* settings,
+                  std::string* error);
+
+// The value of `setting` as text that ParseSetting reads back to the same
+// value ("" for a list setting that selects everything).
+std::string SettingText(Setting setting, const Settings& settings);
+
+using GetEnv = std::function<const char*(const char*)>;
+
+// Reads every setting from the environment (an empty variable counts as
+// unset). A bad value keeps the default and adds ParseSetting's message to
+// *errors, except a bad SMPROF_KERNELS, which sets *kernels_valid false:
+// profiling the wrong kernels would be worse than profiling none.
+Settings LoadSettings(const GetEnv& getenv_fn, std::vector<std::string>* errors, bool* kernels_valid);
+
+// --- parsers, shared by everything that reads numbers or lists -----------------
+
+// A decimal whole number in [min, max], digits only (leading zeros allowed).
+// On failure *error says "\"x\" is not a positive whole number: give a whole
+// number from min to max" or "x is out of range: give ...".
+bool ParseWholeNumber(std::string_view text, uint64_t min, uint64_t max, uint64_t* value, std::string* error);
+
+inline constexpr uint32_t kMaxWarpIndex = 31;  // 1024 threads per block
+
+// "0,4-7,31" -> mask of warp indices 0..31. On failure *error names the bad
+// item and the fix (out of range, reversed range, empty item, not a number).
+bool ParseWarpList(std::string_view text, uint32_t* mask, std::string* error);
+
+// trace, debug, info, warn, error, off.
+bool IsLogLevel(std::string_view text);
+inline constexpr const char* kLogLevelsText = "trace, debug, info, warn, error or off";
+
+// --- variables that are not settings: set by smprof-run or pointing at its parts
+
+inline constexpr const char* kEnvRunId = "SMPROF_RUN_ID";         // set by smprof-run for the program
+inline constexpr const char* kEnvInjector = "SMPROF_INJECTOR";    // path of libsmprof_inject.so
+inline constexpr const char* kEnvPreload = "SMPROF_PRELOAD";      // path of libsmprof_preload.so
+inline constexpr const char* kEnvCollector = "SMPROF_COLLECTOR";  // path of smprof-collector
+
+}  // namespace smprof

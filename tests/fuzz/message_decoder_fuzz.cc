@@ -1,0 +1,278 @@
+// Fuzz target: untrusted transport messages into MessageDecoder::Decode and
+// a real Collector.
+//
+// An input is one message, or a stream of framed messages (each header's
+// size leads to the next and the last ends the input exactly), as a ring
+// would deliver them. The whole input, and each frame of a stream, is decoded
+// from a buffer that ends exactly where the message ends (libFuzzer's and the
+// standalone driver's), and on success every decoded field, each text byte and
+// each event are read, so ASan flags any over-read, and the decoder's
+// promises are checked: the type is the header's, the size is aligned and in
+// range, text and events lie inside the message, event kinds are valid.
+//
+// The same messages then go through Collector::HandleMessage under one fixed
+// producer, which ends (HandleProducerEnd) after each input, so inputs share
+// no producer state. A collector writes its trace into a private temporary
+// directory and is finished, its trace deleted, and replaced every
+// kInputsPerCollector inputs (creating one per input would dominate the run
+// time; a crash in Finish therefore depends on the inputs before it). Its
+// malformed-message count must cover every message fed to it that Decode
+// rejected (it also counts some that decode, e.g. a second ProcessMsg).
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "collector/collector.h"
+#include "collector/message_decoder.h"
+#include "smprof/wire.h"
+#include "tests/fuzz/fuzz_target.h"
+#include "tests/support/wire_builders.h"
+
+namespace smprof::fuzz {
+namespace {
+
+constexpr uint64_t kInputsPerCollector = 256;
+constexpr transport::ProducerInfo kProducer{0, 4242};
+
+// wire::kMsgPad has no struct of its own; testing::Frame wants one.
+struct PadMsg {
+  wire::MsgHeader h;
+};
+
+void Require(bool ok, const char* what) {
+  if (ok) return;
+  std::fprintf(stderr, "message_decoder_fuzz: %s\n", what);
+  std::abort();
+}
+
+struct Counters {
+  uint64_t inputs = 0;
+  uint64_t streams = 0;
+  uint64_t frames = 0;  // messages decoded as parts of streams
+  uint64_t status[kNumDecodeStatus] = {};
+  uint64_t collectors = 0;
+  uint64_t collector_malformed = 0;  // messages the collectors counted as malformed
+};
+
+Counters g_counters;
+volatile uint64_t g_sink;  // keeps the reads of decoded data alive
+
+uint64_t Fold(uint64_t h, const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+// Decodes [data, data + size) and, on success, reads and checks everything
+// the result refers to. Returns whether Decode accepted it.
+bool DecodeAndTouch(const uint8_t* data, uint32_t size) {
+  DecodedMessage m;
+  const DecodeStatus status = MessageDecoder::Decode(data, size, &m);
+  const auto index = static_cast<size_t>(status);
+  Require(index < kNumDecodeStatus, "Decode returned an unknown status");
+  ++g_counters.status[index];
+  Require(DecodeStatusName(status) != nullptr, "DecodeStatusName returned null");
+  if (status != DecodeStatus::kOk) return false;
+
+  wire::MsgHeader h;
+  std::memcpy(&h, data, sizeof(h));
+  Require(m.type == h.type && h.type <= wire::kMsgLastType, "decoded type differs from the header");
+  Require(h.size == size && size % wire::kMsgAlign == 0 && size <= wire::kMaxMessageBytes,
+          "accepted a message of a bad size");
+  const auto* begin = reinterpret_cast<const char*>(data);
+  const char* end = begin + size;
+  Require(m.text.empty() || (m.text.data() >= begin && m.text.size() <= size &&
+                             m.text.data() + m.text.size() <= end),
+          "text outside the message");
+  const auto* events = reinterpret_cast<const char*>(m.events);
+  Require(m.event_count == 0 ||
+              (events >= begin && m.event_count <= size / sizeof(wire::WireEvent) &&
+               events + size_t{m.event_count} * sizeof(wire::WireEvent) <= end),
+          "events outside the message");
+  Require(m.type == wire::kMsgWarpEvents || m.event_count == 0, "events in a message without any");
+
+  uint64_t h64 = Fold(0xcbf29ce484222325ull, &m, sizeof(m));  // every fixed field
+  h64 = Fold(h64, m.text.data(), m.text.size());
+  for (uint32_t i = 0; i < m.event_count; ++i) {
+    const wire::WireEvent e = m.event(i);
+    Require(e.kind == wire::kEventBegin || e.kind == wire::kEventEnd || e.kind == wire::kEventInstant,
+            "accepted an event of a bad kind");
+    h64 = Fold(h64, &e, sizeof(e));
+  }
+  g_sink = h64;
+  return true;
+}
+
+// The frames of a stream of at least two messages that ends exactly at
+// `size`, or nothing.
+std::vector<std::pair<size_t, uint32_t>> SplitStream(const uint8_t* data, size_t size) {
+  std::vector<std::pair<size_t, uint32_t>> frames;
+  size_t at = 0;
+  while (size - at >= sizeof(wire::MsgHeader)) {
+    wire::MsgHeader h;
+    std::memcpy(&h, data + at, sizeof(h));
+    if (h.size < sizeof(h) || h.size % wire::kMsgAlign != 0 || h.size > size - at) break;
+    frames.emplace_back(at, h.size);
+    at += h.size;
+  }
+  if (at != size || frames.size() < 2) frames.clear();
+  return frames;
+}
+
+class CollectorBatch {
+ public:
+  CollectorBatch() {
+    char dir[] = "/tmp/smprof-fuzz-XXXXXX";
+    Require(mkdtemp(dir) != nullptr, "cannot create a temporary directory in /tmp");
+    dir_ = dir;
+  }
+  ~CollectorBatch() {
+    if (collector_) Finish();
+    rmdir(dir_.c_str());
+  }
+
+  void Feed(const uint8_t* data, uint32_t size, bool decoded) {
+    Get().HandleMessage(kProducer, data, size);
+    ++messages_;
+    if (!decoded) ++rejected_;
+  }
+  void EndInput(bool clean) {
+    Get().HandleProducerEnd(kProducer, clean);
+    if (++inputs_ < kInputsPerCollector) return;
+    const CollectorSummary summary = Finish();
+    Require(summary.malformed_messages >= rejected_ && summary.malformed_messages <= messages_,
+            "the collector's malformed count misses messages Decode rejected");
+    // As collector/main.cc prints it: producers' strings need not be UTF-8.
+    g_sink = summary.ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
+    ++g_counters.collectors;
+    g_counters.collector_malformed += summary.malformed_messages;
+    inputs_ = 0;
+    messages_ = 0;
+    rejected_ = 0;
+  }
+
+  CollectorBatch(const CollectorBatch&) = delete;
+  CollectorBatch& operator=(const CollectorBatch&) = delete;
+
+ private:
+  Collector& Get() {
+    if (!collector_) {
+      std::string error;
+      CollectorOptions options;
+      options.trace_path = dir_ + "/trace.json";
+      collector_ = Collector::Create(options, &error);
+      if (!collector_) {
+        std::fprintf(stderr, "message_decoder_fuzz: %s\n", error.c_str());
+        std::abort();
+      }
+    }
+    return *collector_;
+  }
+  // Finishes the collector and deletes its trace.
+  CollectorSummary Finish() {
+    CollectorSummary summary = collector_->Finish();
+    collector_.reset();
+    unlink(summary.trace.c_str());
+    return summary;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Collector> collector_;
+  uint64_t inputs_ = 0;
+  uint64_t messages_ = 0;  // messages fed
+  uint64_t rejected_ = 0;  // of those, rejected by Decode
+};
+
+CollectorBatch g_batch;
+
+}  // namespace
+
+TargetInfo GetTargetInfo() {
+  using namespace smprof::testing;
+  // One seed per builder of tests/support/wire_builders.h (add one for a new
+  // builder; new message types are reached anyway through header rewrites),
+  // boundary-sized ones, and streams like a process would send.
+  const std::vector<wire::WireEvent> events = {
+      {110, 1, wire::kEventBegin}, {115, 2, wire::kEventInstant}, {120, 1, wire::kEventEnd},
+      {130, 3, wire::kEventBegin}, {140, 9, wire::kEventEnd}};
+  wire::StatsMsg stats{};
+  stats.launches_profiled = 1;
+  stats.events_recorded = events.size();
+  stats.harvests = 1;
+  wire::LaunchMsg flagged = LaunchFields(2, 200, 900);
+  flagged.flags = wire::kLaunchNoActivity | wire::kLaunchFromGraph | wire::kLaunchForcedDrain;
+  flagged.grid_id = 77;
+  std::vector<Bytes> messages = {
+      Process(1234, 5'000'000'000ull, "./app --flag value", 1, 1'700'000'000'000'000'000ull),
+      Device(0, "NVIDIA H200", 0xab, 0x19),
+      Name(1, "load"),
+      Name(2, "mainloop done"),
+      Name(3, "compute"),
+      Launch(1, 100, 500, "void ns::gemm<128>(float const*, float*, int)"),
+      Launch(flagged, "k"),
+      Warp(1, 5, 1, 0, events),
+      Warp(2, 0, 0, 31, {}),
+      Harvest(600, wire::kHarvestSync, 3, 1),
+      Stats(stats),
+      Notice(wire::kNoticeSteppedAside, "another CUDA tool"),
+      Frame(PadMsg{}, wire::kMsgPad),
+      Name(4, std::string(kMaxStringBytes, 'n')),
+  };
+  std::vector<Bytes> seeds = messages;
+  Bytes session;
+  for (const Bytes& m : messages) {
+    if (m.size() < 4096) session.insert(session.end(), m.begin(), m.end());
+  }
+  seeds.push_back(session);
+  // A launch's events without the launch, and an END before its BEGIN.
+  Bytes orphans = Warp(9, 1, 0, 0, events);
+  const Bytes reversed = Warp(1, 1, 0, 1, {{300, 1, wire::kEventEnd}, {310, 1, wire::kEventBegin}});
+  orphans.insert(orphans.end(), reversed.begin(), reversed.end());
+  seeds.push_back(orphans);
+  return TargetInfo{"message_decoder_fuzz", 0, wire::kMaxMessageBytes + 64, std::move(seeds)};
+}
+
+std::string TargetSummary() {
+  const Counters& c = g_counters;
+  std::string s = "message_decoder_fuzz: " + std::to_string(c.inputs) + " inputs (" +
+                  std::to_string(c.streams) + " streams of " + std::to_string(c.frames) +
+                  " messages); decode results:";
+  for (int i = 0; i < kNumDecodeStatus; ++i) {
+    s += std::string(i == 0 ? " " : ", ") + DecodeStatusName(static_cast<DecodeStatus>(i)) + " " +
+         std::to_string(c.status[i]);
+  }
+  s += "; " + std::to_string(c.collectors) + " collectors finished, counting " +
+       std::to_string(c.collector_malformed) + " messages malformed";
+  return s;
+}
+
+}  // namespace smprof::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace smprof::fuzz;
+  using smprof::wire::kMaxMessageBytes;
+  ++g_counters.inputs;
+  // Larger inputs only repeat the kTooLarge check; uint32_t sizes from here on.
+  const auto whole = static_cast<uint32_t>(size < kMaxMessageBytes + 64 ? size : kMaxMessageBytes + 64);
+  const bool decoded = DecodeAndTouch(data, whole);
+  const auto frames = SplitStream(data, whole);
+  if (frames.empty()) {
+    g_batch.Feed(data, whole, decoded);
+  } else {
+    ++g_counters.streams;
+    for (const auto& [at, bytes] : frames) {
+      ++g_counters.frames;
+      g_batch.Feed(data + at, bytes, DecodeAndTouch(data + at, bytes));
+    }
+  }
+  g_batch.EndInput(whole == 0 || (data[whole - 1] & 1) != 0);
+  return 0;
+}

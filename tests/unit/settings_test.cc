@@ -1,0 +1,137 @@
+// The one settings table (common/settings.h): every setting is complete, its
+// parser accepts exactly its documented range, and the text a setting is
+// passed on as parses back to the same value.
+#include "common/settings.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+namespace smprof {
+namespace {
+
+TEST(SettingsTest, TableIsCompleteAndUnique) {
+  std::set<std::string> variables, options;
+  std::set<char> shorts;
+  std::set<Setting> ids;
+  for (const SettingSpec& s : AllSettings()) {
+    EXPECT_EQ(std::string(s.variable).rfind("SMPROF_", 0), 0u) << s.variable;
+    EXPECT_TRUE(variables.insert(s.variable).second) << s.variable;
+    EXPECT_TRUE(ids.insert(s.id).second) << s.variable;
+    if (s.option != nullptr) EXPECT_TRUE(options.insert(s.option).second) << s.option;
+    if (s.short_option != 0) EXPECT_TRUE(shorts.insert(s.short_option).second) << s.short_option;
+    EXPECT_NE(std::string(s.help), "") << s.variable;
+    EXPECT_NE(std::string(s.default_text), "") << s.variable;
+    EXPECT_NE(std::string(s.value_name), "") << s.variable;
+    EXPECT_EQ(&SpecOf(s.id), &s);
+  }
+  EXPECT_EQ(ids.size(), 7u) << "a Setting is missing from the table";
+  EXPECT_EQ(FindSettingByOption("buffer-mb")->id, Setting::kBufferMb);
+  EXPECT_EQ(FindSettingByShortOption('k')->id, Setting::kKernels);
+  EXPECT_EQ(FindSettingByOption("nope"), nullptr);
+  EXPECT_EQ(FindSettingByShortOption('z'), nullptr);
+}
+
+TEST(SettingsTest, DefaultsAreTheDocumentedOnes) {
+  const Settings s;
+  for (const SettingSpec& spec : AllSettings()) {
+    const std::string text = SettingText(spec.id, s);
+    if (!text.empty()) EXPECT_EQ(text, spec.default_text) << spec.variable;
+  }
+  EXPECT_TRUE(s.kernels.selects_all());
+  EXPECT_EQ(s.warp_mask, 0xffffffffu);
+}
+
+TEST(SettingsTest, RangesAndRoundTrip) {
+  struct Case {
+    Setting setting;
+    const char* good_low;
+    const char* good_high;
+    const char* bad_low;
+    const char* bad_high;
+  };
+  for (const Case& c :
+       {Case{Setting::kBufferMb, "1", "4095", "0", "4096"}, Case{Setting::kShmMb, "1", "4096", "0", "4097"},
+        Case{Setting::kChunkBytes, "256", "65536", "128", "131072"},
+        Case{Setting::kHighWater, "10", "95", "9", "96"}}) {
+    const char* var = SpecOf(c.setting).variable;
+    for (const char* good : {c.good_low, c.good_high}) {
+      Settings s;
+      std::string error;
+      ASSERT_TRUE(ParseSetting(c.setting, good, var, &s, &error)) << var << "=" << good << ": " << error;
+      EXPECT_EQ(SettingText(c.setting, s), good);
+    }
+    for (const char* bad : {c.bad_low, c.bad_high}) {
+      Settings s;
+      std::string error;
+      EXPECT_FALSE(ParseSetting(c.setting, bad, var, &s, &error)) << var << "=" << bad;
+      EXPECT_EQ(error.rfind(std::string(var) + ": ", 0), 0u) << error;
+      EXPECT_NE(error.find("out of range"), std::string::npos) << error;
+    }
+  }
+}
+
+TEST(SettingsTest, BadValueLeavesSettingsUnchanged) {
+  Settings s;
+  std::string error;
+  ASSERT_TRUE(ParseSetting(Setting::kWarps, "0-3", "--warps", &s, &error));
+  EXPECT_FALSE(ParseSetting(Setting::kWarps, "0,99", "--warps", &s, &error));
+  EXPECT_EQ(s.warps_spec, "0-3");
+  EXPECT_EQ(s.warp_mask, 0xfu);
+  EXPECT_FALSE(ParseSetting(Setting::kKernels, "a[", "-k", &s, &error));
+  EXPECT_TRUE(s.kernels.selects_all());
+}
+
+TEST(SettingsTest, WholeNumbers) {
+  uint64_t v = 0;
+  std::string error;
+  EXPECT_TRUE(ParseWholeNumber("007", 0, 10, &v, &error));
+  EXPECT_EQ(v, 7u);
+  EXPECT_TRUE(ParseWholeNumber("18446744073709551615", 0, UINT64_MAX, &v, &error));
+  EXPECT_EQ(v, UINT64_MAX);
+  EXPECT_FALSE(ParseWholeNumber("18446744073709551616", 0, UINT64_MAX, &v, &error));
+  EXPECT_NE(error.find("out of range"), std::string::npos);
+  for (const char* bad : {"", "-1", "+1", " 1", "1 ", "1.0", "0x10", "1e3"}) {
+    EXPECT_FALSE(ParseWholeNumber(bad, 0, 100, &v, &error)) << bad;
+    EXPECT_NE(error.find("not a positive whole number"), std::string::npos) << bad;
+  }
+}
+
+TEST(SettingsTest, WarpLists) {
+  uint32_t mask = 0;
+  std::string error;
+  EXPECT_TRUE(ParseWarpList("0,4-7,31", &mask, &error));
+  EXPECT_EQ(mask, 0x800000f1u);
+  EXPECT_TRUE(ParseWarpList("0-31", &mask, &error));
+  EXPECT_EQ(mask, 0xffffffffu);
+  EXPECT_FALSE(ParseWarpList("32", &mask, &error));
+  EXPECT_NE(error.find("a block has at most 32 warps"), std::string::npos) << error;
+}
+
+TEST(SettingsTest, LoadFromEnvironmentUsesTheSameParser) {
+  const std::map<std::string, std::string> env = {
+      {"SMPROF_BUFFER_MB", "8"}, {"SMPROF_WARPS", "0,99"}, {"SMPROF_LOG_LEVEL", ""}, {"SMPROF_KERNELS", "x["}};
+  std::vector<std::string> errors;
+  bool kernels_valid = true;
+  const Settings s = LoadSettings(
+      [&](const char* name) -> const char* {
+        auto it = env.find(name);
+        return it == env.end() ? nullptr : it->second.c_str();
+      },
+      &errors, &kernels_valid);
+  EXPECT_EQ(s.buffer_mb, 8u);
+  EXPECT_EQ(s.warp_mask, 0xffffffffu);
+  EXPECT_EQ(s.log_level, "warn");  // empty counts as unset
+  EXPECT_FALSE(kernels_valid);
+  ASSERT_EQ(errors.size(), 2u);
+  // The same message smprof-run would print, plus what the injector does instead.
+  Settings ignored;
+  std::string runner_error;
+  ParseSetting(Setting::kWarps, "0,99", "SMPROF_WARPS", &ignored, &runner_error);
+  EXPECT_EQ(errors[1], runner_error + "; using all warps");
+  EXPECT_NE(errors[0].find("profiling is off"), std::string::npos) << errors[0];
+}
+
+}  // namespace
+}  // namespace smprof
