@@ -19,8 +19,12 @@ TEST(SettingsTest, TableIsCompleteAndUnique) {
     EXPECT_EQ(std::string(s.variable).rfind("SMPROF_", 0), 0u) << s.variable;
     EXPECT_TRUE(variables.insert(s.variable).second) << s.variable;
     EXPECT_TRUE(ids.insert(s.id).second) << s.variable;
-    if (s.option != nullptr) EXPECT_TRUE(options.insert(s.option).second) << s.option;
-    if (s.short_option != 0) EXPECT_TRUE(shorts.insert(s.short_option).second) << s.short_option;
+    if (s.option != nullptr) {
+      EXPECT_TRUE(options.insert(s.option).second) << s.option;
+    }
+    if (s.short_option != 0) {
+      EXPECT_TRUE(shorts.insert(s.short_option).second) << s.short_option;
+    }
     EXPECT_NE(std::string(s.help), "") << s.variable;
     EXPECT_NE(std::string(s.default_text), "") << s.variable;
     EXPECT_NE(std::string(s.value_name), "") << s.variable;
@@ -37,7 +41,9 @@ TEST(SettingsTest, DefaultsAreTheDocumentedOnes) {
   const Settings s;
   for (const SettingSpec& spec : AllSettings()) {
     const std::string text = SettingText(spec.id, s);
-    if (!text.empty()) EXPECT_EQ(text, spec.default_text) << spec.variable;
+    if (!text.empty()) {
+      EXPECT_EQ(text, spec.default_text) << spec.variable;
+    }
   }
   EXPECT_TRUE(s.kernels.selects_all());
   EXPECT_EQ(s.warp_mask, 0xffffffffu);
