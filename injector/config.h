@@ -16,8 +16,7 @@
 namespace smprof::injector {
 
 struct Config {
-  std::string run_id;    // SMPROF_RUN_ID (set by smprof-run)
-  std::string injector;  // SMPROF_INJECTOR: this library, as smprof-run found it
+  std::string run_id;  // SMPROF_RUN_ID (set by smprof-run)
   Settings settings;
   bool kernels_valid = true;
 

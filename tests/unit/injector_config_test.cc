@@ -34,7 +34,6 @@ TEST(InjectorConfig, Defaults) {
 TEST(InjectorConfig, ValidValues) {
   std::vector<std::string> errors;
   const Config c = Load({{"SMPROF_RUN_ID", "12-ab"},
-                         {"SMPROF_INJECTOR", "/p/libsmprof_inject.so"},
                          {"SMPROF_BUFFER_MB", "8"},
                          {"SMPROF_CHUNK_BYTES", "4096"},
                          {"SMPROF_WARPS", "0,4-5,31"},
@@ -43,7 +42,6 @@ TEST(InjectorConfig, ValidValues) {
                         &errors);
   EXPECT_TRUE(errors.empty()) << errors.front();
   EXPECT_EQ(c.run_id, "12-ab");
-  EXPECT_EQ(c.injector, "/p/libsmprof_inject.so");
   EXPECT_EQ(c.buffer_bytes(), 8ull << 20);
   EXPECT_EQ(c.settings.chunk_bytes, 4096u);
   EXPECT_EQ(c.settings.warp_mask, (1u << 0) | (1u << 4) | (1u << 5) | (1u << 31));
