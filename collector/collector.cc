@@ -161,6 +161,7 @@ struct Collector::WarpTrack {
     uint32_t name_id;
     uint32_t prev_same;  // position of the previous open BEGIN of this name, or kNone
     uint64_t begin_ns;
+    uint32_t begin_cycles;  // %clock64 bits 0-31 at the BEGIN
     bool live;
   };
   uint32_t tid = 0;
@@ -170,12 +171,12 @@ struct Collector::WarpTrack {
   size_t bottom = 0;                           // no live entry below this position
   std::unordered_map<uint32_t, uint32_t> top;  // name -> position of its latest open BEGIN
 
-  void Push(uint32_t name_id, uint64_t begin_ns) {
+  void Push(uint32_t name_id, uint64_t begin_ns, uint32_t begin_cycles) {
     const uint32_t pos = static_cast<uint32_t>(open.size());
     auto [it, inserted] = top.try_emplace(name_id, pos);
     const uint32_t prev = inserted ? kNone : it->second;
     it->second = pos;
-    open.push_back({name_id, prev, begin_ns, true});
+    open.push_back({name_id, prev, begin_ns, begin_cycles, true});
     ++live;
   }
 
@@ -224,7 +225,7 @@ struct Collector::WarpTrack {
       if (!o.live) continue;
       const uint32_t pos = static_cast<uint32_t>(kept.size());
       auto [it, inserted] = top.try_emplace(o.name_id, pos);
-      kept.push_back({o.name_id, inserted ? kNone : it->second, o.begin_ns, true});
+      kept.push_back({o.name_id, inserted ? kNone : it->second, o.begin_ns, o.begin_cycles, true});
       it->second = pos;
     }
     open.swap(kept);
@@ -498,7 +499,13 @@ void Collector::OnDevice(Producer& p, const DecodedMessage& m) {
                {"sm_count", d.sm_count},
                {"compute_capability", std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor)},
                {"sm_clock_khz", d.sm_clock_khz},
+               {"sm_clock_measured_khz", d.sm_clock_measured_khz},
                {"timer_resolution_ns", d.timer_resolution_ns},
+               {"marker_cost_cycles",
+                {{"context", d.cost_context_centicycles / 100.0},
+                 {"default", d.cost_default_centicycles / 100.0},
+                 {"diverged", d.cost_diverged_centicycles / 100.0},
+                 {"idle", d.cost_idle_centicycles / 100.0}}},
                {"seen_as", nlohmann::json::array()}};
     std::string label = "GPU " + std::to_string(g.index) + " | " + name;
     if (!pci.empty()) label += " | " + pci;
@@ -627,7 +634,7 @@ void Collector::OnWarpEvents(Producer& p, const DecodedMessage& m) {
     const wire::WireEvent e = m.event(i);
     w.last_ns = std::max(w.last_ns, e.time_ns);
     p.last_ns = std::max(p.last_ns, e.time_ns);
-    switch (e.kind) {
+    switch (e.kind & wire::kEventKindMask) {
       case wire::kEventBegin:
         if (w.live >= kMaxOpenBegins) {
           // Bounded memory: the oldest open BEGIN is written as unterminated.
@@ -637,14 +644,18 @@ void Collector::OnWarpEvents(Producer& p, const DecodedMessage& m) {
                                 " ranges were open on this warp; the oldest was closed here");
           w.Close(oldest);
         }
-        w.Push(e.name_id, e.time_ns);
+        w.Push(e.name_id, e.time_ns, e.cycles);
         break;
       case wire::kEventEnd: {
         const uint32_t pos = w.Find(e.name_id);
         if (pos != WarpTrack::kNone) {
           const uint64_t ts = Rel(w.open[pos].begin_ns);
           const uint64_t end = std::max(ts, Rel(e.time_ns));
-          writer_->Complete(l.json_pid, w.tid, NameOf(p, e.name_id), ts, end - ts, nullptr);
+          // SM cycles, exact: both ends were stamped by one SM's %clock64
+          // (ranges shorter than 2^32 cycles, about 2 s).
+          JsonArgs args;
+          args.Uint("cycles", e.cycles - w.open[pos].begin_cycles);
+          writer_->Complete(l.json_pid, w.tid, NameOf(p, e.name_id), ts, end - ts, &args);
           Touch(end);
           summary_.events += 2;
           w.Close(pos);

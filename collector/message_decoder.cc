@@ -106,6 +106,7 @@ DecodeStatus MessageDecoder::Decode(const uint8_t* data, uint32_t size, DecodedM
       out->events = data + sizeof(wire::WarpEventsMsg);
       out->event_count = out->warp_events.count;
       for (uint32_t i = 0; i < out->event_count; ++i) {
+        // Begin, end and instant, without flags: what the recorder writes today.
         const uint32_t kind = out->event(i).kind;
         if (kind != wire::kEventBegin && kind != wire::kEventEnd && kind != wire::kEventInstant) {
           return DecodeStatus::kBadEventKind;

@@ -1,5 +1,7 @@
 #include "injector/harvest.h"
 
+#include "injector/clock_map.h"
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -19,6 +21,31 @@ uint64_t Distance(uint64_t t, const KernelRecord& r) {
   return 0;
 }
 
+// One entry per warp: the events of all its chunks, in %clock64 order (one
+// SM's counter; the sort is stable, so recording order breaks ties).
+void MergeWarps(Launch* launch) {
+  auto key = [](const LaunchEvents& w) {
+    const WarpSegment& s = *w.segment;
+    return std::make_tuple(s.block[2], s.block[1], s.block[0], s.warp);
+  };
+  std::stable_sort(launch->warps.begin(), launch->warps.end(),
+                   [&](const LaunchEvents& a, const LaunchEvents& b) { return key(a) < key(b); });
+  std::vector<LaunchEvents> merged;
+  for (LaunchEvents& w : launch->warps) {
+    if (merged.empty() || key(merged.back()) != key(w)) {
+      merged.push_back(std::move(w));
+      continue;
+    }
+    std::vector<DecodedEvent>& into = merged.back().events;
+    into.insert(into.end(), w.events.begin(), w.events.end());
+  }
+  for (LaunchEvents& w : merged) {
+    std::stable_sort(w.events.begin(), w.events.end(),
+                     [](const DecodedEvent& a, const DecodedEvent& b) { return a.clock < b.clock; });
+  }
+  launch->warps = std::move(merged);
+}
+
 }  // namespace
 
 void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes,
@@ -29,35 +56,54 @@ void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_byt
     wire::ChunkHeader header;
     std::memcpy(&header, base, sizeof(header));
     ++stats->chunks;
-    if (header.magic != wire::kChunkMagic) {
+    if (header.magic != wire::kChunkMagic || capacity < wire::kChunkHeaderSlots) {
       ++stats->malformed_chunks;
       continue;
     }
     WarpSegment segment;
     segment.grid_id = header.grid_id;
-    segment.anchor = header.anchor;
+    segment.name_base = header.name_base;
     segment.block[0] = header.block_x;
     segment.block[1] = header.block_y;
     segment.block[2] = header.block_z;
     segment.sm = header.sm;
     segment.warp = header.warp;
-    bool ended = false;
+    segment.hw_warp = header.hw_warp;
+    segment.flags = header.flags;
+    segment.anchor_clock = header.anchor_clock;
+    segment.anchor_time_ns = header.anchor_time_ns;
     for (uint32_t i = wire::kChunkHeaderSlots; i < capacity; ++i) {
       wire::Event e;
       std::memcpy(&e, base + static_cast<uint64_t>(i) * sizeof(wire::Event), sizeof(e));
-      if (e.time_ns == 0 && e.name_offset == 0 && e.info == 0) {
-        ended = true;
-        continue;
+      if (e.info == 0) {
+        if (e.clock_lo != 0 || e.name_offset != 0 || e.value != 0) ++stats->malformed_events;
+        continue;  // unused slot
       }
+      // This recorder writes begin, end and instant events without flags;
+      // the other kinds of wire.h are decoded once the device API writes them.
       const uint32_t kind = e.info & wire::kEventKindMask;
-      if (ended || e.time_ns == 0 || kind == 0 || (e.info & ~wire::kEventKindMask) != 0) {
+      if (kind < wire::kEventBegin || kind > wire::kEventInstant || (e.info & wire::kEventFlagsMask) != 0) {
         ++stats->malformed_events;
         continue;
       }
-      segment.events.push_back(e);
+      DecodedEvent d;
+      d.clock = wire::EventClock(e);
+      d.name_offset = e.name_offset;
+      d.info = e.info & (wire::kEventKindMask | wire::kEventFlagsMask);
+      d.value = e.value;
+      segment.events.push_back(d);
     }
     stats->events += segment.events.size();
     if (!segment.events.empty()) out->push_back(std::move(segment));
+  }
+}
+
+void MapEventClocks(std::vector<WarpSegment>* segments, double fallback_cycles_per_ns) {
+  ClockMap map(fallback_cycles_per_ns);
+  for (const WarpSegment& s : *segments) map.AddAnchor(s.sm, s.anchor_clock, s.anchor_time_ns);
+  map.Build();
+  for (WarpSegment& s : *segments) {
+    for (DecodedEvent& e : s.events) e.time_ns = map.ToNs(s.sm, e.clock);
   }
 }
 
@@ -68,7 +114,7 @@ int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std:
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> span;  // grid id -> first, last event
   for (const WarpSegment& s : segments) {
     auto [it, fresh] = span.try_emplace(s.grid_id, UINT64_MAX, 0);
-    for (const wire::Event& e : s.events) {
+    for (const DecodedEvent& e : s.events) {
       it->second.first = std::min(it->second.first, e.time_ns);
       it->second.second = std::max(it->second.second, e.time_ns);
     }
@@ -106,7 +152,7 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
         launch.flags = wire::kLaunchNoActivity;
       }
       launch.warps.push_back({&segment, segment.events});
-      for (wire::Event& e : launch.warps.back().events) {
+      for (DecodedEvent& e : launch.warps.back().events) {
         e.time_ns += static_cast<uint64_t>(clock_offset);
         r.start_ns = std::min(r.start_ns, e.time_ns);
         r.end_ns = std::max(r.end_ns, e.time_ns);
@@ -118,7 +164,7 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
     const std::vector<size_t>& candidates = it->second;
     // Events of one segment usually belong to one launch: assign runs.
     size_t current = SIZE_MAX;
-    for (wire::Event e : segment.events) {
+    for (DecodedEvent e : segment.events) {
       e.time_ns += static_cast<uint64_t>(clock_offset);
       size_t best = candidates.front();
       uint64_t best_distance = UINT64_MAX;
@@ -148,6 +194,7 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
     if (l.event_count > 0) result.push_back(std::move(l));
   }
   for (auto& [grid, launch] : synthetic) result.push_back(std::move(launch));
+  for (Launch& l : result) MergeWarps(&l);
   for (const Launch& l : result) stats->events += l.event_count;
   std::stable_sort(result.begin(), result.end(), [](const Launch& a, const Launch& b) {
     return std::tie(a.record.start_ns, a.record.correlation_id) < std::tie(b.record.start_ns, b.record.correlation_id);

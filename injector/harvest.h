@@ -5,9 +5,13 @@
 // wrote themselves.
 //
 //   DecodeChunks    arena chunks -> WarpSegments (one per chunk), validated:
-//                   a chunk without kChunkMagic, an event with an unknown kind
-//                   or a zero timestamp before the end of the chunk is counted
-//                   as malformed and skipped, never trusted.
+//                   a chunk without kChunkMagic, or an event with a kind or
+//                   flags this recorder does not write, is counted as
+//                   malformed and skipped, never trusted. Unused (all-zero)
+//                   slots are skipped wherever they are: a warp that raced a
+//                   claim on a diverged path may leave one.
+//   MapEventClocks  each event's %clock64 -> %globaltimer ns, through the
+//                   anchors of the chunks of its SM (injector/clock_map.h).
 //   EstimateClockOffset
 //                   %globaltimer and CUPTI's timestamps share an epoch but not
 //                   an origin (CUPTI maps GPU time onto CLOCK_REALTIME; ~100 us
@@ -19,7 +23,10 @@
 //                   reuse, so each *event* is assigned to the record of that
 //                   grid id whose [start, end] contains its timestamp (the
 //                   nearest one otherwise). Grid ids without any record become
-//                   synthetic launches flagged kLaunchNoActivity.
+//                   synthetic launches flagged kLaunchNoActivity. The chunks
+//                   of one warp (a profiling context's and the shared-memory
+//                   cursor's, several when a warp fills more than one) are
+//                   merged into one event list in %clock64 order.
 #pragma once
 
 #include <cstdint>
@@ -31,13 +38,26 @@
 
 namespace smprof::injector {
 
+// One event as the host carries it.
+struct DecodedEvent {
+  uint64_t time_ns = 0;  // set by MapEventClocks, moved onto CUPTI's clock by MatchLaunches
+  uint64_t clock = 0;    // %clock64 (56 bits)
+  int32_t name_offset = 0;
+  uint32_t info = 0;  // wire::EventKind | wire::EventFlags
+  uint32_t value = 0;
+};
+
 struct WarpSegment {
   uint64_t grid_id = 0;
-  uint64_t anchor = 0;  // module g_arena address: names are anchor + offset
+  uint64_t name_base = 0;  // module g_name_base address: names are name_base + offset
   uint32_t block[3] = {0, 0, 0};
   uint16_t sm = 0;
   uint16_t warp = 0;
-  std::vector<wire::Event> events;  // recording order
+  uint8_t hw_warp = 0;  // %warpid
+  uint8_t flags = 0;    // wire::ChunkFlags
+  uint64_t anchor_clock = 0;
+  uint64_t anchor_time_ns = 0;
+  std::vector<DecodedEvent> events;  // recording order
 };
 
 struct DecodeStats {
@@ -51,6 +71,11 @@ struct DecodeStats {
 // >= 64). Appends one segment per valid, non-empty chunk.
 void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes,
                   std::vector<WarpSegment>* out, DecodeStats* stats);
+
+// Sets every event's time_ns from its clock and the anchors of all segments
+// on its SM; `fallback_cycles_per_ns` is the SM clock in GHz (measured, or
+// nominal), used where an SM's anchors span too little time to fit a rate.
+void MapEventClocks(std::vector<WarpSegment>* segments, double fallback_cycles_per_ns);
 
 // What CUPTI said about one kernel execution.
 struct KernelRecord {
@@ -70,15 +95,17 @@ struct KernelRecord {
   std::string name;  // mangled, as CUPTI reports it
 };
 
+// The events of one warp in one launch, in %clock64 order. `segment` is the
+// warp's first chunk (its identity: block, warp, SM, name base).
 struct LaunchEvents {
   const WarpSegment* segment = nullptr;
-  std::vector<wire::Event> events;
+  std::vector<DecodedEvent> events;
 };
 
 struct Launch {
   KernelRecord record;
   uint32_t flags = 0;  // wire::LaunchFlags
-  std::vector<LaunchEvents> warps;  // grouped by segment, recording order kept
+  std::vector<LaunchEvents> warps;  // one per warp
   uint64_t event_count = 0;
 };
 

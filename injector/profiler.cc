@@ -23,6 +23,7 @@
 #include "common/cuda_tools.h"
 #include "common/names.h"
 #include "common/transport.h"
+#include "injector/calibration.h"
 #include "injector/config.h"
 #include "injector/harvest.h"
 #include "injector/log.h"
@@ -329,6 +330,9 @@ struct ContextState {
   CUfunction probe = nullptr;
   CUstream probe_stream = nullptr;  // own stream: a probe stuck behind a persistent kernel blocks nothing
   int64_t clock_offset = 0;
+  // The SM clock in GHz (calibration kernel, else the nominal clock rate):
+  // event cycles map to ns with it where an SM's anchors span too little time.
+  double cycles_per_ns = 0;
   std::unordered_map<uint64_t, std::string> names;  // device address -> marker name
 };
 
@@ -627,6 +631,31 @@ bool Profiler::CreateArena(ContextState* cs) {
       device.timer_resolution_ns = static_cast<uint32_t>(std::min<uint64_t>(cs->pinned->timer_step, UINT32_MAX));
     }
   }
+  cs->cycles_per_ns = device.sm_clock_khz / 1e6;
+  if (cs->probe_stream != nullptr) {
+    Calibration cal;
+    std::string why;
+    const auto wait = [](CUstream s) {
+      return WaitIdle(s, std::chrono::steady_clock::now() + std::chrono::milliseconds(300));
+    };
+    if (Calibrate(cs->probe_stream, ArenaSymbol(kAbi), wait, &cal, &why)) {
+      device.sm_clock_measured_khz = cal.sm_clock_khz;
+      device.cost_context_centicycles = cal.cost_context_centicycles;
+      device.cost_default_centicycles = cal.cost_default_centicycles;
+      device.cost_diverged_centicycles = cal.cost_diverged_centicycles;
+      device.cost_idle_centicycles = cal.cost_idle_centicycles;
+      if (cal.sm_clock_khz != 0) cs->cycles_per_ns = cal.sm_clock_khz / 1e6;
+      Log().info("GPU {}: SM clock {} MHz measured; a marker costs {:.1f} cycles with a context, {:.1f} without, "
+                 "{:.1f} diverged, {:.1f} idle",
+                 device.ordinal, cal.sm_clock_khz / 1000, cal.cost_context_centicycles / 100.0,
+                 cal.cost_default_centicycles / 100.0, cal.cost_diverged_centicycles / 100.0,
+                 cal.cost_idle_centicycles / 100.0);
+    } else {
+      Log().warn("GPU {}: the calibration kernel did not run ({}); the trace has no measured marker cost",
+                 device.ordinal, why);
+    }
+  }
+  if (cs->cycles_per_ns <= 0) cs->cycles_per_ns = 1.0;  // no clock rate at all: cycles read as ns
   {
     std::lock_guard<std::mutex> lock(ship_mu);
     shipper->SendDevice(device);
@@ -920,6 +949,7 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
   std::vector<WarpSegment> segments;
   DecodeStats decode;
   DecodeChunks(data.data(), used, chunk_bytes, &segments, &decode);
+  MapEventClocks(&segments, cs->cycles_per_ns);
   cs->clock_offset = EstimateClockOffset(segments, records, cs->clock_offset);
   MatchStats match;
   std::vector<Launch> launches = MatchLaunches(
@@ -929,8 +959,8 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
   std::unordered_map<uint64_t, std::string> names;
   for (const Launch& l : launches) {
     for (const LaunchEvents& w : l.warps) {
-      for (const wire::Event& e : w.events) {
-        const uint64_t address = w.segment->anchor + static_cast<int64_t>(e.name_offset);
+      for (const DecodedEvent& e : w.events) {
+        const uint64_t address = w.segment->name_base + static_cast<int64_t>(e.name_offset);
         if (!names.count(address)) names.emplace(address, ReadName(cs, address));
       }
     }

@@ -62,6 +62,11 @@ void Shipper::SendDevice(const DeviceInfo& d) {
   m.pci_device = d.pci_device;
   m.sm_clock_khz = d.sm_clock_khz;
   m.timer_resolution_ns = d.timer_resolution_ns;
+  m.sm_clock_measured_khz = d.sm_clock_measured_khz;
+  m.cost_context_centicycles = d.cost_context_centicycles;
+  m.cost_default_centicycles = d.cost_default_centicycles;
+  m.cost_diverged_centicycles = d.cost_diverged_centicycles;
+  m.cost_idle_centicycles = d.cost_idle_centicycles;
   m.name_len = ClampedLength(d.name);
   if (Send(wire::kMsgDevice, &m, sizeof(m), d.name.data(), m.name_len, 0)) devices_sent_.push_back(d.ordinal);
 }
@@ -120,17 +125,18 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
         const size_t count = std::min<size_t>(kMaxEventsPerMessage, warp.events.size() - first);
         events.clear();
         for (size_t i = first; i < first + count; ++i) {
-          const wire::Event& e = warp.events[i];
-          const uint64_t address = seg.anchor + static_cast<int64_t>(e.name_offset);
+          const DecodedEvent& e = warp.events[i];
+          const uint64_t address = seg.name_base + static_cast<int64_t>(e.name_offset);
           auto it = address_ids_.find(address);
           if (it == address_ids_.end()) it = address_ids_.emplace(address, InternName(name_of(address))).first;
-          events.push_back({e.time_ns, it->second, e.info & wire::kEventKindMask});
+          events.push_back({e.time_ns, static_cast<uint32_t>(e.clock), it->second, e.info, e.value});
         }
         auto w = Zeroed<wire::WarpEventsMsg>();
         w.launch_id = m.launch_id;
         std::copy(seg.block, seg.block + 3, w.block);
         w.sm = seg.sm;
         w.warp = seg.warp;
+        w.hw_warp = seg.hw_warp;
         w.count = static_cast<uint32_t>(count);
         Send(wire::kMsgWarpEvents, &w, sizeof(w), events.data(),
              static_cast<uint32_t>(events.size() * sizeof(wire::WireEvent)), count);

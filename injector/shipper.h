@@ -45,6 +45,12 @@ struct DeviceInfo {
   uint32_t pci_device = 0;
   uint32_t sm_clock_khz = 0;
   uint32_t timer_resolution_ns = 0;  // 0: not measured
+  // From the calibration kernel (injector/calibration.h); 0: not measured.
+  uint32_t sm_clock_measured_khz = 0;
+  uint32_t cost_context_centicycles = 0;
+  uint32_t cost_default_centicycles = 0;
+  uint32_t cost_diverged_centicycles = 0;
+  uint32_t cost_idle_centicycles = 0;
   std::string name;
 };
 

@@ -17,13 +17,18 @@
 //
 //       [ArenaHeader | chunk 0 | chunk 1 | ...]
 //
-//     A recording warp owns one chunk at a time; its cursor (tag, next slot)
-//     lives in a per-warp slot of static shared memory. When the cursor's tag
-//     is not the warp's own, or its chunk is full, it claims the next chunk
-//     with one atomicAdd on ArenaHeader::next_chunk and writes a ChunkHeader
-//     naming itself (%gridid, block, warp, SM). Events are 16-byte records; an
-//     all-zero record is an unused slot. Claims past num_chunks fail: the
-//     event is counted in ArenaHeader::dropped_events and never written.
+//     A chunk has one writer: a warp of one block, which claims it with one
+//     atomicAdd on ArenaHeader::next_chunk and writes a ChunkHeader naming
+//     itself (%gridid, block, warp, SM, %warpid) and a clock anchor
+//     (%clock64 and %globaltimer read together). Events are 16-byte records
+//     stamped with %clock64 (SM cycles): durations are cycle-exact, and the
+//     anchors of the chunks of one SM map cycles onto the %globaltimer
+//     timeline. A warp may fill several chunks at once: markers of a
+//     profiling context reached while the warp is converged go to the
+//     context's chunk, the others to the chunk of the warp's shared-memory
+//     cursor; the host merges them by time. An all-zero record is an unused
+//     slot. Claims past num_chunks fail: the event is counted in
+//     ArenaHeader::dropped_events and never written.
 //     The injector reads the arena only when no kernel can be writing it
 //     (see injector/harvest.h), then zeroes what was used and bumps the epoch
 //     so that cursors left in shared memory by earlier blocks never match.
@@ -42,49 +47,83 @@ namespace smprof::wire {
 // Device arena
 // ---------------------------------------------------------------------------
 
-inline constexpr uint32_t kArenaAbiVersion = 1;
+inline constexpr uint32_t kArenaAbiVersion = 2;
 inline constexpr uint32_t kArenaMagic = 0x534d5041u;  // "SMPA"
-inline constexpr uint8_t kChunkMagic = 0xC5;
+inline constexpr uint8_t kChunkMagic = 0xC6;
 
+// Bits 0-3 of Event::info. Kinds 4-8 are laid out for the device API's
+// phases, async spans and 64-bit values; a decoder that does not know a kind
+// counts the event as malformed.
 enum EventKind : uint32_t {
-  kEventBegin = 1,
-  kEventEnd = 2,
-  kEventInstant = 3,
+  kEventBegin = 1,       // opens a range (closed by the latest kEventEnd of the same name)
+  kEventEnd = 2,         // closes a range; may carry a value
+  kEventInstant = 3,     // a point in time; may carry a value
+  kEventPhase = 4,       // closes the warp's open phase (if any) and opens `name`
+  kEventPhaseEnd = 5,    // closes the warp's open phase
+  kEventAsyncBegin = 6,  // opens a span that another warp may close; value = token
+  kEventAsyncEnd = 7,    // closes the span of `name` and token `value`
+  kEventValueHigh = 8,   // continuation slot: value = bits 32-63 of the previous event's value
 };
-inline constexpr uint32_t kEventKindMask = 0x3;
+inline constexpr uint32_t kEventKindMask = 0xf;
+inline constexpr uint32_t kMaxEventKind = kEventValueHigh;
 
-// One marker as recorded by the device. 16 bytes: one vector store.
+// Bits 4-7 of Event::info.
+enum EventFlags : uint32_t {
+  kEventHasValue = 1u << 4,   // `value` is the user's
+  kEventCounter = 1u << 5,    // ... and a counter sample (a counter track, not an argument)
+  kEventWideValue = 1u << 6,  // ... 64 bits wide: the next slot is its kEventValueHigh
+  kEventNameValue = 1u << 7,  // the name is a format with one integer ("stage %d"): `value`
+};
+inline constexpr uint32_t kEventFlagsMask = 0xf0;
+inline constexpr uint32_t kEventClockShift = 8;  // info bits 8-31: %clock64 bits 32-55
+
+// One marker as recorded by the device. 16 bytes: one vector store. The
+// timestamp is %clock64 (56 bits: clock_lo, and info's upper 24 bits, which
+// wrap after a year at 2 GHz).
 struct Event {
-  uint64_t time_ns;     // %globaltimer; 0 marks an unused slot
-  int32_t name_offset;  // name literal address minus the chunk's anchor
-  uint32_t info;        // bits 0-1: EventKind; other bits reserved (0)
+  uint32_t clock_lo;    // %clock64 bits 0-31
+  uint32_t info;        // kind | flags | %clock64 bits 32-55 << 8; 0 marks an unused slot
+  int32_t name_offset;  // name literal address minus the chunk's name_base
+  uint32_t value;       // the user's value (or token, or format integer); 0 without one
 };
 
-// First two event slots of every chunk: who owns it.
+constexpr uint64_t EventClock(const Event& e) {
+  return static_cast<uint64_t>(e.clock_lo) | (static_cast<uint64_t>(e.info >> kEventClockShift) << 32);
+}
+
+enum ChunkFlags : uint8_t {
+  kChunkFromCursor = 1u << 0,  // claimed by the warp's shared-memory cursor (markers outside a
+                               // profiling context, or reached while the warp was diverged)
+};
+
+// First three event slots of every chunk: who owns it, and a clock anchor.
 struct ChunkHeader {
-  uint64_t grid_id;  // %gridid of the launch (graph replays reuse it)
-  uint64_t anchor;   // device address of the module's g_name_base variable
+  uint64_t grid_id;    // %gridid of the launch (graph replays reuse it)
+  uint64_t name_base;  // device address of the module's g_name_base variable
   uint32_t block_x;
   uint16_t block_y;
   uint16_t block_z;
-  uint16_t sm;    // %smid of the first event
-  uint8_t warp;   // warp index within the block (linear thread id / 32)
-  uint8_t magic;  // kChunkMagic once the header is written
-  uint32_t reserved;
+  uint16_t sm;       // %smid
+  uint8_t warp;      // warp index within the block (linear thread id / 32)
+  uint8_t magic;     // kChunkMagic once the header is written
+  uint8_t hw_warp;   // %warpid: the warp's slot on its SM
+  uint8_t flags;     // ChunkFlags
+  uint16_t reserved;
+  uint64_t anchor_clock;    // %clock64 ...
+  uint64_t anchor_time_ns;  // ... and %globaltimer, read back to back at the claim
 };
 
 inline constexpr uint32_t kChunkHeaderSlots = sizeof(ChunkHeader) / sizeof(Event);
 
 // A warp's cursor, in static shared memory (one per warp of the block).
 // Shared memory is not cleared between blocks, so a cursor is trusted only
-// when its tag equals the warp's identity hash (grid, block, warp, epoch).
+// when its tag equals the warp's identity hash (grid, block, epoch).
 struct WarpCursor {
   uint64_t tag;   // identity hash of the owning block (the slot says which warp)
-  uint32_t next;  // offset from chunk 0 of the warp's next event slot, taken with
-                  // a 32-bit shared-memory atomic add of 16 (arenas stay under
-                  // 4 GiB); a multiple of chunk_bytes when the chunk is full;
-                  // odd once the arena is full
-  uint32_t reserved;
+  uint32_t next;  // offset from chunk 0 of the warp's next event slot, taken with a
+                  // plain store by a converged warp, or a 32-bit shared atomic add of 16
+                  // (arenas stay under 4 GiB); may run past `end`
+  uint32_t end;   // offset of the end of the warp's chunk; 0 once the arena is full
 };
 
 // At offset 0 of the arena. The injector writes the configuration line before
@@ -118,21 +157,25 @@ struct ArenaRef {
   uint32_t chunk_shift;  // log2(chunk_bytes)
   uint32_t warp_mask;    // bit w: warp w of each block records (warps >= 31 use bit 31)
   uint32_t epoch;        // harvest generation, part of every cursor tag
+  uint64_t reserved[4];  // 0; a recorder of this version ignores them
 };
 
-static_assert(sizeof(Event) == 16 && alignof(Event) == 8, "Event layout");
-static_assert(offsetof(Event, name_offset) == 8 && offsetof(Event, info) == 12, "Event layout");
-static_assert(sizeof(ChunkHeader) == 32, "ChunkHeader layout");
-static_assert(offsetof(ChunkHeader, anchor) == 8 && offsetof(ChunkHeader, block_x) == 16 &&
+static_assert(sizeof(Event) == 16 && alignof(Event) == 4, "Event layout");
+static_assert(offsetof(Event, info) == 4 && offsetof(Event, name_offset) == 8 && offsetof(Event, value) == 12,
+              "Event layout");
+static_assert(sizeof(ChunkHeader) == 48 && sizeof(ChunkHeader) % sizeof(Event) == 0, "ChunkHeader layout");
+static_assert(offsetof(ChunkHeader, name_base) == 8 && offsetof(ChunkHeader, block_x) == 16 &&
                   offsetof(ChunkHeader, sm) == 24 && offsetof(ChunkHeader, warp) == 26 &&
-                  offsetof(ChunkHeader, magic) == 27,
+                  offsetof(ChunkHeader, magic) == 27 && offsetof(ChunkHeader, hw_warp) == 28 &&
+                  offsetof(ChunkHeader, flags) == 29 && offsetof(ChunkHeader, anchor_clock) == 32 &&
+                  offsetof(ChunkHeader, anchor_time_ns) == 40,
               "ChunkHeader layout");
 static_assert(sizeof(WarpCursor) == 16 && alignof(WarpCursor) == 8, "WarpCursor layout");
 static_assert(sizeof(ArenaHeader) == 256, "ArenaHeader layout");
 static_assert(offsetof(ArenaHeader, next_chunk) == 128 && offsetof(ArenaHeader, dropped_events) == 136 &&
                   offsetof(ArenaHeader, unplaced_events) == 144,
               "ArenaHeader layout");
-static_assert(sizeof(ArenaRef) == 32 && offsetof(ArenaRef, num_chunks) == 16 && offsetof(ArenaRef, warp_mask) == 24 &&
+static_assert(sizeof(ArenaRef) == 64 && offsetof(ArenaRef, num_chunks) == 16 && offsetof(ArenaRef, warp_mask) == 24 &&
                   offsetof(ArenaRef, epoch) == 28,
               "ArenaRef layout");
 
@@ -140,7 +183,7 @@ static_assert(sizeof(ArenaRef) == 32 && offsetof(ArenaRef, num_chunks) == 16 && 
 // Transport messages (injector -> collector)
 // ---------------------------------------------------------------------------
 
-inline constexpr uint32_t kTransportVersion = 3;
+inline constexpr uint32_t kTransportVersion = 4;
 inline constexpr uint32_t kMaxMessageBytes = 1u << 20;  // collector rejects larger
 
 enum MsgType : uint32_t {
@@ -187,7 +230,14 @@ struct DeviceMsg {
   uint32_t pci_device;
   uint32_t sm_clock_khz;         // CU_DEVICE_ATTRIBUTE_CLOCK_RATE (peak SM clock)
   uint32_t timer_resolution_ns;  // smallest %globaltimer step measured on it; 0: not measured
-  uint32_t name_len;             // device name bytes following this struct
+  // Measured at start-up by the injector's calibration kernel (0: not measured):
+  uint32_t sm_clock_measured_khz;  // %clock64 cycles per %globaltimer ms
+  uint32_t cost_context_centicycles;   // cycles x 100 per event: marker with a profiling context,
+  uint32_t cost_default_centicycles;   //   without one (shared-memory cursor),
+  uint32_t cost_diverged_centicycles;  //   reached by a diverged warp,
+  uint32_t cost_idle_centicycles;      //   and without smprof-run (not recording)
+  uint32_t name_len;                   // device name bytes following this struct
+  uint32_t reserved;
 };
 
 // Interns a marker name for this process. Ids start at 1.
@@ -226,9 +276,11 @@ struct LaunchMsg {
 };
 
 struct WireEvent {
-  uint64_t time_ns;
+  uint64_t time_ns;  // %clock64 mapped onto the CUPTI clock
+  uint32_t cycles;   // %clock64 bits 0-31: exact durations within the warp
   uint32_t name_id;  // NameMsg id
-  uint32_t kind;     // EventKind
+  uint32_t kind;     // EventKind | EventFlags
+  uint32_t value;    // the user's value (see wire::Event)
 };
 
 // The events of one warp in one launch, in recording order. A warp with more
@@ -239,8 +291,9 @@ struct WarpEventsMsg {
   uint32_t block[3];
   uint16_t sm;
   uint16_t warp;
-  uint32_t count;  // WireEvent entries following this struct
-  uint32_t reserved;
+  uint32_t count;    // WireEvent entries following this struct
+  uint16_t hw_warp;  // %warpid: the warp's slot on the SM
+  uint16_t reserved;
 };
 
 enum HarvestReason : uint32_t {
@@ -295,13 +348,13 @@ struct NoticeMsg {
 
 static_assert(sizeof(MsgHeader) == 8, "MsgHeader layout");
 static_assert(sizeof(ProcessMsg) == 40, "ProcessMsg layout");
-static_assert(sizeof(DeviceMsg) == 64 && offsetof(DeviceMsg, uuid) == 24 && offsetof(DeviceMsg, pci_domain) == 40 &&
-                  offsetof(DeviceMsg, name_len) == 60,
+static_assert(sizeof(DeviceMsg) == 88 && offsetof(DeviceMsg, uuid) == 24 && offsetof(DeviceMsg, pci_domain) == 40 &&
+                  offsetof(DeviceMsg, sm_clock_measured_khz) == 60 && offsetof(DeviceMsg, name_len) == 80,
               "DeviceMsg layout");
 static_assert(sizeof(NameMsg) == 16, "NameMsg layout");
 static_assert(sizeof(LaunchMsg) == 112 && offsetof(LaunchMsg, grid) == 72 && offsetof(LaunchMsg, name_len) == 108,
               "LaunchMsg layout");
-static_assert(sizeof(WireEvent) == 16, "WireEvent layout");
+static_assert(sizeof(WireEvent) == 24 && offsetof(WireEvent, name_id) == 12, "WireEvent layout");
 static_assert(sizeof(WarpEventsMsg) == 40 && offsetof(WarpEventsMsg, count) == 32, "WarpEventsMsg layout");
 static_assert(sizeof(HarvestMsg) == 40, "HarvestMsg layout");
 static_assert(sizeof(StatsMsg) == 112, "StatsMsg layout");

@@ -32,6 +32,7 @@ namespace {
 
 using nlohmann::json;
 using testing::Bytes;
+using testing::Ev;
 using testing::Name;
 using testing::Process;
 
@@ -227,13 +228,13 @@ TEST_F(CollectorE2eTest, TwoProcessesMalformedInputAndCleanShutdown) {
                              Process(self, kT0, "e2e-parent"),
                              Name(1, "work"),
                              Launch(1, "kparent(int)"),
-                             Warp(1, {{kT0 + 2000, 1, wire::kEventBegin},
-                                      {kT0 + 2500, 1, wire::kEventInstant},
-                                      {kT0 + 4000, 1, wire::kEventEnd}}),
+                             Warp(1, {Ev(kT0 + 2000, 1, wire::kEventBegin),
+                                      Ev(kT0 + 2500, 1, wire::kEventInstant),
+                                      Ev(kT0 + 4000, 1, wire::kEventEnd)}),
                              bad_name,
                              long_harvest,
                              bad_kind,
-                             Warp(42, {{kT0 + 5000, 1, wire::kEventInstant}, {kT0 + 5001, 1, wire::kEventInstant}}),
+                             Warp(42, {Ev(kT0 + 5000, 1, wire::kEventInstant), Ev(kT0 + 5001, 1, wire::kEventInstant)}),
                              Harvest(200000, 3),
                          }));
 
@@ -248,7 +249,7 @@ TEST_F(CollectorE2eTest, TwoProcessesMalformedInputAndCleanShutdown) {
     if (!p) _exit(10);
     const uint32_t me = static_cast<uint32_t>(getpid());
     const bool ok = SendAll(*p, {Process(me, kT0 + 10, "e2e-child"), Name(1, "child-work"), Launch(1, "kchild(int)"),
-                                 Warp(1, {{kT0 + 3000, 1, wire::kEventInstant}}), Harvest(300000, 0)});
+                                 Warp(1, {Ev(kT0 + 3000, 1, wire::kEventInstant)}), Harvest(300000, 0)});
     p->Detach();
     _exit(ok ? 0 : 11);
   }
@@ -321,7 +322,7 @@ TEST_F(CollectorE2eTest, KilledCollectorLeavesAValidPrefix) {
       *producer,
       {Process(static_cast<uint32_t>(getpid()), kT0, "e2e-killed"), Name(1, "step"), Launch(1, "void kk()"),
        Warp(1,
-            {{kT0 + 2000, 1, wire::kEventBegin}, {kT0 + 3000, 1, wire::kEventEnd}, {kT0 + 3500, 1, wire::kEventBegin}}),
+            {Ev(kT0 + 2000, 1, wire::kEventBegin), Ev(kT0 + 3000, 1, wire::kEventEnd), Ev(kT0 + 3500, 1, wire::kEventBegin)}),
        Harvest(200000, 0)}));
   // The harvest is flushed right after it is handled; wait until it is on disk.
   const auto deadline = std::chrono::steady_clock::now() + kSafetyTimeout;
@@ -356,7 +357,7 @@ TEST_F(CollectorE2eTest, StopClosesTheRunForProducersStillAttached) {
   auto producer = Attach(run_id_);
   ASSERT_NE(producer, nullptr);
   ASSERT_TRUE(SendAll(*producer, {Process(static_cast<uint32_t>(getpid()), kT0, "e2e-open"), Name(1, "step"),
-                                  Launch(1, "void ko()"), Warp(1, {{kT0 + 2000, 1, wire::kEventInstant}})}));
+                                  Launch(1, "void ko()"), Warp(1, {Ev(kT0 + 2000, 1, wire::kEventInstant)})}));
   ASSERT_EQ(kill(collector, SIGTERM), 0);
   EXPECT_EQ(WaitExit(collector), 0);
   const std::string text = ReadFile(log);
@@ -364,7 +365,7 @@ TEST_F(CollectorE2eTest, StopClosesTheRunForProducersStillAttached) {
   const json summary = json::parse(ReadFile(summary_));
   EXPECT_EQ(summary["events"], 1);
   EXPECT_EQ(summary["transport_unread_messages"], 0);
-  const Bytes late = Warp(1, {{kT0 + 3000, 1, wire::kEventInstant}});
+  const Bytes late = Warp(1, {Ev(kT0 + 3000, 1, wire::kEventInstant)});
   EXPECT_FALSE(producer->Send(late.data(), static_cast<uint32_t>(late.size()), 1));
   EXPECT_EQ(producer->stats().events_dropped, 1u);
 }

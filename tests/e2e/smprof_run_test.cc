@@ -82,9 +82,9 @@ bool SendAsProducer(const std::vector<smprof::testing::Bytes>& messages) {
         smprof::testing::Name(1, "late"),
         smprof::testing::Launch(1, kT0 + 1000, kT0 + 100000, "void korphan()"),
         smprof::testing::Warp(1, 0, 0, 0,
-                              {{kT0 + 2000, 1, wire::kEventBegin},
-                               {kT0 + 3000, 1, wire::kEventEnd},
-                               {kT0 + 3500, 1, wire::kEventInstant}}),
+                              {smprof::testing::Ev(kT0 + 2000, 1, wire::kEventBegin),
+                               smprof::testing::Ev(kT0 + 3000, 1, wire::kEventEnd),
+                               smprof::testing::Ev(kT0 + 3500, 1, wire::kEventInstant)}),
         smprof::testing::Harvest(kT0 + 200000, wire::kHarvestSync, 0),
     });
     _exit(ok ? 0 : 21);
@@ -108,7 +108,7 @@ bool SendAsProducer(const std::vector<smprof::testing::Bytes>& messages) {
         smprof::testing::Process(self, kT0, "malformed"),
         bad_name,
         smprof::testing::Warp(42, 0, 0, 0,
-                              {{kT0 + 5000, 1, wire::kEventInstant}, {kT0 + 5001, 1, wire::kEventInstant}}),
+                              {smprof::testing::Ev(kT0 + 5000, 1, wire::kEventInstant), smprof::testing::Ev(kT0 + 5001, 1, wire::kEventInstant)}),
     });
     _exit(ok ? 0 : 22);
   }

@@ -201,8 +201,8 @@ TargetInfo GetTargetInfo() {
   // builder; new message types are reached anyway through header rewrites),
   // boundary-sized ones, and streams like a process would send.
   const std::vector<wire::WireEvent> events = {
-      {110, 1, wire::kEventBegin}, {115, 2, wire::kEventInstant}, {120, 1, wire::kEventEnd},
-      {130, 3, wire::kEventBegin}, {140, 9, wire::kEventEnd}};
+      Ev(110, 1, wire::kEventBegin), Ev(115, 2, wire::kEventInstant), Ev(120, 1, wire::kEventEnd),
+      Ev(130, 3, wire::kEventBegin), Ev(140, 9, wire::kEventEnd)};
   wire::StatsMsg stats{};
   stats.launches_profiled = 1;
   stats.events_recorded = events.size();
@@ -234,7 +234,7 @@ TargetInfo GetTargetInfo() {
   seeds.push_back(session);
   // A launch's events without the launch, and an END before its BEGIN.
   Bytes orphans = Warp(9, 1, 0, 0, events);
-  const Bytes reversed = Warp(1, 1, 0, 1, {{300, 1, wire::kEventEnd}, {310, 1, wire::kEventBegin}});
+  const Bytes reversed = Warp(1, 1, 0, 1, {Ev(300, 1, wire::kEventEnd), Ev(310, 1, wire::kEventBegin)});
   orphans.insert(orphans.end(), reversed.begin(), reversed.end());
   seeds.push_back(orphans);
   return TargetInfo{"message_decoder_fuzz", 0, wire::kMaxMessageBytes + 64, std::move(seeds)};

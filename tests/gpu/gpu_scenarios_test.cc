@@ -1,7 +1,8 @@
 // GPU tests: run tests/gpu/apps under the real smprof-run and check the trace
-// against the exact event counts documented in apps/kernels_opted.cu, the
-// GPU identity smprof records, and smprof's behaviour beside other CUDA
-// tools (compute-sanitizer, Nsight Compute, torch.profiler).
+// against the exact event counts documented in apps/kernels_opted.cu and
+// apps/kernels_recorder.cu, the GPU identity smprof records, and smprof's
+// behaviour beside other CUDA tools (compute-sanitizer, Nsight Compute,
+// torch.profiler).
 //
 // Without a GPU every test skips with a visible message; with
 // SMPROF_REQUIRE_GPU=1 a missing GPU (or tool) fails instead, so that a run
@@ -11,10 +12,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -633,6 +638,500 @@ TEST(GpuScenarios, BadKernelPatternInInjectorRunsUnprofiled) {
   EXPECT_NE(run.stderr_text.find("SMPROF_KERNELS"), std::string::npos) << run.stderr_text;
   EXPECT_NE(run.stderr_text.find("profiling is off"), std::string::npos) << run.stderr_text;
   EXPECT_EQ(run.launches.size(), 0u);
+}
+
+// ---------------------------------------------------------------------------
+// The recorder's delicate paths (apps/kernels_recorder.cu, arena ABI 2): each
+// kernel, with and without SMPROF_CONTEXT(), must record exactly the events
+// documented there: none lost, none duplicated, ranges closed and nested.
+// ---------------------------------------------------------------------------
+
+// A warp track's label: "SM nnn | block (x,y,z) | warp w"; warp -1 if it is not one.
+struct WarpLabel {
+  int sm = -1, x = -1, y = -1, z = -1, warp = -1;
+};
+
+WarpLabel ParseWarpLabel(const std::string& name) {
+  static const std::regex re(R"(SM (\d+) \| block \((\d+),(\d+),(\d+)\) \| warp (\d+))");
+  WarpLabel l;
+  std::smatch m;
+  if (!std::regex_search(name, m, re)) return l;
+  l.sm = std::stoi(m[1]);
+  l.x = std::stoi(m[2]);
+  l.y = std::stoi(m[3]);
+  l.z = std::stoi(m[4]);
+  l.warp = std::stoi(m[5]);
+  return l;
+}
+
+// Events of a track by "<ph> <name>": "X part" (a completed range), "i p" (an instant).
+using EventCounts = std::map<std::string, int>;
+
+EventCounts CountsOf(const Thread& t) {
+  EventCounts c;
+  for (const json& e : t.events) ++c[e.value("ph", "") + " " + e.value("name", "")];
+  return c;
+}
+
+std::string Describe(const EventCounts& c) {
+  std::string s = "{";
+  for (const auto& [k, n] : c) s += (s.size() > 1 ? ", " : "") + k + ": " + std::to_string(n);
+  return s + "}";
+}
+
+// What the device recorded for these events: a range is a BEGIN and an END
+// (smprof-run's "N events" counts both).
+long Recorded(const EventCounts& c) {
+  long n = 0;
+  for (const auto& [k, count] : c) n += (k.rfind("X ", 0) == 0 ? 2L : 1L) * count;
+  return n;
+}
+
+// The kernel's launch groups whose name contains `kernel`; exactly `n` of them.
+std::vector<const LaunchGroup*> ExactlyGroups(const ProfiledRun& run, const std::string& kernel, size_t n) {
+  const auto groups = GroupsOf(run, kernel);
+  EXPECT_EQ(groups.size(), n) << kernel;
+  return groups.size() == n ? groups : std::vector<const LaunchGroup*>{};
+}
+
+// Checks the warp tracks of one launch: one track per (block, warp) for blocks
+// 0..blocks-1 (1-D grid) and exactly the warp indices `warps`, each with
+// exactly `expected(warp)` and nothing else; all inside the kernel's span.
+// Returns the launch's recorded events.
+long ExpectWarpTracks(const LaunchGroup& g, int blocks, const std::set<int>& warps,
+                      const std::function<EventCounts(int warp)>& expected) {
+  EXPECT_EQ(g.Warps(), blocks * static_cast<int>(warps.size())) << g.name;
+  std::set<std::pair<int, int>> seen;
+  long recorded = 0;
+  for (const auto& [tid, t] : g.threads) {
+    if (!IsWarp(t)) continue;
+    const WarpLabel l = ParseWarpLabel(t.name);
+    if (l.warp < 0) {
+      ADD_FAILURE() << "not a warp label: " << t.name;
+      continue;
+    }
+    EXPECT_TRUE(seen.insert({l.x, l.warp}).second) << "two tracks for one warp: " << t.name << " in " << g.name;
+    EXPECT_TRUE(l.x >= 0 && l.x < blocks && l.y == 0 && l.z == 0) << t.name;
+    EXPECT_EQ(warps.count(l.warp), 1u) << "a warp that must not record: " << t.name << " in " << g.name;
+    const EventCounts got = CountsOf(t);
+    const EventCounts want = expected(l.warp);
+    EXPECT_EQ(got, want) << g.name << " | " << t.name << ": got " << Describe(got) << ", want " << Describe(want);
+    recorded += Recorded(got);
+  }
+  ExpectEventsInsideKernelSpan(g);
+  return recorded;
+}
+
+// Two ranges of one warp either nest or are disjoint. Their ends are mapped
+// from cycles to ns through the chunk anchors of the SM, each quantised to
+// one 32-ns %globaltimer tick, so two times mapped through different anchors
+// may be off by up to that much: overlaps up to 64 ns (0.064 us) are allowed.
+constexpr double kNestSlackUs = 0.064;
+
+// Ranges nest and close: no range written as unterminated, no END without
+// its BEGIN, and every completed range carries its length in SM cycles.
+void ExpectRangesClosed(const ProfiledRun& run) {
+  for (const auto& [pid, g] : run.launches) {
+    for (const auto& [tid, t] : g.threads) {
+      if (!IsWarp(t)) continue;
+      std::vector<std::pair<double, double>> ranges;
+      for (const json& e : t.events) {
+        EXPECT_EQ(e.value("name", "").find("(end without begin)"), std::string::npos)
+            << g.name << " | " << t.name << ": " << e.dump();
+        if (e.value("ph", "") != "X") continue;
+        const json args = e.value("args", json::object());
+        EXPECT_FALSE(args.value("unterminated", false)) << g.name << " | " << t.name << ": " << e.dump();
+        EXPECT_TRUE(args.contains("cycles") && args["cycles"].is_number() && args["cycles"].get<double>() >= 0)
+            << "a completed range without args.cycles: " << e.dump();
+        const double ts = e["ts"].get<double>();
+        ranges.emplace_back(ts, ts + e.value("dur", 0.0));
+      }
+      for (size_t i = 0; i < ranges.size(); ++i) {
+        for (size_t j = i + 1; j < ranges.size(); ++j) {
+          const auto [a0, a1] = ranges[i];
+          const auto [b0, b1] = ranges[j];
+          const bool disjoint = a1 <= b0 + kNestSlackUs || b1 <= a0 + kNestSlackUs;
+          const bool a_in_b = b0 <= a0 + kNestSlackUs && a1 <= b1 + kNestSlackUs;
+          const bool b_in_a = a0 <= b0 + kNestSlackUs && b1 <= a1 + kNestSlackUs;
+          EXPECT_TRUE(disjoint || a_in_b || b_in_a)
+              << "ranges overlap without nesting on " << t.name << " in " << g.name << ": [" << a0 << ", " << a1
+              << "] and [" << b0 << ", " << b1 << "]";
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(run.summary_event.is_object()) << "no run summary in the trace";
+  EXPECT_EQ(run.summary_event.value("unterminated_ranges", -1), 0) << run.summary_event.dump();
+  EXPECT_EQ(run.summary_event.value("unmatched_ends", -1), 0) << run.summary_event.dump();
+}
+
+// smprof-run's summary line: exactly these launches and events, nothing lost.
+void ExpectExactTotals(const ProfiledRun& run, long launches, long recorded) {
+  EXPECT_EQ(SummaryNumber(run, R"(profiled (\d+) launch)"), launches) << run.stderr_text;
+  EXPECT_EQ(SummaryNumber(run, R"((\d+) events from)"), recorded) << run.stderr_text;
+  EXPECT_EQ(SummaryNumber(run, R"(lost (\d+) events)"), 0) << run.stderr_text;
+}
+
+// The two variants of a kernel template, as they appear in demangled names.
+const std::vector<std::string> kVariants = {"<true>", "<false>"};
+
+// 1. Lanes 0-15 and 16-31 at different markers record one event each, beside
+// the context's register cursor; the converged markers around them once.
+TEST(GpuScenarios, RecorderDivergentHalvesRecordOneEventPerHalf) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("recorder-divergent-halves");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  static constexpr int kIterations = 5;  // the scenario's
+  long total = 0;
+  for (const std::string& variant : kVariants) {
+    for (const LaunchGroup* g : ExactlyGroups(run, "divergent_halves" + variant, 1)) {
+      const long recorded = ExpectWarpTracks(*g, 4, {0, 1}, [](int) {
+        return EventCounts{{"i enter", 1},        {"X halves", 1},         {"i lo", kIterations},
+                           {"i hi", kIterations}, {"i both", kIterations}, {"i leave", 1}};
+      });
+      EXPECT_EQ(recorded, 8L * (3 * kIterations + 4)) << g->name;
+      total += recorded;
+    }
+  }
+  ExpectRangesClosed(run);
+  ExpectExactTotals(run, 2, 2L * 8 * (3 * kIterations + 4));
+  EXPECT_EQ(total, 2L * 8 * (3 * kIterations + 4));
+}
+
+// 2. Lanes that return early leave the rest of the warp marking (diverged);
+// a warp that returns before any marker has no track.
+TEST(GpuScenarios, RecorderEarlyExitingLanesAndWarps) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("recorder-early-exit");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  for (const std::string& variant : kVariants) {
+    for (const LaunchGroup* g : ExactlyGroups(run, "early_exit" + variant, 1)) {
+      // Warp 2 returned before any marker: ExpectWarpTracks rejects a track of it.
+      const long recorded = ExpectWarpTracks(*g, 4, {0, 1, 3}, [](int) {
+        return EventCounts{{"i before", 1}, {"i loop", 6}, {"X tail", 1}, {"i tail_tick", 2}, {"i after", 1}};
+      });
+      EXPECT_EQ(recorded, 4L * 3 * 12) << g->name;
+    }
+  }
+  ExpectRangesClosed(run);
+  ExpectExactTotals(run, 2, 2L * 4 * 3 * 12);
+}
+
+// 3. Blocks whose last warp is partial (48 = 32 + 16, 100 = 3 x 32 + 4 threads).
+TEST(GpuScenarios, RecorderPartialWarps) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("recorder-partial-warps");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  const auto per_warp = [](int) { return EventCounts{{"X part", 1}, {"i p", 4}, {"i even", 1}, {"i odd", 1}}; };
+  for (const std::string& variant : kVariants) {
+    int launches = 0;
+    for (const LaunchGroup* g : ExactlyGroups(run, "partial_warps" + variant, 2)) {
+      if (g->name.find("block(48,1,1)") != std::string::npos) {
+        EXPECT_EQ(ExpectWarpTracks(*g, 3, {0, 1}, per_warp), 3L * 2 * 8) << g->name;
+        ++launches;
+      } else if (g->name.find("block(100,1,1)") != std::string::npos) {
+        EXPECT_EQ(ExpectWarpTracks(*g, 3, {0, 1, 2, 3}, per_warp), 3L * 4 * 8) << g->name;
+        ++launches;
+      } else {
+        ADD_FAILURE() << "unexpected launch shape: " << g->name;
+      }
+    }
+    EXPECT_EQ(launches, 2) << variant;
+  }
+  ExpectRangesClosed(run);
+  ExpectExactTotals(run, 4, 2L * (3 * 2 + 3 * 4) * 8);
+}
+
+// 4. Blocks of 1024 threads: 32 warps each, warp 31 included.
+TEST(GpuScenarios, RecorderBlocksOf1024Threads) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("recorder-big-blocks");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  std::set<int> all_warps;
+  for (int w = 0; w < 32; ++w) all_warps.insert(w);
+  for (const std::string& variant : kVariants) {
+    for (const LaunchGroup* g : ExactlyGroups(run, "big_blocks" + variant, 1)) {
+      EXPECT_NE(g->name.find("grid(3,1,1) block(1024,1,1)"), std::string::npos) << g->name;
+      const auto per_warp = [](int) { return EventCounts{{"X big", 1}, {"i b", 3}, {"i lane5", 1}}; };
+      const long recorded = ExpectWarpTracks(*g, 3, all_warps, per_warp);
+      EXPECT_EQ(recorded, 3L * 32 * 6) << g->name;
+    }
+  }
+  ExpectRangesClosed(run);
+  ExpectExactTotals(run, 2, 2L * 3 * 32 * 6);
+}
+
+// 5. 2000 markers per warp: many chunks per warp, and with a context two
+// chunks filling at once (converged "even", diverged "odd"), which the host
+// must merge by time. Once with the default chunk size (SMPROF_CHUNK_BYTES,
+// 1024 bytes: 61 events per chunk) and once with the smallest (256 bytes: 13
+// events per chunk, 154 chunks per warp).
+TEST(GpuScenarios, RecorderManyMarkersPerWarpSpanManyChunksInOrder) {
+  REQUIRE_GPU();
+  static constexpr int kMarkers = 2000;  // the scenario's
+  for (const std::string prefix : {"", "env SMPROF_CHUNK_BYTES=256"}) {
+    SCOPED_TRACE(prefix.empty() ? "default chunk size" : prefix);
+    const ProfiledRun run = Profile("recorder-many-markers", "", prefix);
+    ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+    for (const std::string& variant : kVariants) {
+      const auto many = [](int) { return EventCounts{{"i m", kMarkers}}; };
+      for (const LaunchGroup* g : ExactlyGroups(run, "many_markers" + variant, 1)) {
+        EXPECT_EQ(ExpectWarpTracks(*g, 4, {0, 1, 2, 3}, many), 16L * kMarkers) << g->name;
+      }
+      const auto interleaved = [](int) { return EventCounts{{"i even", kMarkers / 2}, {"i odd", kMarkers / 2}}; };
+      for (const LaunchGroup* g : ExactlyGroups(run, "interleaved_markers" + variant, 1)) {
+        EXPECT_EQ(ExpectWarpTracks(*g, 2, {0, 1}, interleaved), 4L * kMarkers) << g->name;
+        for (const auto& [tid, t] : g->threads) {
+          if (!IsWarp(t)) continue;
+          // The collector writes a warp's instants in the order the injector
+          // merged them: that order must already be the order in time ...
+          int out_of_order = 0;
+          for (size_t i = 1; i < t.events.size(); ++i) {
+            out_of_order += t.events[i]["ts"].get<double>() < t.events[i - 1]["ts"].get<double>();
+          }
+          EXPECT_EQ(out_of_order, 0) << "events of " << t.name << " in " << g->name << " are not merged by time";
+          // ... and in time the two kinds alternate, "even" first, with no
+          // two events at one time (200 spin cycles lie between them).
+          std::vector<const json*> by_time;
+          for (const json& e : t.events) by_time.push_back(&e);
+          std::stable_sort(by_time.begin(), by_time.end(), [](const json* a, const json* b) {
+            return (*a)["ts"].get<double>() < (*b)["ts"].get<double>();
+          });
+          int misplaced = 0, ties = 0;
+          std::string first_misplaced;
+          for (size_t i = 0; i < by_time.size(); ++i) {
+            const std::string want = i % 2 == 0 ? "even" : "odd";
+            if ((*by_time[i])["name"] != want) {
+              if (misplaced++ == 0) first_misplaced = "#" + std::to_string(i) + ": " + by_time[i]->dump();
+            }
+            if (i > 0) ties += (*by_time[i])["ts"].get<double>() == (*by_time[i - 1])["ts"].get<double>();
+          }
+          EXPECT_EQ(misplaced, 0) << t.name << " in " << g->name << ", first " << first_misplaced;
+          EXPECT_EQ(ties, 0) << t.name << " in " << g->name;
+        }
+      }
+    }
+    ExpectRangesClosed(run);
+    ExpectExactTotals(run, 4, 2L * 16 * kMarkers + 2L * 4 * kMarkers);
+  }
+}
+
+// 6. Device functions (not inlined) called from converged and from divergent
+// code: one taking the context by reference, one without a context parameter.
+TEST(GpuScenarios, RecorderDeviceFunctionsFromConvergedAndDivergentCode) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("recorder-device-functions");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  const auto with_context = [](int) {
+    return EventCounts{{"X kernel", 1}, {"X fn_ctx", 6}, {"i fn_ctx_tick", 6}, {"i fn_plain", 6}};
+  };
+  for (const LaunchGroup* g : ExactlyGroups(run, "device_functions<true>", 1)) {
+    EXPECT_EQ(ExpectWarpTracks(*g, 2, {0, 1}, with_context), 4L * 26) << g->name;
+  }
+  const auto without_context = [](int) { return EventCounts{{"X kernel", 1}, {"i fn_plain", 6}}; };
+  for (const LaunchGroup* g : ExactlyGroups(run, "device_functions<false>", 1)) {
+    EXPECT_EQ(ExpectWarpTracks(*g, 2, {0, 1}, without_context), 4L * 8) << g->name;
+  }
+  ExpectRangesClosed(run);
+  ExpectExactTotals(run, 2, 4L * 26 + 4L * 8);
+}
+
+// The GPU's identity facts in the run summary (gpus[0]).
+const json& FirstGpu(const ProfiledRun& run) {
+  static const json kNone = json::object();
+  if (!run.summary_event.is_object() || !run.summary_event.contains("gpus") || run.summary_event["gpus"].empty()) {
+    return kNone;
+  }
+  return run.summary_event["gpus"][0];
+}
+
+// 7. A range's args.cycles is its exact length in SM cycles. Each range spins
+// N cycles (clock64() from t0 until t0 + N), so cycles >= N exactly (both
+// marker clocks lie outside the spin) and cycles <= 1.02 N for N >= 10k (seen
+// on H100: N + 161..204), N + 16 + kMarkerCycles for N = 1k (seen: N +
+// 170..186), where kMarkerCycles = 256 covers what lies between the
+// markers' clock reads besides the spin: the BEGIN marker's work after its
+// clock read (event assembly, the __activemask() compare, the chunk-boundary
+// test, the store), the spin loop's last iteration, the __syncwarp() after it
+// and the END marker's register compare before its clock read (~50-150
+// cycles on Hopper; the test prints what it saw). Each range's dur (us) x
+// sm_clock_measured_khz / 1000 must agree with cycles within max(2 %, 16
+// cycles) for the 10k and 100k ranges (1k cycles is ~0.5 us, of which one
+// 32-ns anchor tick is already 6 %).
+TEST(GpuScenarios, RecorderRangeCyclesAreExact) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("recorder-cycle-ranges");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  const json& gpu = FirstGpu(run);
+  const double khz = gpu.value("sm_clock_measured_khz", 0.0);
+  ASSERT_GT(khz, 0) << "no measured SM clock: " << gpu.dump();
+  constexpr double kMarkerCycles = 256;
+  const std::map<std::string, double> spins = {{"spin1k", 1000}, {"spin10k", 10000}, {"spin100k", 100000}};
+  for (const LaunchGroup* g : ExactlyGroups(run, "cycle_ranges", 1)) {
+    const auto per_warp = [](int) {
+      return EventCounts{{"i warmup", 1}, {"X spin1k", 1}, {"X spin10k", 1}, {"X spin100k", 1}};
+    };
+    EXPECT_EQ(ExpectWarpTracks(*g, 8, {0}, per_warp), 8L * 7) << g->name;
+    std::map<std::string, std::pair<double, double>> over;  // name -> min, max of cycles - N
+    std::map<std::string, double> worst_dur;                // name -> max |dur cycles - cycles|
+    for (const auto& [tid, t] : g->threads) {
+      if (!IsWarp(t)) continue;
+      for (const json& e : t.events) {
+        const auto spin = spins.find(e.value("name", ""));
+        if (e.value("ph", "") != "X" || spin == spins.end()) continue;
+        const double n = spin->second;
+        const json args = e.value("args", json::object());
+        if (!args.contains("cycles") || !args["cycles"].is_number()) {
+          ADD_FAILURE() << "no args.cycles: " << e.dump();
+          continue;
+        }
+        const double cycles = args["cycles"].get<double>();
+        EXPECT_GE(cycles, n) << t.name << ": " << e.dump();
+        // The issue's bound (2 %) where the marker pair's own cycles fit in
+        // it; the 1k range is held to N + 16 + kMarkerCycles.
+        const double allowed = n >= 10000 ? 0.02 * n : 16.0 + kMarkerCycles;
+        EXPECT_LE(cycles, n + allowed) << t.name << ": " << e.dump();
+        auto [it, fresh] = over.try_emplace(spin->first, cycles - n, cycles - n);
+        it->second.first = std::min(it->second.first, cycles - n);
+        it->second.second = std::max(it->second.second, cycles - n);
+        const double dur_cycles = e["dur"].get<double>() * khz / 1000.0;
+        worst_dur[spin->first] = std::max(worst_dur[spin->first], std::abs(dur_cycles - cycles));
+        if (n >= 10000) {
+          EXPECT_NEAR(dur_cycles, cycles, std::max(0.02 * cycles, 16.0))
+              << t.name << ": dur " << e["dur"] << " us at " << khz << " kHz: " << e.dump();
+        }
+      }
+    }
+    for (const auto& [name, mm] : over) {
+      std::printf("%s: cycles - N in [%.0f, %.0f]; |dur x clock - cycles| <= %.1f cycles (%.0f kHz)\n", name.c_str(),
+                  mm.first, mm.second, worst_dur[name], khz);
+    }
+    EXPECT_EQ(over.size(), 3u);
+  }
+  ExpectRangesClosed(run);
+  ExpectExactTotals(run, 1, 8L * 7);
+}
+
+// 8. Marker times on every SM agree with %globaltimer read by the kernel
+// itself right before each marker, up to one constant offset (the trace's
+// origin and the injector's %globaltimer-to-CUPTI offset): each difference
+// lies within two %globaltimer ticks of the median difference. One tick of
+// quantisation is in the kernel's own reading, one in the chunk anchor the
+// marker's cycles are mapped through (64 ns on H100/H200, whose ticks are 32
+// ns; 2 x timer_resolution_ns where a GPU reports coarser ticks), plus 16 ns
+// for the varying gap between the two readings.
+TEST(GpuScenarios, RecorderTimesAgreeWithGlobaltimerAcrossSms) {
+  REQUIRE_GPU();
+  char dir_template[] = "/tmp/smprof-ticks-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  const std::string ticks_path = dir + "/ticks.txt";
+  const ProfiledRun run = Profile("recorder-cross-sm " + ticks_path);
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  const json& gpu = FirstGpu(run);
+  const int sms = gpu.value("sm_count", 0);
+  ASSERT_GT(sms, 0) << gpu.dump();
+  static constexpr int kTicks = 8, kWarps = 4;  // the scenario's
+  const int blocks = 4 * sms;
+  // (block, warp) -> the kernel's %globaltimer reading before tick i.
+  std::map<std::pair<int, int>, std::vector<int64_t>> readings;
+  {
+    std::ifstream in(ticks_path);
+    int b, w, i;
+    unsigned long long ns;
+    int lines = 0;
+    while (in >> b >> w >> i >> ns) {
+      auto& v = readings[{b, w}];
+      if (v.empty()) v.assign(kTicks, -1);
+      ASSERT_TRUE(i >= 0 && i < kTicks) << "line " << lines;
+      v[i] = static_cast<int64_t>(ns);
+      ++lines;
+    }
+    ASSERT_EQ(lines, blocks * kWarps * kTicks) << ticks_path;
+  }
+  long recorded = 0;
+  std::set<int> sms_seen;
+  std::vector<int64_t> diffs;      // trace ns - %globaltimer ns, one per tick
+  std::vector<std::string> where;  // which tick each is
+  for (const LaunchGroup* g : ExactlyGroups(run, "cross_sm_ticks", 1)) {
+    std::set<int> warps;
+    for (int w = 0; w < kWarps; ++w) warps.insert(w);
+    recorded = ExpectWarpTracks(*g, blocks, warps, [](int) { return EventCounts{{"i tick", kTicks}}; });
+    for (const auto& [tid, t] : g->threads) {
+      if (!IsWarp(t)) continue;
+      const WarpLabel l = ParseWarpLabel(t.name);
+      sms_seen.insert(l.sm);
+      const auto it = readings.find({l.x, l.warp});
+      if (it == readings.end()) {
+        ADD_FAILURE() << "no readings for " << t.name;
+        continue;
+      }
+      std::vector<int64_t> ts;
+      for (const json& e : t.events) {
+        if (e.value("ph", "") == "i" && e.value("name", "") == "tick") {
+          ts.push_back(std::llround(e["ts"].get<double>() * 1000.0));  // us with 3 decimals -> ns
+        }
+      }
+      std::sort(ts.begin(), ts.end());
+      if (ts.size() != static_cast<size_t>(kTicks)) continue;  // ExpectWarpTracks reported it
+      for (int i = 0; i < kTicks; ++i) {
+        diffs.push_back(ts[i] - it->second[i]);
+        where.push_back(t.name + " tick " + std::to_string(i));
+      }
+    }
+  }
+  ASSERT_EQ(diffs.size(), static_cast<size_t>(blocks) * kWarps * kTicks);
+  std::vector<int64_t> sorted = diffs;
+  std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+  const int64_t offset = sorted[sorted.size() / 2];
+  const int64_t tick = std::max<int64_t>(32, gpu.value("timer_resolution_ns", 32));
+  // The two readings are also a few instructions apart (the kernel's
+  // %globaltimer, then the marker's %clock64), and that gap varies with
+  // scheduling: 16 ns on top (seen: max 60-67 ns on H100).
+  const int64_t tolerance = 2 * tick + 16;
+  int64_t worst = 0;
+  size_t worst_at = 0, beyond = 0;
+  for (size_t k = 0; k < diffs.size(); ++k) {
+    const int64_t dev = std::llabs(diffs[k] - offset);
+    if (dev > worst) {
+      worst = dev;
+      worst_at = k;
+    }
+    beyond += dev > tolerance;
+  }
+  std::printf(
+      "cross-SM ticks: %zu on %zu SMs; trace - %%globaltimer = %lld ns + dev, max |dev| %lld ns (at %s), "
+      "%zu beyond %lld ns\n",
+      diffs.size(), sms_seen.size(), static_cast<long long>(offset), static_cast<long long>(worst),
+      where[worst_at].c_str(), beyond, static_cast<long long>(tolerance));
+  EXPECT_EQ(beyond, 0u) << "max |dev| " << worst << " ns at " << where[worst_at];
+  EXPECT_GT(sms_seen.size(), 1u) << "the ticks ran on one SM only: nothing across SMs was compared";
+  ExpectRangesClosed(run);
+  ExpectExactTotals(run, 1, static_cast<long>(blocks) * kWarps * kTicks);
+  EXPECT_EQ(recorded, static_cast<long>(blocks) * kWarps * kTicks);
+}
+
+// 9. The injector's calibration kernel measured the SM clock and the cost of a
+// marker on this GPU.
+TEST(GpuScenarios, RecorderCalibrationFactsAreRecorded) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("basic");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  const json& g = FirstGpu(run);
+  ASSERT_TRUE(g.contains("sm_clock_measured_khz") && g["sm_clock_measured_khz"].is_number()) << g.dump();
+  const double nominal = g.value("sm_clock_khz", 0.0);
+  const double measured = g["sm_clock_measured_khz"].get<double>();
+  EXPECT_GT(nominal, 0) << g.dump();
+  EXPECT_GE(measured, 0.7 * nominal) << g.dump();
+  EXPECT_LE(measured, 1.3 * nominal) << g.dump();
+  ASSERT_TRUE(g.contains("marker_cost_cycles") && g["marker_cost_cycles"].is_object()) << g.dump();
+  const json& cost = g["marker_cost_cycles"];
+  for (const char* key : {"context", "default", "diverged", "idle"}) {
+    EXPECT_TRUE(cost.contains(key) && cost[key].is_number()) << key << ": " << cost.dump();
+  }
+  EXPECT_GT(cost.value("context", 0.0), 0) << cost.dump();
+  EXPECT_GT(cost.value("default", 0.0), 0) << cost.dump();
+  std::printf("SM clock: nominal %.0f kHz, measured %.0f kHz (%.1f %%); marker cost (cycles per event): %s\n", nominal,
+              measured, nominal > 0 ? 100.0 * measured / nominal : 0.0, cost.dump().c_str());
 }
 
 }  // namespace

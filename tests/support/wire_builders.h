@@ -68,6 +68,11 @@ inline Bytes Launch(uint64_t id, uint64_t start, uint64_t end, std::string_view 
   return Launch(LaunchFields(id, start, end), kernel);
 }
 
+// An event at `time_ns` whose %clock64 reads the same number (1 cycle per ns).
+inline wire::WireEvent Ev(uint64_t time_ns, uint32_t name_id, uint32_t kind, uint32_t value = 0) {
+  return {time_ns, static_cast<uint32_t>(time_ns), name_id, kind, value};
+}
+
 // The events of warp `warp` of block (bx, 0, 0) on SM `sm`.
 inline Bytes Warp(uint64_t launch, uint16_t sm, uint32_t bx, uint16_t warp,
                   const std::vector<wire::WireEvent>& events) {

@@ -25,6 +25,7 @@ namespace {
 
 using nlohmann::json;
 using testing::Bytes;
+using testing::Ev;
 using testing::Frame;
 using testing::Name;
 using testing::Process;
@@ -57,9 +58,9 @@ Bytes Launch(const LaunchSpec& s) {
   return testing::Launch(m, s.kernel);
 }
 
-wire::WireEvent B(uint64_t t, uint32_t name) { return {kT0 + t, name, wire::kEventBegin}; }
-wire::WireEvent E(uint64_t t, uint32_t name) { return {kT0 + t, name, wire::kEventEnd}; }
-wire::WireEvent I(uint64_t t, uint32_t name) { return {kT0 + t, name, wire::kEventInstant}; }
+wire::WireEvent B(uint64_t t, uint32_t name) { return Ev(kT0 + t, name, wire::kEventBegin); }
+wire::WireEvent E(uint64_t t, uint32_t name) { return Ev(kT0 + t, name, wire::kEventEnd); }
+wire::WireEvent I(uint64_t t, uint32_t name) { return Ev(kT0 + t, name, wire::kEventInstant); }
 
 // `t` relative to kT0.
 Bytes Harvest(uint64_t t, uint32_t reason, uint64_t dropped, uint64_t unplaced) {
@@ -249,7 +250,11 @@ TEST_F(CollectorTest, OneLaunchTwoWarpsEverything) {
   EXPECT_EQ(xa[2]["name"], "inner");
   EXPECT_DOUBLE_EQ(xa[2]["ts"].get<double>(), 1000010.0);
   EXPECT_DOUBLE_EQ(xa[2]["dur"].get<double>(), 1.0);
-  for (const json& x : xa) EXPECT_FALSE(x.contains("args"));
+  // Closed ranges carry their exact SM-cycle length (the builders' clocks read 1 cycle per ns).
+  for (const json& x : xa) {
+    EXPECT_EQ(x["args"].size(), 1u) << x.dump();
+    EXPECT_EQ(x["args"].value("cycles", 0u), static_cast<uint64_t>(x["dur"].get<double>() * 1000 + 0.5)) << x.dump();
+  }
   const auto ia = Events(t, "i", 10, 2);
   ASSERT_EQ(ia.size(), 2u);
   EXPECT_EQ(ia[0]["name"], "mark");
@@ -461,7 +466,9 @@ TEST_F(CollectorTest, EndMatchingAgreesWithALinearScan) {
     ASSERT_EQ(x[i]["name"], expected[i].name) << i;
     ASSERT_DOUBLE_EQ(x[i]["ts"].get<double>(), 1000000.0 + expected[i].ts / 1000.0) << i;
     ASSERT_DOUBLE_EQ(x[i]["dur"].get<double>(), expected[i].dur / 1000.0) << i;
-    ASSERT_EQ(x[i].contains("args"), expected[i].unterminated) << i;
+    ASSERT_TRUE(x[i].contains("args")) << i << " " << x[i].dump();
+    ASSERT_EQ(x[i]["args"].contains("unterminated"), expected[i].unterminated) << i;
+    if (!expected[i].unterminated) ASSERT_EQ(x[i]["args"].value("cycles", 0u), expected[i].dur) << i;
   }
   EXPECT_EQ(s.unmatched_ends, unmatched);
   EXPECT_EQ(s.unterminated_ranges, stack.size());
@@ -512,7 +519,8 @@ TEST_F(CollectorTest, OpenBeginsPerWarpAreCapped) {
   EXPECT_DOUBLE_EQ(x[1]["ts"].get<double>(), 1000001.001);
   // Then the END of the newest "deep".
   EXPECT_EQ(x[kOver]["name"], "deep");
-  EXPECT_FALSE(x[kOver].contains("args"));
+  EXPECT_FALSE(x[kOver]["args"].contains("unterminated"));
+  EXPECT_EQ(x[kOver]["args"].value("cycles", 0u), 1u);
   EXPECT_DOUBLE_EQ(x[kOver]["ts"].get<double>(), 1000000.0 + (t - 1) / 1000.0);
   EXPECT_EQ(s.unmatched_ends, 1u);
   EXPECT_EQ(s.unterminated_ranges, kCap - 1 + kOver);
@@ -681,7 +689,7 @@ TEST_F(CollectorTest, TimestampsBeforeBaseAreClampedAndCounted) {
   const transport::ProducerInfo a{0, 1};
   Send(a, Process(1, kT0, "app"));
   Send(a, Launch(LaunchSpec{}));
-  Send(a, Warp(1, 0, 0, 0, {{5, 0, wire::kEventInstant}}));
+  Send(a, Warp(1, 0, 0, 0, {Ev(5, 0, wire::kEventInstant)}));
   CollectorSummary s;
   const json t = FinishAndParse(&s);
   EXPECT_EQ(s.clamped_timestamps, 1u);

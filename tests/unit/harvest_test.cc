@@ -4,35 +4,47 @@
 
 #include <gtest/gtest.h>
 
+#include "injector/clock_map.h"
+
 #include <cstring>
 
 namespace smprof::injector {
 namespace {
 
-constexpr uint32_t kChunk = 256;  // 2 header slots + 14 events
+constexpr uint32_t kChunk = 256;  // 3 header slots + 13 events
 
 class ArenaBuilder {
  public:
   explicit ArenaBuilder(uint32_t chunks) : bytes_(static_cast<size_t>(chunks) * kChunk, 0) {}
 
-  // Writes a chunk header like ClaimChunk does; returns the chunk index.
-  uint32_t Claim(uint64_t grid, uint32_t bx, uint16_t warp, uint16_t sm, uint64_t anchor = 0x1000) {
+  // Writes a chunk header like ClaimChunk does; returns the chunk index. The
+  // default anchor (clock 0 at time 0) makes clocks read as nanoseconds with
+  // a rate of 1 cycle/ns.
+  uint32_t Claim(uint64_t grid, uint32_t bx, uint16_t warp, uint16_t sm, uint64_t name_base = 0x1000,
+                 uint64_t anchor_clock = 0, uint64_t anchor_time = 0, uint8_t flags = 0) {
     const uint32_t c = next_++;
     wire::ChunkHeader h{};
     h.grid_id = grid;
-    h.anchor = anchor;
+    h.name_base = name_base;
     h.block_x = bx;
     h.sm = sm;
     h.warp = static_cast<uint8_t>(warp);
     h.magic = wire::kChunkMagic;
+    h.hw_warp = static_cast<uint8_t>(warp + 40);
+    h.flags = flags;
+    h.anchor_clock = anchor_clock;
+    h.anchor_time_ns = anchor_time;
     std::memcpy(At(c, 0), &h, sizeof(h));
     fill_.push_back(wire::kChunkHeaderSlots);
     return c;
   }
-  void Add(uint32_t chunk, uint64_t t, int32_t name, uint32_t kind) {
-    wire::Event e{t, name, kind};
+  // Writes an event the way the recorder packs it.
+  void Add(uint32_t chunk, uint64_t clock, int32_t name, uint32_t kind, uint32_t value = 0) {
+    const wire::Event e{static_cast<uint32_t>(clock),
+                        static_cast<uint32_t>(clock >> 32 << wire::kEventClockShift) | kind, name, value};
     std::memcpy(At(chunk, fill_[chunk]++), &e, sizeof(e));
   }
+  void Skip(uint32_t chunk) { ++fill_[chunk]; }  // leaves an unused slot
   uint8_t* At(uint32_t chunk, uint32_t slot) { return bytes_.data() + chunk * kChunk + slot * 16; }
   const uint8_t* data() const { return bytes_.data(); }
   uint32_t used() const { return next_; }
@@ -43,49 +55,111 @@ class ArenaBuilder {
   uint32_t next_ = 0;
 };
 
+// Decodes and maps clocks at 1 cycle/ns (the builder's default anchors).
+std::vector<WarpSegment> Decode(const ArenaBuilder& a, DecodeStats* stats) {
+  std::vector<WarpSegment> out;
+  DecodeChunks(a.data(), a.used(), kChunk, &out, stats);
+  MapEventClocks(&out, 1.0);
+  return out;
+}
+
 TEST(DecodeChunks, ReadsHeadersAndEventsInOrder) {
   ArenaBuilder a(4);
-  const uint32_t c = a.Claim(42, 7, 3, 11);
+  const uint32_t c = a.Claim(42, 7, 3, 11, 0x2000, 5, 6, wire::kChunkFromCursor);
   a.Add(c, 100, 8, wire::kEventBegin);
-  a.Add(c, 200, 8, wire::kEventEnd);
-  a.Add(c, 250, -16, wire::kEventInstant);
+  a.Add(c, 200, 8, wire::kEventEnd, 77);
+  a.Add(c, 0x0012345600000250ull, -16, wire::kEventInstant);  // clock bits above 32 come from info
   std::vector<WarpSegment> out;
   DecodeStats stats;
   DecodeChunks(a.data(), a.used(), kChunk, &out, &stats);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].grid_id, 42u);
+  EXPECT_EQ(out[0].name_base, 0x2000u);
   EXPECT_EQ(out[0].block[0], 7u);
   EXPECT_EQ(out[0].warp, 3u);
+  EXPECT_EQ(out[0].hw_warp, 43u);
   EXPECT_EQ(out[0].sm, 11u);
+  EXPECT_EQ(out[0].flags, wire::kChunkFromCursor);
+  EXPECT_EQ(out[0].anchor_clock, 5u);
+  EXPECT_EQ(out[0].anchor_time_ns, 6u);
   ASSERT_EQ(out[0].events.size(), 3u);
   EXPECT_EQ(out[0].events[2].name_offset, -16);
-  EXPECT_EQ(out[0].events[1].time_ns, 200u);
+  EXPECT_EQ(out[0].events[2].clock, 0x0012345600000250ull);
+  EXPECT_EQ(out[0].events[1].clock, 200u);
+  EXPECT_EQ(out[0].events[1].value, 77u);
+  EXPECT_EQ(out[0].events[1].info, uint32_t{wire::kEventEnd});
   EXPECT_EQ(stats.events, 3u);
   EXPECT_EQ(stats.malformed_events, 0u);
 }
 
-TEST(DecodeChunks, RejectsCorruptChunksAndEvents) {
+TEST(DecodeChunks, RejectsCorruptChunksAndEventsAndSkipsUnusedSlots) {
   ArenaBuilder a(4);
   const uint32_t good = a.Claim(1, 0, 0, 0);
   a.Add(good, 10, 0, wire::kEventInstant);
-  a.Add(good, 20, 0, 7);  // bad kind bits
-  a.Add(good, 0, 5, wire::kEventInstant);  // zero time
+  a.Add(good, 20, 0, 9);                                             // a kind this recorder does not write
+  a.Add(good, 25, 0, wire::kEventInstant | wire::kEventHasValue);  // flags it does not write
+  a.Add(good, 0, 5, 0);                                              // info 0 but not an unused slot
   const uint32_t bad = a.Claim(2, 0, 1, 0);
   a.Add(bad, 30, 0, wire::kEventInstant);
   a.At(bad, 0)[27] = 0x00;  // break the magic
-  // A hole followed by an event: only the prefix is trusted.
-  const uint32_t holey = a.Claim(3, 0, 2, 0);
-  a.Add(holey, 40, 0, wire::kEventInstant);
-  wire::Event late{50, 0, wire::kEventInstant};
-  std::memcpy(a.At(holey, 6), &late, sizeof(late));
+  // A gap (a diverged half that raced a claim leaves one) is skipped.
+  const uint32_t gappy = a.Claim(3, 0, 2, 0);
+  a.Add(gappy, 40, 0, wire::kEventInstant);
+  a.Skip(gappy);
+  a.Add(gappy, 50, 0, wire::kEventInstant);
   std::vector<WarpSegment> out;
   DecodeStats stats;
   DecodeChunks(a.data(), a.used(), kChunk, &out, &stats);
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].events.size(), 1u);
-  EXPECT_EQ(out[1].events.size(), 1u);
+  EXPECT_EQ(out[1].events.size(), 2u);
   EXPECT_EQ(stats.malformed_chunks, 1u);
   EXPECT_EQ(stats.malformed_events, 3u);
+}
+
+TEST(MapEventClocks, MapsThroughTheNearestEarlierAnchorOfTheSameSm) {
+  ArenaBuilder a(4);
+  // SM 1: anchors 100 us apart at 2 cycles/ns; SM 2: its own clock origin.
+  const uint32_t c1 = a.Claim(1, 0, 0, 1, 0x1000, 1000000, 5000000);
+  const uint32_t c2 = a.Claim(1, 1, 0, 1, 0x1000, 1200000, 5100000);
+  const uint32_t c3 = a.Claim(1, 2, 0, 2, 0x1000, 77, 5000000);
+  a.Add(c1, 1000000 + 2000, 0, wire::kEventInstant);  // 1 us after the first anchor
+  a.Add(c2, 1200000 + 20, 0, wire::kEventInstant);    // 10 ns after the second
+  a.Add(c1, 999000, 0, wire::kEventInstant);          // before every anchor: the first one
+  a.Add(c3, 77 + 3000, 0, wire::kEventInstant);       // one anchor only: the fallback rate (1.5)
+  std::vector<WarpSegment> out;
+  DecodeStats stats;
+  DecodeChunks(a.data(), a.used(), kChunk, &out, &stats);
+  MapEventClocks(&out, 1.5);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].events[0].time_ns, 5001000u);
+  EXPECT_EQ(out[0].events[1].time_ns, 5000000u - 500u);
+  EXPECT_EQ(out[1].events[0].time_ns, 5100010u);
+  EXPECT_EQ(out[2].events[0].time_ns, 5002000u);
+}
+
+TEST(ClockMap, TakesTheTightestBoundOfNearbyAnchors) {
+  // 1 cycle/ns. Two anchors 1 us apart read %globaltimer 20 ns and 0 ns
+  // after a tick: the later-rounded one (the larger estimate) wins for events
+  // near both; a far anchor (100 us) does not count.
+  ClockMap map(1.0);
+  map.AddAnchor(3, 1000, 5000);  // true 5020: read 20 ns late in its tick
+  map.AddAnchor(3, 2000, 6020);  // true 6020: read on the tick
+  map.AddAnchor(3, 102000, 105990);
+  map.Build();
+  EXPECT_EQ(map.ToNs(3, 1500), 5520u);  // through the second anchor, not 5500
+  EXPECT_EQ(map.ToNs(3, 2500), 6520u);
+  EXPECT_EQ(map.ToNs(3, 102500), 106490u);
+}
+
+TEST(ClockMap, KeepsTheFallbackWhenAnchorsContradictIt) {
+  ClockMap map(2.0);
+  map.AddAnchor(0, 0, 1000000);
+  map.AddAnchor(0, 100, 2000000);  // 1e-4 cycles/ns over 1 ms: not a clock
+  map.Build();
+  EXPECT_DOUBLE_EQ(map.CyclesPerNs(0), 2.0);
+  EXPECT_EQ(map.ToNs(0, 40), 1000020u);
+  EXPECT_EQ(map.ToNs(7, 40), 0u) << "an SM without anchors cannot be mapped";
 }
 
 KernelRecord Record(uint64_t grid, uint64_t start, uint64_t end, uint64_t corr, const std::string& name) {
@@ -107,9 +181,8 @@ TEST(MatchLaunches, SeparatesGraphReplaysSharingAGridIdByTime) {
   a.Add(c, 1000, 0, wire::kEventInstant);
   a.Add(c, 1100, 0, wire::kEventInstant);
   a.Add(c, 50000, 0, wire::kEventInstant);
-  std::vector<WarpSegment> segs;
   DecodeStats ds;
-  DecodeChunks(a.data(), a.used(), kChunk, &segs, &ds);
+  const std::vector<WarpSegment> segs = Decode(a, &ds);
   const std::vector<KernelRecord> records = {Record(9, 40000, 60000, 2, "k"), Record(9, 900, 1200, 1, "k")};
   MatchStats ms;
   const auto launches = MatchLaunches(segs, records, kAll, 0, &ms);
@@ -129,9 +202,8 @@ TEST(MatchLaunches, FiltersUnselectedKernelsAndKeepsOrphans) {
   a.Add(drop, 110, 0, wire::kEventInstant);
   const uint32_t orphan = a.Claim(3, 5, 1, 2);
   a.Add(orphan, 300, 0, wire::kEventInstant);
-  std::vector<WarpSegment> segs;
   DecodeStats ds;
-  DecodeChunks(a.data(), a.used(), kChunk, &segs, &ds);
+  const std::vector<WarpSegment> segs = Decode(a, &ds);
   const std::vector<KernelRecord> records = {Record(1, 50, 150, 1, "gemm"), Record(2, 50, 150, 2, "other"),
                                              Record(4, 10, 20, 3, "gemm")};
   MatchStats ms;
@@ -152,9 +224,8 @@ TEST(MatchLaunches, MovesEventsOntoCuptiClock) {
   ArenaBuilder a(1);
   const uint32_t c = a.Claim(5, 0, 0, 0);
   a.Add(c, 1000, 0, wire::kEventInstant);
-  std::vector<WarpSegment> segs;
   DecodeStats ds;
-  DecodeChunks(a.data(), a.used(), kChunk, &segs, &ds);
+  const std::vector<WarpSegment> segs = Decode(a, &ds);
   MatchStats ms;
   const auto launches = MatchLaunches(segs, {Record(5, 100900, 101200, 1, "k")}, kAll, 100000, &ms);
   ASSERT_EQ(launches.size(), 1u);
@@ -170,9 +241,8 @@ TEST(EstimateClockOffset, ClampsTheProbeIntoWhatUnambiguousLaunchesAllow) {
   a.Add(c2, 5000, 0, wire::kEventInstant);
   const uint32_t c3 = a.Claim(3, 0, 0, 0);  // two records: ambiguous, ignored
   a.Add(c3, 9000, 0, wire::kEventInstant);
-  std::vector<WarpSegment> segs;
   DecodeStats ds;
-  DecodeChunks(a.data(), a.used(), kChunk, &segs, &ds);
+  const std::vector<WarpSegment> segs = Decode(a, &ds);
   // Grid 1 allows offsets [100800-1000, 101600-1500] = [99800, 100100];
   // grid 2 allows [104950-5000, 105100-5000] = [99950, 100100].
   const std::vector<KernelRecord> records = {Record(1, 100800, 101600, 1, "k"), Record(2, 104950, 105100, 2, "k"),
@@ -183,6 +253,35 @@ TEST(EstimateClockOffset, ClampsTheProbeIntoWhatUnambiguousLaunchesAllow) {
   // Contradicting launches: keep the estimate.
   const std::vector<KernelRecord> bad = {Record(1, 100800, 101600, 1, "k"), Record(2, 5000, 5100, 2, "k")};
   EXPECT_EQ(EstimateClockOffset(segs, bad, 12345), 12345);
+}
+
+TEST(MatchLaunches, MergesTheChunksOfOneWarpInClockOrder) {
+  // Warp 0 of block 0: a context chunk and a cursor chunk (diverged markers)
+  // and, claimed later, a second context chunk; warp 1 is separate.
+  ArenaBuilder a(4);
+  const uint32_t ctx = a.Claim(7, 0, 0, 0);
+  const uint32_t cursor = a.Claim(7, 0, 0, 0, 0x1000, 0, 0, wire::kChunkFromCursor);
+  const uint32_t other = a.Claim(7, 0, 1, 0);
+  const uint32_t ctx2 = a.Claim(7, 0, 0, 0);
+  a.Add(ctx, 100, 1, wire::kEventBegin);
+  a.Add(cursor, 110, 2, wire::kEventInstant);
+  a.Add(cursor, 120, 3, wire::kEventInstant);
+  a.Add(ctx, 130, 1, wire::kEventEnd);
+  a.Add(ctx2, 140, 4, wire::kEventInstant);
+  a.Add(other, 105, 5, wire::kEventInstant);
+  DecodeStats ds;
+  const std::vector<WarpSegment> segs = Decode(a, &ds);
+  MatchStats ms;
+  const auto launches = MatchLaunches(segs, {Record(7, 0, 1000, 1, "k")}, kAll, 0, &ms);
+  ASSERT_EQ(launches.size(), 1u);
+  ASSERT_EQ(launches[0].warps.size(), 2u);
+  const LaunchEvents& w0 = launches[0].warps[0];
+  EXPECT_EQ(w0.segment->warp, 0u);
+  std::vector<int32_t> names;
+  for (const DecodedEvent& e : w0.events) names.push_back(e.name_offset);
+  EXPECT_EQ(names, (std::vector<int32_t>{1, 2, 3, 1, 4}));
+  EXPECT_EQ(launches[0].warps[1].segment->warp, 1u);
+  EXPECT_EQ(launches[0].event_count, 6u);
 }
 
 }  // namespace

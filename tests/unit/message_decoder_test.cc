@@ -16,6 +16,7 @@ namespace smprof {
 namespace {
 
 using testing::Bytes;
+using testing::Ev;
 using testing::Frame;
 using testing::Launch;
 using testing::Name;
@@ -98,7 +99,7 @@ TEST(MessageDecoderTest, DecodesEveryType) {
   EXPECT_EQ(m.launch.grid[0], 4u);
   EXPECT_EQ(m.text, "void k<1>(int)");
 
-  const Bytes buf6 = Warp(9, {{10, 1, wire::kEventBegin}, {20, 2, wire::kEventInstant}, {30, 1, wire::kEventEnd}});
+  const Bytes buf6 = Warp(9, {Ev(10, 1, wire::kEventBegin), Ev(20, 2, wire::kEventInstant), Ev(30, 1, wire::kEventEnd)});
   ASSERT_EQ(Decode(buf6, &m), DecodeStatus::kOk);
   EXPECT_EQ(m.type, wire::kMsgWarpEvents);
   EXPECT_EQ(m.warp_events.sm, 5u);
@@ -137,7 +138,7 @@ TEST(MessageDecoderTest, DecodesEveryType) {
 }
 
 TEST(MessageDecoderTest, DecodesUnalignedInput) {
-  const Bytes msg = Warp(3, {{10, 1, wire::kEventBegin}, {20, 1, wire::kEventEnd}});
+  const Bytes msg = Warp(3, {Ev(10, 1, wire::kEventBegin), Ev(20, 1, wire::kEventEnd)});
   Bytes shifted(msg.size() + 1);
   std::memcpy(shifted.data() + 1, msg.data(), msg.size());
   DecodedMessage m;
@@ -218,7 +219,7 @@ TEST(MessageDecoderTest, RejectsSizeThatDisagreesWithContents) {
 }
 
 TEST(MessageDecoderTest, RejectsEventCountThatDoesNotFit) {
-  Bytes b = Warp(1, {{10, 1, wire::kEventBegin}, {20, 1, wire::kEventEnd}});
+  Bytes b = Warp(1, {Ev(10, 1, wire::kEventBegin), Ev(20, 1, wire::kEventEnd)});
   wire::WarpEventsMsg w;
   std::memcpy(&w, b.data(), sizeof(w));
   for (uint32_t count : {0u, 1u, 3u, 0x10000000u, 0xffffffffu}) {
@@ -245,7 +246,7 @@ TEST(MessageDecoderTest, RejectsStringsAbove64KiB) {
 
 TEST(MessageDecoderTest, RejectsBadEventKind) {
   for (uint32_t kind : {0u, 4u, 7u, 0x80000001u}) {
-    EXPECT_EQ(Decode(Warp(1, {{10, 1, wire::kEventBegin}, {20, 1, kind}})), DecodeStatus::kBadEventKind) << kind;
+    EXPECT_EQ(Decode(Warp(1, {Ev(10, 1, wire::kEventBegin), Ev(20, 1, kind)})), DecodeStatus::kBadEventKind) << kind;
   }
 }
 
@@ -285,7 +286,7 @@ TEST(MessageDecoderTest, FuzzRandomAndBitFlippedMessages) {
       Device(0, "GPU name"),
       Name(3, "region"),
       Launch(1, 100, 500, "void ns::k<int, 3>(float*, int)"),
-      Warp(1, {{110, 3, wire::kEventBegin}, {120, 3, wire::kEventInstant}, {130, 3, wire::kEventEnd}}),
+      Warp(1, {Ev(110, 3, wire::kEventBegin), Ev(120, 3, wire::kEventInstant), Ev(130, 3, wire::kEventEnd)}),
       Harvest(wire::kHarvestSync, 2),
       Stats(5),
   };

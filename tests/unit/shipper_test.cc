@@ -40,7 +40,14 @@ Launch MakeLaunch(const WarpSegment* seg, uint64_t start, size_t events) {
   l.record.grid[0] = 3;
   LaunchEvents w;
   w.segment = seg;
-  for (size_t i = 0; i < events; ++i) w.events.push_back({start + i, static_cast<int32_t>(i % 2) * 8, 3});
+  for (size_t i = 0; i < events; ++i) {
+    DecodedEvent e;
+    e.time_ns = start + i;
+    e.clock = 1000 + i;
+    e.name_offset = static_cast<int32_t>(i % 2) * 8;
+    e.info = wire::kEventInstant;
+    w.events.push_back(e);
+  }
   l.warps.push_back(w);
   l.event_count = events;
   return l;
@@ -50,9 +57,10 @@ TEST(Shipper, FramesLaunchesNamesAndEvents) {
   RecordingSink sink;
   Shipper s(&sink);
   WarpSegment seg;
-  seg.anchor = 0x1000;
+  seg.name_base = 0x1000;
   seg.block[0] = 2;
   seg.warp = 1;
+  seg.hw_warp = 41;
   const std::vector<Launch> launches = {MakeLaunch(&seg, 10, 3)};
   s.SendLaunches(
       launches, 0, [](uint64_t a) { return a == 0x1000 ? std::string("even") : std::string("odd"); },
@@ -76,6 +84,10 @@ TEST(Shipper, FramesLaunchesNamesAndEvents) {
   EXPECT_EQ(e[0].name_id, 1u);
   EXPECT_EQ(e[1].name_id, 2u);
   EXPECT_EQ(e[2].name_id, 1u);
+  EXPECT_EQ(e[2].cycles, 1002u);
+  EXPECT_EQ(e[2].time_ns, 12u);
+  EXPECT_EQ(e[2].kind, uint32_t{wire::kEventInstant});
+  EXPECT_EQ(warp.hw_warp, 41u);
   EXPECT_EQ(s.counters().events, 3u);
 
   // Launch ids keep increasing across harvests; known names are not resent.

@@ -1,4 +1,11 @@
 // One wrapper per PTX special register smprof reads. Device code only.
+//
+// All are `asm volatile`: read where the marker stands, never hoisted by the
+// compiler into registers that stay live across the user's loop. A value
+// hoisted out of a marker costs an idle marker registers (the 32x32-tiled
+// matrix multiply went from 32 to 44 registers per thread, and from two
+// 1024-thread blocks per SM to one); a special register read costs a
+// recording marker a few cycles.
 #pragma once
 
 #include <cstdint>
@@ -15,12 +22,43 @@ __device__ SMPROF_FORCEINLINE uint64_t GlobalTimer() {
   return t;
 }
 
+// mov.u64 %r, %clock64;  SM cycles, per SM (not synchronised across SMs)
+__device__ SMPROF_FORCEINLINE uint64_t Clock64() {
+  uint64_t c;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
+  return c;
+}
+
+// mov.u32 %r, %warpid;  the warp's slot on its SM (may change on preemption)
+__device__ SMPROF_FORCEINLINE uint32_t WarpSlot() {
+  uint32_t w;
+  asm volatile("mov.u32 %0, %%warpid;" : "=r"(w));
+  return w;
+}
+
 // mov.u64 %r, %gridid;  equals CUPTI's kernel activity gridId (reused by graph replays)
 __device__ SMPROF_FORCEINLINE uint64_t GridId() {
   uint64_t g;
-  asm("mov.u64 %0, %%gridid;" : "=l"(g));
+  asm volatile("mov.u64 %0, %%gridid;" : "=l"(g));
   return g;
 }
+
+#define SMPROF_SREG_U32(fn, reg)                       \
+  __device__ SMPROF_FORCEINLINE uint32_t fn() {        \
+    uint32_t v;                                        \
+    asm volatile("mov.u32 %0, %%" reg ";" : "=r"(v)); \
+    return v;                                          \
+  }
+SMPROF_SREG_U32(TidX, "tid.x")
+SMPROF_SREG_U32(TidY, "tid.y")
+SMPROF_SREG_U32(TidZ, "tid.z")
+SMPROF_SREG_U32(NtidX, "ntid.x")
+SMPROF_SREG_U32(NtidY, "ntid.y")
+SMPROF_SREG_U32(NtidZ, "ntid.z")
+SMPROF_SREG_U32(CtaidX, "ctaid.x")
+SMPROF_SREG_U32(CtaidY, "ctaid.y")
+SMPROF_SREG_U32(CtaidZ, "ctaid.z")
+#undef SMPROF_SREG_U32
 
 // mov.u32 %r, %smid;  SM the warp runs on
 __device__ SMPROF_FORCEINLINE uint32_t SmId() {
@@ -32,7 +70,7 @@ __device__ SMPROF_FORCEINLINE uint32_t SmId() {
 // mov.u32 %r, %laneid;
 __device__ SMPROF_FORCEINLINE uint32_t LaneId() {
   uint32_t l;
-  asm("mov.u32 %0, %%laneid;" : "=r"(l));
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
   return l;
 }
 

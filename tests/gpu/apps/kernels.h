@@ -14,3 +14,15 @@ void LaunchFlood(int blocks, int threads, int n, long long spin_ns, cudaStream_t
 void LaunchPlain(int* out, cudaStream_t s);
 void LaunchSilentBig(cudaStream_t s);
 void LaunchWaitForFlag(volatile int* flag, cudaStream_t s);
+
+// kernels_recorder.cu: the recorder's delicate paths. `with_context` picks the
+// SMPROF_CONTEXT() variant of a kernel; `sink` holds blocks x threads ints.
+void LaunchDivergentHalves(bool with_context, int blocks, int threads, int iterations, int* sink, cudaStream_t s);
+void LaunchEarlyExit(bool with_context, int blocks, int* sink, cudaStream_t s);  // 128 threads
+void LaunchPartialWarps(bool with_context, int blocks, int threads, int* sink, cudaStream_t s);
+void LaunchBigBlocks(bool with_context, int blocks, int* sink, cudaStream_t s);  // 1024 threads
+void LaunchManyMarkers(bool with_context, int blocks, int threads, int n, cudaStream_t s);
+void LaunchInterleavedMarkers(bool with_context, int blocks, int threads, int n, long long spin_cycles, cudaStream_t s);
+void LaunchDeviceFunctions(bool with_context, int blocks, int threads, int* sink, cudaStream_t s);
+void LaunchCycleRanges(int blocks, long long n1, long long n2, long long n3, cudaStream_t s);  // 32 threads
+void LaunchCrossSmTicks(int blocks, int threads, int n, unsigned long long* out, cudaStream_t s);

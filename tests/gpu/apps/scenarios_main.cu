@@ -1,7 +1,7 @@
 // The GPU tests' application: plain CUDA host code, one scenario per run.
 // It knows nothing about smprof; tests/gpu/gpu_scenarios_test.cc runs it
 // under smprof-run and checks the trace against the counts documented in
-// kernels_opted.cu.
+// kernels_opted.cu and kernels_recorder.cu.
 #include <cuda.h>
 #include <cupti.h>
 
@@ -216,6 +216,106 @@ int ExitNoSync(int code) {  // marker_grid, then exit without synchronising
   return code;
 }
 
+// --- The recorder's delicate paths (kernels_recorder.cu) ---------------------
+// Each scenario launches its kernels with and without SMPROF_CONTEXT() on the
+// default stream and synchronises once; the per-warp counts are documented in
+// kernels_recorder.cu and checked by the GpuScenarios.Recorder* tests.
+
+int* ZeroedInts(size_t n) {
+  int* p;
+  CHECK(cudaMalloc(&p, n * sizeof(int)));
+  CHECK(cudaMemset(p, 0, n * sizeof(int)));
+  return p;
+}
+
+int Finish(int* sink) {
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  if (sink != nullptr) CHECK(cudaFree(sink));
+  return 0;
+}
+
+int RecorderDivergentHalves() {  // divergent_halves<true>, then <false>, (5 iterations) on 4x64 threads
+  int* sink = ZeroedInts(4 * 64);
+  for (const bool ctx : {true, false}) LaunchDivergentHalves(ctx, 4, 64, 5, sink, nullptr);
+  return Finish(sink);
+}
+
+int RecorderEarlyExit() {  // early_exit<true>, then <false>, on 4x128 threads
+  int* sink = ZeroedInts(4 * 128);
+  for (const bool ctx : {true, false}) LaunchEarlyExit(ctx, 4, sink, nullptr);
+  return Finish(sink);
+}
+
+int RecorderPartialWarps() {  // partial_warps<true|false> on 3x48, then on 3x100 threads
+  int* sink = ZeroedInts(3 * 100);
+  for (const int threads : {48, 100}) {
+    for (const bool ctx : {true, false}) LaunchPartialWarps(ctx, 3, threads, sink, nullptr);
+  }
+  return Finish(sink);
+}
+
+int RecorderBigBlocks() {  // big_blocks<true>, then <false>, on 3x1024 threads
+  int* sink = ZeroedInts(3 * 1024);
+  for (const bool ctx : {true, false}) LaunchBigBlocks(ctx, 3, sink, nullptr);
+  return Finish(sink);
+}
+
+// many_markers<true|false>(2000) on 4x128 threads, then interleaved_markers<true|false>(2000, 200 cycles)
+// on 2x64 threads.
+int RecorderManyMarkers() {
+  for (const bool ctx : {true, false}) LaunchManyMarkers(ctx, 4, 128, 2000, nullptr);
+  for (const bool ctx : {true, false}) LaunchInterleavedMarkers(ctx, 2, 64, 2000, 200, nullptr);
+  return Finish(nullptr);
+}
+
+int RecorderDeviceFunctions() {  // device_functions<true>, then <false>, on 2x64 threads
+  int* sink = ZeroedInts(2 * 64);
+  for (const bool ctx : {true, false}) LaunchDeviceFunctions(ctx, 2, 64, sink, nullptr);
+  return Finish(sink);
+}
+
+int RecorderCycleRanges() {  // cycle_ranges(1000, 10000, 100000) on 8x32 threads
+  LaunchCycleRanges(8, 1000, 10000, 100000, nullptr);
+  return Finish(nullptr);
+}
+
+// cross_sm_ticks(8) on (4 x SM count) x 128 threads; writes one line per tick to `path`:
+// "block warp i globaltimer_ns", the %globaltimer read right before the tick's marker.
+int RecorderCrossSm(const char* path) {
+  int device = 0, sms = 0;
+  CHECK(cudaGetDevice(&device));
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int blocks = 4 * sms, threads = 128, warps = threads / 32, n = 8;
+  const size_t count = static_cast<size_t>(blocks) * warps * n;
+  unsigned long long* out;
+  CHECK(cudaMalloc(&out, count * sizeof(unsigned long long)));
+  CHECK(cudaMemset(out, 0, count * sizeof(unsigned long long)));
+  LaunchCrossSmTicks(blocks, threads, n, out, nullptr);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  std::vector<unsigned long long> host(count);
+  CHECK(cudaMemcpy(host.data(), out, count * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+  CHECK(cudaFree(out));
+  FILE* f = std::fopen(path, "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "app: cannot write %s\n", path);
+    return 99;
+  }
+  for (int b = 0; b < blocks; ++b) {
+    for (int w = 0; w < warps; ++w) {
+      for (int i = 0; i < n; ++i) {
+        std::fprintf(f, "%d %d %d %llu\n", b, w, i, host[(static_cast<size_t>(b) * warps + w) * n + i]);
+      }
+    }
+  }
+  if (std::fclose(f) != 0) return 99;
+  for (const unsigned long long t : host) {
+    if (t == 0) return 89;  // a tick the kernel never wrote
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -235,7 +335,19 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "capture-after-eager")) return CaptureAfterEagerWork();
   if (!std::strcmp(scenario, "unload-replay") && argc > 2) return UnloadThenReplay(argv[2]);
   if (!std::strcmp(scenario, "exit-running")) return ExitWhileRunning();
-  std::fprintf(stderr, "usage: %s basic|streams|filter|graph|overflow|highwater|exit7|destroyed-stream|threads|driver-api <fatbin>|cupti-taken|silent-big|capture-after-eager|unload-replay <fatbin>|exit-running\n",
+  if (!std::strcmp(scenario, "recorder-divergent-halves")) return RecorderDivergentHalves();
+  if (!std::strcmp(scenario, "recorder-early-exit")) return RecorderEarlyExit();
+  if (!std::strcmp(scenario, "recorder-partial-warps")) return RecorderPartialWarps();
+  if (!std::strcmp(scenario, "recorder-big-blocks")) return RecorderBigBlocks();
+  if (!std::strcmp(scenario, "recorder-many-markers")) return RecorderManyMarkers();
+  if (!std::strcmp(scenario, "recorder-device-functions")) return RecorderDeviceFunctions();
+  if (!std::strcmp(scenario, "recorder-cycle-ranges")) return RecorderCycleRanges();
+  if (!std::strcmp(scenario, "recorder-cross-sm") && argc > 2) return RecorderCrossSm(argv[2]);
+  std::fprintf(stderr,
+               "usage: %s basic|streams|filter|graph|overflow|highwater|exit7|destroyed-stream|threads|driver-api "
+               "<fatbin>|cupti-taken|silent-big|capture-after-eager|unload-replay <fatbin>|exit-running|"
+               "recorder-divergent-halves|recorder-early-exit|recorder-partial-warps|recorder-big-blocks|"
+               "recorder-many-markers|recorder-device-functions|recorder-cycle-ranges|recorder-cross-sm <file>\n",
                argv[0]);
   return 2;
 }

@@ -1,0 +1,67 @@
+#include "injector/clock_map.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace smprof::injector {
+
+void ClockMap::AddAnchor(uint16_t sm, uint64_t clock, uint64_t time_ns) {
+  sms_[sm].anchors.push_back({clock, time_ns});
+}
+
+void ClockMap::Build() {
+  for (auto& [id, sm] : sms_) {
+    std::sort(sm.anchors.begin(), sm.anchors.end(),
+              [](const Anchor& a, const Anchor& b) { return a.clock < b.clock; });
+    sm.cycles_per_ns = fallback_;
+    const Anchor& first = sm.anchors.front();
+    const Anchor& last = sm.anchors.back();
+    if (last.time_ns > first.time_ns && last.time_ns - first.time_ns >= kMinFitSpanNs) {
+      const double rate =
+          static_cast<double>(last.clock - first.clock) / static_cast<double>(last.time_ns - first.time_ns);
+      // A rate far from the fallback means the anchors are not what they seem
+      // (an SM id reused across a reset, corrupt headers): keep the fallback.
+      if (std::isfinite(rate) && (fallback_ <= 0 || (rate > fallback_ / 4 && rate < fallback_ * 4))) {
+        sm.cycles_per_ns = rate;
+      }
+    }
+  }
+}
+
+uint64_t ClockMap::ToNs(uint16_t sm, uint64_t clock) const {
+  auto it = sms_.find(sm);
+  if (it == sms_.end() || it->second.anchors.empty() || it->second.cycles_per_ns <= 0) return 0;
+  const std::vector<Anchor>& anchors = it->second.anchors;
+  const double rate = it->second.cycles_per_ns;
+  auto next = std::upper_bound(anchors.begin(), anchors.end(), clock,
+                               [](uint64_t c, const Anchor& a) { return c < a.clock; });
+  const size_t nearest = next == anchors.begin() ? 0 : static_cast<size_t>(next - anchors.begin()) - 1;
+  // Differences only: absolute times (~1.8e18 ns) do not fit a double exactly.
+  const auto through = [&](const Anchor& a) {
+    const int64_t delta = std::llround(static_cast<double>(static_cast<int64_t>(clock - a.clock)) / rate);
+    return static_cast<int64_t>(a.time_ns) + delta;
+  };
+  // Each anchor's %globaltimer reading is its true time rounded down to a
+  // tick, so each gives a lower bound; the tightest of the anchors near the
+  // event (where the rate's error does not matter) is the estimate.
+  const int64_t base = through(anchors[nearest]);
+  int64_t best = base;
+  const size_t lo = nearest > kNeighbours ? nearest - kNeighbours : 0;
+  const size_t hi = std::min(anchors.size(), nearest + kNeighbours + 1);
+  for (size_t i = lo; i < hi; ++i) {
+    const int64_t gap = static_cast<int64_t>(clock - anchors[i].clock);
+    if (std::llabs(gap) > static_cast<int64_t>(kNeighbourSpanNs * rate)) continue;
+    // An estimate more than a tick from the nearest anchor's is not rounding:
+    // the anchors disagree (a corrupt header), so it is not trusted.
+    const int64_t estimate = through(anchors[i]);
+    if (estimate > best && estimate - base <= kMaxTickNs) best = estimate;
+  }
+  return best < 0 ? 0 : static_cast<uint64_t>(best);
+}
+
+double ClockMap::CyclesPerNs(uint16_t sm) const {
+  auto it = sms_.find(sm);
+  return it == sms_.end() ? fallback_ : it->second.cycles_per_ns;
+}
+
+}  // namespace smprof::injector
