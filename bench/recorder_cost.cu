@@ -105,13 +105,6 @@ __device__ __forceinline__ long long ReadClock64() {
   return t;
 }
 
-// mov.u64 %r, %globaltimer;
-__device__ __forceinline__ uint64_t ReadGlobalTimer() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // mov.u32 %r, %globaltimer_lo;
 __device__ __forceinline__ uint32_t ReadGlobalTimerLo() {
   uint32_t t;
@@ -119,13 +112,6 @@ __device__ __forceinline__ uint32_t ReadGlobalTimerLo() {
   return t;
 }
 
-// @pred st.global.v2.u64
-__device__ __forceinline__ void StoreGlobalV2If(bool pred, uint64_t addr, uint64_t lo, uint64_t hi) {
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p st.global.v2.u64 [%1], {%2, %3};\n}" ::"r"(
-                   static_cast<uint32_t>(pred)),
-               "l"(addr), "l"(lo), "l"(hi)
-               : "memory");
-}
 
 // @pred st.shared.v2.b32
 __device__ __forceinline__ void StoreSharedV2If(bool pred, uint32_t addr, uint32_t lo, uint32_t hi) {
@@ -160,7 +146,7 @@ class FloorRecorder {
       : cursor_(reinterpret_cast<uint64_t>(args.events) + uint64_t{GlobalWarp()} * kEvents * 16),
         writer_(LaneId() == 0) {}
   __device__ void Mark(uint32_t i) {
-    StoreGlobalV2If(writer_, cursor_, ReadGlobalTimer(), i);
+    smprof::detail::Store16If(writer_, cursor_, smprof::detail::sreg::GlobalTimer(), i);
     cursor_ += 16;
   }
   __device__ void Finish(const KernelArgs&) {}
@@ -279,7 +265,7 @@ class AtomicSlotRecorder {
   __device__ void Mark(uint32_t) {
     if (!writer_) return;
     const unsigned long long slot = atomicAdd(counter_, 1ull);
-    const uint64_t start_ns = ReadGlobalTimer();
+    const uint64_t start_ns = smprof::detail::sreg::GlobalTimer();
     if (slot >= capacity_) return;
     const uint64_t record = records_ + slot * 32;
     StoreGlobalStreaming(record, start_ns);

@@ -30,19 +30,10 @@ __device__ __forceinline__ long long EmptyLoop() {
   return clock64() - t0;
 }
 
-// Markers without a context: the shared-memory cursor (and, on a half warp,
-// the diverged path).
-__device__ __forceinline__ long long DefaultLoop() {
-  const long long t0 = clock64();
-#pragma unroll 1
-  for (int i = 0; i < kEvents; ++i) {
-    SMPROF_INSTANT("smprof calibration");
-    asm volatile("" ::: "memory");
-  }
-  return clock64() - t0;
-}
-
-__device__ __forceinline__ long long ContextLoop(smprof::Context& smprof_ctx) {
+// 64 markers. With `::smprof_ctx` (no context: the shared-memory cursor, and
+// on a half warp the diverged path) or with the kernel's context.
+template <typename Ctx>
+__device__ __forceinline__ long long MarkerLoop(Ctx&& smprof_ctx) {
   const long long t0 = clock64();
 #pragma unroll 1
   for (int i = 0; i < kEvents; ++i) {
@@ -60,11 +51,11 @@ extern "C" __global__ void smprof_calibrate(unsigned long long* out, unsigned lo
   for (long long& b : best) b = 1ll << 62;
   for (int round = 0; round < kRounds; ++round) {
     best[kEmpty] = Min(best[kEmpty], EmptyLoop());
-    best[kContext] = Min(best[kContext], ContextLoop(smprof_ctx));
-    best[kDefault] = Min(best[kDefault], DefaultLoop());
+    best[kContext] = Min(best[kContext], MarkerLoop(smprof_ctx));
+    best[kDefault] = Min(best[kDefault], MarkerLoop(::smprof_ctx));
     if (threadIdx.x < 16) {
       best[kDivergedEmpty] = Min(best[kDivergedEmpty], EmptyLoop());
-      best[kDiverged] = Min(best[kDiverged], DefaultLoop());
+      best[kDiverged] = Min(best[kDiverged], MarkerLoop(::smprof_ctx));
     }
     __syncwarp();
   }
