@@ -4,3 +4,9 @@ smprof_add_test(collector_e2e_test
   LIBS smprof::common smprof::collector nlohmann_json::nlohmann_json
   LABELS e2e)
 add_dependencies(collector_e2e_test smprof-collector)
+
+# Protobuf traces written with smprof's encoder, imported by Perfetto's trace processor.
+smprof_add_test(perfetto_import_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/perfetto_import_test.cc
+  LIBS smprof::collector
+  LABELS e2e)

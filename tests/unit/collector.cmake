@@ -15,3 +15,7 @@ smprof_add_test(control_channel_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/control_channel_test.cc
   LIBS smprof::collector
   LABELS unit)
+smprof_add_test(proto_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/proto_test.cc
+  LIBS smprof::collector
+  LABELS unit)
