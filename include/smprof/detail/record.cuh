@@ -251,9 +251,9 @@ __device__ SMPROF_RECORDER_SLOW_PATH void RecordDiverged(uint64_t lo, uint64_t h
 
 // A marker without a context. Inline: the converged, in-chunk case is a
 // shared load, a compare against the block's tag, a predicated store and a
-// shared store, and falls through; everything else is one rare branch
-// to the out-of-line path (a taken branch costs a marker ~15 cycles on H100,
-// so the common case must not take one).
+// shared store, and falls through; everything else takes one rare branch
+// to the slow path (a taken branch costs a marker ~15 cycles on H100, so the
+// common case must not take one).
 __device__ SMPROF_FORCEINLINE void RecordFromCursor(uint32_t kind_flags, uint64_t clock, uint64_t hi,
                                                     unsigned active) {
   const wire::ArenaRef& ref = Ref();
