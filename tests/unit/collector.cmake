@@ -19,3 +19,7 @@ smprof_add_test(proto_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/proto_test.cc
   LIBS smprof::collector
   LABELS unit)
+smprof_add_test(perfetto_check_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/perfetto_check_test.cc
+  LIBS smprof::collector
+  LABELS unit)
