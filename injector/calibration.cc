@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "injector/calibration_layout.h"
 #include "smprof/wire.h"
 
 namespace smprof::injector {
@@ -11,14 +12,15 @@ namespace {
 
 #include "injector/calibration_fatbin.inc"  // smprof_calibration_fatbin, generated (injector/CMakeLists.txt)
 
+using namespace calibration;  // NOLINT(google-build-using-namespace): the result slots
+
 constexpr char kKernelName[] = "smprof_calibrate";
 constexpr uint64_t kSpinNs = 200000;
-constexpr double kEvents = 64;  // markers per timed loop in calibration_kernel.cu
-// Result slots of calibration_kernel.cu.
-enum Slot { kEmpty, kContext, kDefault, kDivergedEmpty, kDiverged, kClock0, kTime0, kClock1, kTime1, kSlots };
+// 8 chunks of 64 KiB after the aligned chunk 0: 7 for the recorder, the last
+// for the kernel's results; one more chunk of room to align chunk 0.
 constexpr uint32_t kChunkShift = 16;
 constexpr uint32_t kChunks = 8;
-constexpr size_t kArenaBytes = (kChunks + 1) << kChunkShift;  // room to align chunk 0
+constexpr size_t kArenaBytes = (kChunks + 1) << kChunkShift;
 
 uint32_t Centicycles(uint64_t marked, uint64_t empty) {
   if (marked <= empty) return 0;
@@ -78,15 +80,12 @@ bool Calibrate(CUstream stream, const std::string& arena_symbol, const std::func
   wire::ArenaRef ref{};
   ref.arena = res.arena;
   ref.chunks = (res.arena + sizeof(wire::ArenaHeader) + chunk - 1) / chunk * chunk;
-  ref.num_chunks = kChunks;
+  ref.num_chunks = kChunks - 1;  // the last chunk holds the results
   ref.chunk_shift = kChunkShift;
   ref.warp_mask = ~0u;
   ref.epoch = 1;
   static const wire::ArenaRef kIdle{};
-  // Results: the first kSlots words of the arena's spare header space would do, but a
-  // separate region keeps the arena exactly what the recorder expects.
-  CUdeviceptr results = ref.chunks + (static_cast<uint64_t>(kChunks - 1) << kChunkShift);
-  ref.num_chunks = kChunks - 1;
+  CUdeviceptr results = ref.chunks + (static_cast<uint64_t>(ref.num_chunks) << kChunkShift);
   uint64_t spin = kSpinNs;
   void* args[] = {&results, &spin};
   const bool queued =

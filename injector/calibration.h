@@ -12,19 +12,12 @@
 
 #include <cuda.h>
 
-#include <cstdint>
 #include <functional>
 #include <string>
 
-namespace smprof::injector {
+#include "injector/shipper.h"  // Calibration, which the device's facts carry
 
-struct Calibration {
-  uint32_t sm_clock_khz = 0;  // 0: not measured
-  uint32_t cost_context_centicycles = 0;
-  uint32_t cost_default_centicycles = 0;
-  uint32_t cost_diverged_centicycles = 0;
-  uint32_t cost_idle_centicycles = 0;
-};
+namespace smprof::injector {
 
 // Runs the calibration in the current context. `arena_symbol` is the mangled
 // name of the module's arena reference; `wait_idle(stream)` waits for the

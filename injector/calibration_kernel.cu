@@ -13,13 +13,14 @@
 
 #include <cstdint>
 
+#include "injector/calibration_layout.h"
+
 namespace {
 
-constexpr int kEvents = 64;
+using namespace smprof::calibration;  // NOLINT(google-build-using-namespace): the slots
+
 constexpr int kRounds = 4;
 
-// Results, in order (see injector/calibration.cc).
-enum Slot { kEmpty, kContext, kDefault, kDivergedEmpty, kDiverged, kClock0, kTime0, kClock1, kTime1, kSlots };
 
 __device__ __forceinline__ long long Min(long long a, long long b) { return a < b ? a : b; }
 

@@ -633,17 +633,12 @@ bool Profiler::CreateArena(ContextState* cs) {
   }
   cs->cycles_per_ns = device.sm_clock_khz / 1e6;
   if (cs->probe_stream != nullptr) {
-    Calibration cal;
     std::string why;
     const auto wait = [](CUstream s) {
       return WaitIdle(s, std::chrono::steady_clock::now() + std::chrono::milliseconds(300));
     };
-    if (Calibrate(cs->probe_stream, ArenaSymbol(kAbi), wait, &cal, &why)) {
-      device.sm_clock_measured_khz = cal.sm_clock_khz;
-      device.cost_context_centicycles = cal.cost_context_centicycles;
-      device.cost_default_centicycles = cal.cost_default_centicycles;
-      device.cost_diverged_centicycles = cal.cost_diverged_centicycles;
-      device.cost_idle_centicycles = cal.cost_idle_centicycles;
+    if (Calibrate(cs->probe_stream, ArenaSymbol(kAbi), wait, &device.calibration, &why)) {
+      const Calibration& cal = device.calibration;
       if (cal.sm_clock_khz != 0) cs->cycles_per_ns = cal.sm_clock_khz / 1e6;
       Log().info("GPU {}: SM clock {} MHz measured; a marker costs {:.1f} cycles with a context, {:.1f} without, "
                  "{:.1f} diverged, {:.1f} idle",

@@ -62,11 +62,11 @@ void Shipper::SendDevice(const DeviceInfo& d) {
   m.pci_device = d.pci_device;
   m.sm_clock_khz = d.sm_clock_khz;
   m.timer_resolution_ns = d.timer_resolution_ns;
-  m.sm_clock_measured_khz = d.sm_clock_measured_khz;
-  m.cost_context_centicycles = d.cost_context_centicycles;
-  m.cost_default_centicycles = d.cost_default_centicycles;
-  m.cost_diverged_centicycles = d.cost_diverged_centicycles;
-  m.cost_idle_centicycles = d.cost_idle_centicycles;
+  m.sm_clock_measured_khz = d.calibration.sm_clock_khz;
+  m.cost_context_centicycles = d.calibration.cost_context_centicycles;
+  m.cost_default_centicycles = d.calibration.cost_default_centicycles;
+  m.cost_diverged_centicycles = d.calibration.cost_diverged_centicycles;
+  m.cost_idle_centicycles = d.calibration.cost_idle_centicycles;
   m.name_len = ClampedLength(d.name);
   if (Send(wire::kMsgDevice, &m, sizeof(m), d.name.data(), m.name_len, 0)) devices_sent_.push_back(d.ordinal);
 }

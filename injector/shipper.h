@@ -33,6 +33,15 @@ struct ShipperCounters {
   uint64_t events_dropped = 0;  // events in messages the sink dropped
 };
 
+// What the calibration kernel measured on a GPU (injector/calibration.h).
+struct Calibration {
+  uint32_t sm_clock_khz = 0;  // 0: not measured
+  uint32_t cost_context_centicycles = 0;
+  uint32_t cost_default_centicycles = 0;
+  uint32_t cost_diverged_centicycles = 0;
+  uint32_t cost_idle_centicycles = 0;
+};
+
 // What the collector needs to name a GPU across processes and read its times.
 struct DeviceInfo {
   uint32_t ordinal = 0;  // CUDA ordinal in this process
@@ -45,12 +54,7 @@ struct DeviceInfo {
   uint32_t pci_device = 0;
   uint32_t sm_clock_khz = 0;
   uint32_t timer_resolution_ns = 0;  // 0: not measured
-  // From the calibration kernel (injector/calibration.h); 0: not measured.
-  uint32_t sm_clock_measured_khz = 0;
-  uint32_t cost_context_centicycles = 0;
-  uint32_t cost_default_centicycles = 0;
-  uint32_t cost_diverged_centicycles = 0;
-  uint32_t cost_idle_centicycles = 0;
+  Calibration calibration;           // injector/calibration.h; zeros: not measured
   std::string name;
 };
 
