@@ -945,55 +945,77 @@ const json& FirstGpu(const ProfiledRun& run) {
   return run.summary_event["gpus"][0];
 }
 
-// 7. A range's args.cycles is its exact length in SM cycles. Each range spins
-// N cycles (clock64() from t0 until t0 + N), so cycles >= N exactly (both
-// marker clocks lie outside the spin) and cycles <= 1.02 N for N >= 10k (seen
-// on H100: N + 161..204), N + 16 + kMarkerCycles for N = 1k (seen: N +
-// 170..186), where kMarkerCycles = 256 covers what lies between the
-// markers' clock reads besides the spin: the BEGIN marker's work after its
-// clock read (event assembly, the __activemask() compare, the chunk-boundary
-// test, the store), the spin loop's last iteration, the __syncwarp() after it
-// and the END marker's register compare before its clock read (~50-150
-// cycles on Hopper; the test prints what it saw). Each range's dur (us) x
-// sm_clock_measured_khz / 1000 must agree with cycles within max(2 %, 16
-// cycles) for the 10k and 100k ranges (1k cycles is ~0.5 us, of which one
-// 32-ns anchor tick is already 6 %).
+// 7. A range's args.cycles is its exact length in SM cycles. Each range
+// spins N cycles (clock64() from t0 until t0 + N; the kernel reports the
+// cycles S each spin really took, first to last clock read: N plus the
+// loop's overshoot), so cycles >= S exactly, and the rest, cycles - S, is
+// what the two markers put inside the range: the BEGIN's work after its late
+// clock read (event assembly, the store, a taken branch to the join and the
+// reconvergence barrier as the compiler lays them out) and the END's before
+// its clock read (its idle test). It must stay within kInRangeCycles, which
+// the test prints with cycles - N (H100: markers' share 99-182 cycles over
+// three builds, cycles - N 111-212; the target of 2 % of N for
+// N >= 10k is 200, met by some builds and not others: docs/performance.md). Each range's
+// dur (us) x sm_clock_measured_khz / 1000 must agree with cycles within
+// max(2 %, 16 cycles) for the 10k and 100k ranges (1k cycles is ~0.5 us, of
+// which one 32-ns anchor tick is already 6 %).
 TEST(GpuScenarios, RecorderRangeCyclesAreExact) {
   REQUIRE_GPU();
-  const ProfiledRun run = Profile("recorder-cycle-ranges");
+  char dir_template[] = "/tmp/smprof-spins-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  const std::string spins_path = dir + "/spins.txt";
+  const ProfiledRun run = Profile("recorder-cycle-ranges " + spins_path);
   ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
   const json& gpu = FirstGpu(run);
   const double khz = gpu.value("sm_clock_measured_khz", 0.0);
   ASSERT_GT(khz, 0) << "no measured SM clock: " << gpu.dump();
-  constexpr double kMarkerCycles = 256;
+  constexpr double kInRangeCycles = 192;
+  const std::vector<std::string> names = {"spin1k", "spin10k", "spin100k"};
   const std::map<std::string, double> spins = {{"spin1k", 1000}, {"spin10k", 10000}, {"spin100k", 100000}};
+  std::map<std::pair<int, std::string>, double> spun;  // (block, name) -> cycles the spin took
+  {
+    std::ifstream in(spins_path);
+    int b, i;
+    unsigned long long cycles;
+    while (in >> b >> i >> cycles) {
+      ASSERT_TRUE(i >= 0 && i < 3) << spins_path;
+      spun[{b, names[i]}] = static_cast<double>(cycles);
+    }
+    ASSERT_EQ(spun.size(), 8u * 3) << spins_path;
+  }
   for (const LaunchGroup* g : ExactlyGroups(run, "cycle_ranges", 1)) {
     const auto per_warp = [](int) {
       return EventCounts{{"i warmup", 1}, {"X spin1k", 1}, {"X spin10k", 1}, {"X spin100k", 1}};
     };
     EXPECT_EQ(ExpectWarpTracks(*g, 8, {0}, per_warp), 8L * 7) << g->name;
-    std::map<std::string, std::pair<double, double>> over;  // name -> min, max of cycles - N
-    std::map<std::string, double> worst_dur;                // name -> max |dur cycles - cycles|
+    // name -> min, max of cycles - N and of cycles - S
+    std::map<std::string, std::pair<double, double>> over, inside;
+    std::map<std::string, double> worst_dur;  // name -> max |dur cycles - cycles|
     for (const auto& [tid, t] : g->threads) {
       if (!IsWarp(t)) continue;
+      int block = -1;
+      ASSERT_EQ(std::sscanf(t.name.c_str(), "SM %*d | block (%d", &block), 1) << t.name;
       for (const json& e : t.events) {
         const auto spin = spins.find(e.value("name", ""));
         if (e.value("ph", "") != "X" || spin == spins.end()) continue;
         const double n = spin->second;
+        const auto s = spun.find({block, spin->first});
+        ASSERT_NE(s, spun.end()) << t.name << " " << spin->first;
         const json args = e.value("args", json::object());
         if (!args.contains("cycles") || !args["cycles"].is_number()) {
           ADD_FAILURE() << "no args.cycles: " << e.dump();
           continue;
         }
         const double cycles = args["cycles"].get<double>();
-        EXPECT_GE(cycles, n) << t.name << ": " << e.dump();
-        // The bound (2 %) where the marker pair's own cycles fit in
-        // it; the 1k range is held to N + 16 + kMarkerCycles.
-        const double allowed = n >= 10000 ? 0.02 * n : 16.0 + kMarkerCycles;
-        EXPECT_LE(cycles, n + allowed) << t.name << ": " << e.dump();
-        auto [it, fresh] = over.try_emplace(spin->first, cycles - n, cycles - n);
-        it->second.first = std::min(it->second.first, cycles - n);
-        it->second.second = std::max(it->second.second, cycles - n);
+        EXPECT_GE(cycles, s->second) << t.name << ": spun " << s->second << ": " << e.dump();
+        EXPECT_LE(cycles - s->second, kInRangeCycles) << t.name << ": spun " << s->second << ": " << e.dump();
+        const auto widen = [](auto& m, const std::string& key, double v) {
+          auto [it, fresh] = m.try_emplace(key, v, v);
+          it->second.first = std::min(it->second.first, v);
+          it->second.second = std::max(it->second.second, v);
+        };
+        widen(over, spin->first, cycles - n);
+        widen(inside, spin->first, cycles - s->second);
         const double dur_cycles = e["dur"].get<double>() * khz / 1000.0;
         worst_dur[spin->first] = std::max(worst_dur[spin->first], std::abs(dur_cycles - cycles));
         if (n >= 10000) {
@@ -1003,8 +1025,9 @@ TEST(GpuScenarios, RecorderRangeCyclesAreExact) {
       }
     }
     for (const auto& [name, mm] : over) {
-      std::printf("%s: cycles - N in [%.0f, %.0f]; |dur x clock - cycles| <= %.1f cycles (%.0f kHz)\n", name.c_str(),
-                  mm.first, mm.second, worst_dur[name], khz);
+      std::printf("%s: cycles - N in [%.0f, %.0f]; cycles - spun (the markers' share) in [%.0f, %.0f]; "
+                  "|dur x clock - cycles| <= %.1f cycles (%.0f kHz)\n",
+                  name.c_str(), mm.first, mm.second, inside[name].first, inside[name].second, worst_dur[name], khz);
     }
     EXPECT_EQ(over.size(), 3u);
   }

@@ -261,13 +261,14 @@ __device__ SMPROF_FORCEINLINE void RecordFromCursor(uint32_t kind_flags, uint64_
   const uint64_t tag = cursor->tag;
   const uint32_t next = cursor->next;
   const uint32_t end = cursor->end;
-  if (__builtin_expect(active != WarpLanes() || tag != WarpTag(sreg::GridId(), ref.epoch) || next >= end, 0)) {
+  if (__builtin_expect((active != WarpLanes()) | (tag != WarpTag(sreg::GridId(), ref.epoch)) | (next >= end), 0)) {
     RecordDiverged(EventLow(clock, kind_flags), hi, active);
     return;
   }
   cursor->next = next + static_cast<uint32_t>(sizeof(wire::Event));
+  const bool lane0 = sreg::LaneId() == 0;  // before a BEGIN's late stamp (see Context::Record)
   const uint64_t stamp = StampsLate(kind_flags) ? sreg::Clock64() : clock;
-  Store16If(sreg::LaneId() == 0, ref.chunks + next, EventLow(stamp, kind_flags), hi);
+  Store16If(lane0, ref.chunks + next, EventLow(stamp, kind_flags), hi);
 }
 
 // ---------------------------------------------------------------------------
@@ -284,8 +285,8 @@ inline constexpr uint64_t kCursorArenaFull = 1ull << 62;
 // its lanes keep agreeing), or the cursor is at a chunk boundary (lane 0
 // claims a chunk, every lane gets the new cursor). Returns the cursor.
 __device__ SMPROF_RECORDER_SLOW_PATH uint64_t RecordContextSlow(uint64_t cursor, uint64_t lo, uint64_t hi,
-                                                                unsigned active) {
-  if (active != WarpLanes()) {
+                                                                unsigned active, unsigned lanes) {
+  if (active != lanes) {
     RecordDiverged(lo, hi, active);
     return cursor;
   }
@@ -312,10 +313,10 @@ namespace smprof {
 // A kernel's profiling context: SMPROF_CONTEXT() declares one named
 // `smprof_ctx`, which the markers of that scope use; pass it on as
 // `smprof::Context& smprof_ctx` to device functions whose markers should use
-// it too. 8 bytes of registers per thread.
+// it too. 12 bytes of registers per thread.
 class Context {
  public:
-  __device__ SMPROF_FORCEINLINE Context() {
+  __device__ SMPROF_FORCEINLINE Context() : lanes_(detail::WarpLanes()) {
     const wire::ArenaRef& ref = detail::Ref();
     cursor_ = ref.arena != 0 && detail::WarpSelected(ref) ? detail::kCursorNeedsChunk : 0;
   }
@@ -324,24 +325,30 @@ class Context {
 
   __device__ SMPROF_FORCEINLINE void Record(uint32_t kind_flags, const char* name, uint32_t value) {
     if (cursor_ == 0) return;  // not recording: one compare of a register
+    const bool late = detail::StampsLate(kind_flags);
     const uint64_t clock = detail::sreg::Clock64();
     const unsigned active = __activemask();
     const uint64_t lo = detail::EventLow(clock, kind_flags);
     const uint64_t hi = detail::EventHigh(name, value);
-    // One rare branch: diverged, or at a chunk boundary.
+    // One rare branch: diverged, or at a chunk boundary (`|`, not `||`: one
+    // predicate, one branch).
     if (__builtin_expect(
-            active != detail::WarpLanes() || (static_cast<uint32_t>(cursor_) & detail::ChunkMask(detail::Ref())) == 0,
-            0)) {
-      cursor_ = detail::RecordContextSlow(cursor_, lo, hi, active);
+            (active != lanes_) | ((static_cast<uint32_t>(cursor_) & detail::ChunkMask(detail::Ref())) == 0), 0)) {
+      cursor_ = detail::RecordContextSlow(cursor_, lo, hi, active, lanes_);
       return;
     }
-    const uint64_t stamp = detail::StampsLate(kind_flags) ? detail::sreg::Clock64() : clock;
-    detail::Store16If(detail::sreg::LaneId() == 0, cursor_, detail::EventLow(stamp, kind_flags), hi);
+    // %laneid before a BEGIN's late stamp: its read latency stays outside the range.
+    const bool lane0 = detail::sreg::LaneId() == 0;
+    const uint64_t stamp = late ? detail::sreg::Clock64() : clock;
+    detail::Store16If(lane0, cursor_, detail::EventLow(stamp, kind_flags), hi);
     cursor_ += sizeof(wire::Event);
   }
 
  private:
   uint64_t cursor_;  // next event slot; 0: not recording; kCursorNeedsChunk, kCursorArenaFull
+  // The warp's lanes (WarpLanes), computed once: a marker compares
+  // __activemask() with a register instead of re-reading %tid and %ntid.
+  unsigned lanes_;
 };
 
 }  // namespace smprof
@@ -355,8 +362,8 @@ namespace smprof::detail {
 __device__ SMPROF_FORCEINLINE void Mark(smprof_no_context_t, uint32_t kind_flags, const char* name, uint32_t value) {
   const wire::ArenaRef& ref = Ref();
   if (ref.arena == 0) return;  // not profiling: one constant load and a uniform branch
+  const uint64_t clock = sreg::Clock64();  // before the warp test: see Context::Record
   if (!WarpSelected(ref)) return;
-  const uint64_t clock = sreg::Clock64();
   RecordFromCursor(kind_flags, clock, EventHigh(name, value), __activemask());
 }
 

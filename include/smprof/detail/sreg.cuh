@@ -1,11 +1,14 @@
 // One wrapper per PTX special register smprof reads. Device code only.
 //
-// All are `asm volatile`: read where the marker stands, never hoisted by the
-// compiler into registers that stay live across the user's loop. A value
-// hoisted out of a marker costs an idle marker registers (the 32x32-tiled
-// matrix multiply went from 32 to 44 registers per thread, and from two
-// 1024-thread blocks per SM to one); a special register read costs a
-// recording marker a few cycles.
+// The per-thread and per-warp ones are `asm volatile`: read where the marker
+// stands, never hoisted by the compiler into registers that stay live across
+// the user's loop. A value hoisted out of a marker costs an idle marker
+// registers (the 32x32-tiled matrix multiply went from 32 to 44 registers per
+// thread, and from two 1024-thread blocks per SM to one); a special register
+// read costs a recording marker a few cycles. The block's index and shape are
+// the same for every thread of the block: they come from the compiler's
+// builtins, which it keeps in uniform registers (S2UR on sm_75+), so a
+// hoisted copy costs no per-thread register and a marker no S2R latency.
 #pragma once
 
 #include <cstdint>
@@ -52,13 +55,15 @@ __device__ SMPROF_FORCEINLINE uint64_t GridId() {
 SMPROF_SREG_U32(TidX, "tid.x")
 SMPROF_SREG_U32(TidY, "tid.y")
 SMPROF_SREG_U32(TidZ, "tid.z")
-SMPROF_SREG_U32(NtidX, "ntid.x")
-SMPROF_SREG_U32(NtidY, "ntid.y")
-SMPROF_SREG_U32(NtidZ, "ntid.z")
-SMPROF_SREG_U32(CtaidX, "ctaid.x")
-SMPROF_SREG_U32(CtaidY, "ctaid.y")
-SMPROF_SREG_U32(CtaidZ, "ctaid.z")
 #undef SMPROF_SREG_U32
+
+// %ntid and %ctaid: uniform across the block (see above).
+__device__ SMPROF_FORCEINLINE uint32_t NtidX() { return blockDim.x; }
+__device__ SMPROF_FORCEINLINE uint32_t NtidY() { return blockDim.y; }
+__device__ SMPROF_FORCEINLINE uint32_t NtidZ() { return blockDim.z; }
+__device__ SMPROF_FORCEINLINE uint32_t CtaidX() { return blockIdx.x; }
+__device__ SMPROF_FORCEINLINE uint32_t CtaidY() { return blockIdx.y; }
+__device__ SMPROF_FORCEINLINE uint32_t CtaidZ() { return blockIdx.z; }
 
 // mov.u32 %r, %smid;  SM the warp runs on
 __device__ SMPROF_FORCEINLINE uint32_t SmId() {

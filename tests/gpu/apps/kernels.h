@@ -24,5 +24,6 @@ void LaunchBigBlocks(bool with_context, int blocks, int* sink, cudaStream_t s); 
 void LaunchManyMarkers(bool with_context, int blocks, int threads, int n, cudaStream_t s);
 void LaunchInterleavedMarkers(bool with_context, int blocks, int threads, int n, long long spin_cycles, cudaStream_t s);
 void LaunchDeviceFunctions(bool with_context, int blocks, int threads, int* sink, cudaStream_t s);
-void LaunchCycleRanges(int blocks, long long n1, long long n2, long long n3, cudaStream_t s);  // 32 threads
+void LaunchCycleRanges(int blocks, long long n1, long long n2, long long n3, unsigned long long* spun,
+                       cudaStream_t s);  // 32 threads; spun: 3 per block
 void LaunchCrossSmTicks(int blocks, int threads, int n, unsigned long long* out, cudaStream_t s);

@@ -42,11 +42,15 @@ __device__ __forceinline__ unsigned PresentLanes() {
 
 // Spins `cycles` SM cycles on the calling (converged, full) warp, then
 // reconverges it so that the next marker is one marker of the whole warp.
-__device__ __forceinline__ void SpinCycles(long long cycles) {
+// Spins at least `cycles` SM cycles; returns how many it spun (first to last
+// clock read).
+__device__ __forceinline__ long long SpinCycles(long long cycles) {
   const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
+  long long t;
+  while ((t = clock64()) - t0 < cycles) {
   }
   __syncwarp();
+  return t - t0;
 }
 
 __device__ __forceinline__ unsigned long long GlobalTimerNs() {
@@ -297,12 +301,19 @@ __global__ void device_functions(int* sink) {
 // the ranges around spins of n1, n2, n3 cycles (1000, 10000, 100000 in the
 // scenario). "warmup" claims the context's chunk, so no chunk claim falls
 // inside a timed range; 7 events fit any chunk size (256 bytes: 13).
-__global__ void cycle_ranges(long long n1, long long n2, long long n3) {
+// spun[3 * block + i]: the cycles spin i really took (its loop overshoots N
+// by up to one iteration), so the test can tell the markers' own cycles
+// inside a range from the spin's.
+__global__ void cycle_ranges(long long n1, long long n2, long long n3, unsigned long long* spun) {
   SMPROF_CONTEXT();
   SMPROF_INSTANT("warmup");
-  SMPROF_RANGE("spin1k") { SpinCycles(n1); }
-  SMPROF_RANGE("spin10k") { SpinCycles(n2); }
-  SMPROF_RANGE("spin100k") { SpinCycles(n3); }
+  long long t[3];
+  SMPROF_RANGE("spin1k") { t[0] = SpinCycles(n1); }
+  SMPROF_RANGE("spin10k") { t[1] = SpinCycles(n2); }
+  SMPROF_RANGE("spin100k") { t[2] = SpinCycles(n3); }
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 3; ++i) spun[3 * blockIdx.x + i] = static_cast<unsigned long long>(t[i]);
+  }
 }
 
 // 8. cross_sm_ticks(n, out), with a context; the scenario runs 4 blocks per SM
@@ -383,8 +394,9 @@ void LaunchDeviceFunctions(bool with_context, int blocks, int threads, int* sink
   }
 }
 
-void LaunchCycleRanges(int blocks, long long n1, long long n2, long long n3, cudaStream_t s) {
-  cycle_ranges<<<blocks, 32, 0, s>>>(n1, n2, n3);
+void LaunchCycleRanges(int blocks, long long n1, long long n2, long long n3, unsigned long long* spun,
+                       cudaStream_t s) {
+  cycle_ranges<<<blocks, 32, 0, s>>>(n1, n2, n3, spun);
 }
 
 void LaunchCrossSmTicks(int blocks, int threads, int n, unsigned long long* out, cudaStream_t s) {

@@ -275,9 +275,27 @@ int RecorderDeviceFunctions() {  // device_functions<true>, then <false>, on 2x6
   return Finish(sink);
 }
 
-int RecorderCycleRanges() {  // cycle_ranges(1000, 10000, 100000) on 8x32 threads
-  LaunchCycleRanges(8, 1000, 10000, 100000, nullptr);
-  return Finish(nullptr);
+// cycle_ranges(1000, 10000, 100000) on 8x32 threads; writes one line per
+// spin to `path`: "block i cycles", the cycles spin i really took.
+int RecorderCycleRanges(const char* path) {
+  constexpr int kBlocks = 8;
+  unsigned long long* spun;
+  CHECK(cudaMalloc(&spun, 3 * kBlocks * sizeof(unsigned long long)));
+  LaunchCycleRanges(kBlocks, 1000, 10000, 100000, spun, nullptr);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  unsigned long long host[3 * kBlocks];
+  CHECK(cudaMemcpy(host, spun, sizeof(host), cudaMemcpyDeviceToHost));
+  CHECK(cudaFree(spun));
+  FILE* f = std::fopen(path, "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "app: cannot write %s\n", path);
+    return 99;
+  }
+  for (int b = 0; b < kBlocks; ++b) {
+    for (int i = 0; i < 3; ++i) std::fprintf(f, "%d %d %llu\n", b, i, host[3 * b + i]);
+  }
+  return std::fclose(f) == 0 ? 0 : 99;
 }
 
 // cross_sm_ticks(8) on (4 x SM count) x 128 threads; writes one line per tick to `path`:
@@ -341,13 +359,13 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "recorder-big-blocks")) return RecorderBigBlocks();
   if (!std::strcmp(scenario, "recorder-many-markers")) return RecorderManyMarkers();
   if (!std::strcmp(scenario, "recorder-device-functions")) return RecorderDeviceFunctions();
-  if (!std::strcmp(scenario, "recorder-cycle-ranges")) return RecorderCycleRanges();
+  if (!std::strcmp(scenario, "recorder-cycle-ranges") && argc > 2) return RecorderCycleRanges(argv[2]);
   if (!std::strcmp(scenario, "recorder-cross-sm") && argc > 2) return RecorderCrossSm(argv[2]);
   std::fprintf(stderr,
                "usage: %s basic|streams|filter|graph|overflow|highwater|exit7|destroyed-stream|threads|driver-api "
                "<fatbin>|cupti-taken|silent-big|capture-after-eager|unload-replay <fatbin>|exit-running|"
                "recorder-divergent-halves|recorder-early-exit|recorder-partial-warps|recorder-big-blocks|"
-               "recorder-many-markers|recorder-device-functions|recorder-cycle-ranges|recorder-cross-sm <file>\n",
+               "recorder-many-markers|recorder-device-functions|recorder-cycle-ranges <file>|recorder-cross-sm <file>\n",
                argv[0]);
   return 2;
 }
