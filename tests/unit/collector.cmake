@@ -23,3 +23,7 @@ smprof_add_test(perfetto_check_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/perfetto_check_test.cc
   LIBS smprof::collector
   LABELS unit)
+smprof_add_test(run_stats_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/run_stats_test.cc
+  LIBS smprof::collector nlohmann_json::nlohmann_json
+  LABELS unit)

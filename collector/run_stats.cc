@@ -1,0 +1,364 @@
+#include "collector/run_stats.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+namespace smprof::stats {
+namespace {
+
+// Histogram buckets: values below 64 each have their own; above, 64 buckets
+// per power of two [2^e, 2^(e+1)), each 2^(e-6) wide. A bucket's midpoint is
+// then within half a width, 1/128 of its lower bound, of any value in it.
+constexpr int kSubBits = 6;
+constexpr uint64_t kSub = uint64_t{1} << kSubBits;
+
+size_t BucketOf(uint64_t v) {
+  if (v < kSub) return static_cast<size_t>(v);
+  const int e = 63 - __builtin_clzll(v);
+  const uint64_t m = v >> (e - kSubBits);  // in [64, 128)
+  return static_cast<size_t>(kSub + static_cast<uint64_t>(e - kSubBits) * kSub + (m - kSub));
+}
+
+uint64_t BucketMidpoint(size_t bucket) {
+  if (bucket < kSub) return bucket;
+  const uint64_t e = (bucket - kSub) / kSub + kSubBits;
+  const uint64_t m = kSub + (bucket - kSub) % kSub;
+  const uint64_t width = uint64_t{1} << (e - kSubBits);
+  return m * width + width / 2;
+}
+
+// One unit of one region: every sample while there are at most
+// kExactSamples, then a histogram. count, total, min and max stay exact.
+class Distribution {
+ public:
+  void Add(uint64_t v) {
+    ++count_;
+    total_ += v;
+    min_ = std::min(min_, v);
+    max_ = std::max(max_, v);
+    if (count_ <= kExactSamples) {
+      samples_.push_back(v);
+      return;
+    }
+    if (!samples_.empty()) {
+      for (uint64_t s : samples_) AddToHistogram(s);
+      std::vector<uint64_t>().swap(samples_);
+    }
+    AddToHistogram(v);
+  }
+
+  uint64_t count() const { return count_; }
+  bool exact() const { return count_ <= kExactSamples; }
+
+  // Sorts the samples kept (their order does not matter to anything else).
+  Durations Summarize() {
+    Durations d;
+    d.total = total_;
+    d.max = max_;
+    if (count_ == 0) return d;
+    d.mean = static_cast<double>(total_) / static_cast<double>(count_);
+    std::sort(samples_.begin(), samples_.end());
+    d.p50 = Percentile(50);
+    d.p95 = Percentile(95);
+    return d;
+  }
+
+ private:
+  void AddToHistogram(uint64_t v) {
+    const size_t b = BucketOf(v);
+    if (b >= buckets_.size()) buckets_.resize(b + 1, 0);
+    ++buckets_[b];
+  }
+
+  // Nearest rank: the sample of rank ceil(pct/100 * count) (1-based).
+  uint64_t Percentile(uint64_t pct) const {
+    const uint64_t rank = (pct * count_ + 99) / 100;
+    if (exact()) return samples_[rank - 1];
+    uint64_t seen = 0;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      seen += buckets_[b];
+      if (seen >= rank) return std::clamp(BucketMidpoint(b), min_, max_);
+    }
+    return max_;
+  }
+
+  uint64_t count_ = 0, total_ = 0, min_ = UINT64_MAX, max_ = 0;
+  std::vector<uint64_t> samples_;  // while exact()
+  std::vector<uint64_t> buckets_;  // once not
+};
+
+struct RegionAcc {
+  uint64_t unterminated = 0;
+  Distribution ns, cycles;
+  std::unordered_map<uint64_t, uint64_t> sm_totals;  // SmKey -> ns
+  uint64_t warps = 0, warp_sum = 0, warp_max = 0;
+  WarpLocation warp_max_at;
+};
+
+struct InstantAcc {
+  uint64_t count = 0, unmatched_ends = 0;
+};
+
+struct KernelAcc {
+  uint64_t launches = 0, warps = 0, span_ns = 0, warp_time_ns = 0;
+  std::map<uint32_t, RegionAcc> regions;  // by name id
+  std::map<uint32_t, InstantAcc> instants;
+};
+
+struct WarpAcc {
+  WarpLocation where;
+  bool has_top = false;  // a top-level slice was seen
+  uint64_t top_end = 0;  // the latest end of one
+  uint32_t top_name = 0;
+  std::vector<std::pair<uint32_t, uint64_t>> totals;  // name id -> ns of terminated slices
+};
+
+struct LaunchAcc {
+  const std::string* kernel_name = nullptr;
+  KernelAcc* kernel = nullptr;
+  uint32_t pid = 0;
+  uint64_t launch_id = 0;
+  int32_t gpu = -1;
+  uint64_t start_ns = 0, end_ns = 0;
+  std::map<uint32_t, WarpAcc> warps;  // by WarpRecord::index
+};
+
+uint64_t SmKey(int32_t gpu, uint32_t sm) { return (uint64_t{static_cast<uint32_t>(gpu)} << 32) | sm; }
+
+using GapKey = std::tuple<uint64_t, uint64_t, const std::string&, uint32_t, uint64_t, uint32_t, uint32_t, uint32_t,
+                          uint32_t, uint32_t>;
+
+GapKey GapOrder(const Gap& g) {
+  const WarpLocation& w = g.where;
+  return GapKey(~g.length_ns, g.start_ns, g.kernel, w.pid, w.launch_id, w.sm, w.block[2], w.block[1], w.block[0],
+                w.warp);
+}
+
+// Longer first, then earlier, then by place: a total order, so the gaps kept
+// do not depend on the order of equal candidates.
+bool GapBefore(const Gap& a, const Gap& b) { return GapOrder(a) < GapOrder(b); }
+
+}  // namespace
+
+struct StatsBuilder::State {
+  size_t gaps_kept = 0;
+  std::map<std::string, uint32_t, std::less<>> name_ids;
+  std::vector<std::string> names;
+  std::map<std::string, KernelAcc, std::less<>> kernels;
+  std::unordered_map<uint64_t, LaunchAcc> launches;  // open ones, by LaunchRecord::index
+  std::vector<Gap> gaps;                             // a heap whose front is the gap to drop first
+  uint64_t slices = 0, unterminated = 0, instants = 0;
+
+  uint32_t NameId(std::string_view name) {
+    auto it = name_ids.find(name);
+    if (it != name_ids.end()) return it->second;
+    const uint32_t id = static_cast<uint32_t>(names.size());
+    names.emplace_back(name);
+    name_ids.emplace(names.back(), id);
+    return id;
+  }
+
+  LaunchAcc& Launch(const trace::LaunchRecord& launch) {
+    auto [it, added] = launches.try_emplace(launch.index);
+    LaunchAcc& l = it->second;
+    if (added) {
+      const std::string& label = launch.label.empty() ? launch.kernel : launch.label;
+      auto k = kernels.find(label);
+      if (k == kernels.end()) k = kernels.emplace(label, KernelAcc()).first;
+      l.kernel_name = &k->first;
+      l.kernel = &k->second;
+      l.pid = launch.pid;
+      l.launch_id = launch.launch_id;
+      l.gpu = launch.gpu;
+    }
+    l.start_ns = launch.start_ns;
+    l.end_ns = launch.end_ns;
+    return l;
+  }
+
+  WarpAcc& Warp(LaunchAcc& l, const trace::WarpRecord& warp) {
+    auto [it, added] = l.warps.try_emplace(warp.index);
+    if (added) {
+      WarpLocation& w = it->second.where;
+      w.pid = l.pid;
+      w.launch_id = l.launch_id;
+      w.gpu = l.gpu;
+      w.sm = warp.sm;
+      std::copy(warp.block, warp.block + 3, w.block);
+      w.warp = warp.warp;
+    }
+    return it->second;
+  }
+
+  void OfferGap(const LaunchAcc& l, const WarpAcc& w, uint32_t after, uint64_t begin_ns) {
+    if (gaps_kept == 0) return;
+    const uint64_t length = begin_ns - w.top_end;
+    if (gaps.size() == gaps_kept && length < gaps.front().length_ns) return;
+    Gap g{*l.kernel_name, w.where, names[w.top_name], names[after], w.top_end, length};
+    if (gaps.size() < gaps_kept) {
+      gaps.push_back(std::move(g));
+      std::push_heap(gaps.begin(), gaps.end(), GapBefore);
+    } else if (GapBefore(g, gaps.front())) {
+      std::pop_heap(gaps.begin(), gaps.end(), GapBefore);
+      gaps.back() = std::move(g);
+      std::push_heap(gaps.begin(), gaps.end(), GapBefore);
+    }
+  }
+
+  // Folds a launch into its kernel: its span and its warps' totals.
+  void Close(LaunchAcc& l) {
+    KernelAcc& k = *l.kernel;
+    const uint64_t span = l.end_ns > l.start_ns ? l.end_ns - l.start_ns : 0;
+    ++k.launches;
+    k.warps += l.warps.size();
+    k.span_ns += span;
+    k.warp_time_ns += span * l.warps.size();
+    for (const auto& [index, w] : l.warps) {
+      for (const auto& [id, total] : w.totals) {
+        RegionAcc& r = k.regions[id];
+        ++r.warps;
+        r.warp_sum += total;
+        if (r.warps == 1 || total > r.warp_max) {
+          r.warp_max = total;
+          r.warp_max_at = w.where;
+        }
+      }
+    }
+  }
+};
+
+StatsBuilder::StatsBuilder(size_t gaps_kept) : state_(std::make_unique<State>()) { state_->gaps_kept = gaps_kept; }
+
+StatsBuilder::~StatsBuilder() = default;
+
+void StatsBuilder::OnLaunch(const trace::LaunchRecord& launch) { state_->Launch(launch); }
+
+void StatsBuilder::OnWarp(const trace::LaunchRecord& launch, const trace::WarpRecord& warp) {
+  State& s = *state_;
+  s.Warp(s.Launch(launch), warp);
+}
+
+void StatsBuilder::OnSlice(const trace::LaunchRecord& launch, const trace::WarpRecord& warp,
+                           const trace::SliceRecord& slice) {
+  State& s = *state_;
+  LaunchAcc& l = s.Launch(launch);
+  WarpAcc& w = s.Warp(l, warp);
+  const uint32_t id = s.NameId(slice.name);
+  RegionAcc& r = l.kernel->regions[id];
+  ++s.slices;
+  if (slice.unterminated) {
+    ++r.unterminated;
+    ++s.unterminated;
+  } else {
+    const uint64_t ns = slice.end_ns > slice.begin_ns ? slice.end_ns - slice.begin_ns : 0;
+    r.ns.Add(ns);
+    r.cycles.Add(slice.cycles);
+    r.sm_totals[SmKey(l.gpu, warp.sm)] += ns;
+    auto t = std::find_if(w.totals.begin(), w.totals.end(), [id](const auto& e) { return e.first == id; });
+    if (t == w.totals.end()) {
+      w.totals.emplace_back(id, ns);
+    } else {
+      t->second += ns;
+    }
+  }
+  if (slice.lane == 0 && slice.depth == 0) {
+    if (w.has_top && slice.begin_ns > w.top_end) s.OfferGap(l, w, id, slice.begin_ns);
+    if (!w.has_top || slice.end_ns >= w.top_end) {
+      w.top_end = slice.end_ns;
+      w.top_name = id;
+    }
+    w.has_top = true;
+  }
+}
+
+void StatsBuilder::OnInstant(const trace::LaunchRecord& launch, const trace::WarpRecord& warp,
+                             const trace::InstantRecord& instant) {
+  State& s = *state_;
+  LaunchAcc& l = s.Launch(launch);
+  s.Warp(l, warp);
+  InstantAcc& i = l.kernel->instants[s.NameId(instant.name)];
+  ++i.count;
+  if (instant.unmatched_end) ++i.unmatched_ends;
+  ++s.instants;
+}
+
+void StatsBuilder::OnLaunchEnd(const trace::LaunchRecord& launch) {
+  State& s = *state_;
+  s.Close(s.Launch(launch));
+  s.launches.erase(launch.index);
+}
+
+RunStats StatsBuilder::Build() {
+  State& s = *state_;
+  std::vector<uint64_t> open;
+  for (const auto& [index, l] : s.launches) open.push_back(index);
+  std::sort(open.begin(), open.end());
+  for (uint64_t index : open) s.Close(s.launches.at(index));
+  s.launches.clear();
+
+  RunStats run;
+  run.slices = s.slices;
+  run.unterminated = s.unterminated;
+  run.instants = s.instants;
+  for (auto& [name, k] : s.kernels) {
+    KernelStats ks;
+    ks.kernel = name;
+    ks.launches = k.launches;
+    ks.warps = k.warps;
+    ks.span_ns = k.span_ns;
+    ks.warp_time_ns = k.warp_time_ns;
+    run.launches += k.launches;
+    for (auto& [id, r] : k.regions) {
+      RegionStats rs;
+      rs.name = s.names[id];
+      rs.count = r.ns.count();
+      rs.unterminated = r.unterminated;
+      rs.exact = r.ns.exact();
+      rs.ns = r.ns.Summarize();
+      rs.cycles = r.cycles.Summarize();
+      if (k.warp_time_ns > 0) {
+        rs.share = static_cast<double>(rs.ns.total) / static_cast<double>(k.warp_time_ns);
+      }
+      uint64_t busiest_key = 0;
+      for (const auto& [key, total] : r.sm_totals) {
+        const bool first = rs.per_sm.units == 0;
+        if (first || total > rs.per_sm.max_ns || (total == rs.per_sm.max_ns && key < busiest_key)) {
+          rs.per_sm.max_ns = total;
+          busiest_key = key;
+        }
+        ++rs.per_sm.units;
+      }
+      if (rs.per_sm.units > 0) {
+        rs.per_sm.mean_ns = static_cast<double>(rs.ns.total) / static_cast<double>(rs.per_sm.units);
+        rs.busiest_gpu = static_cast<int32_t>(static_cast<uint32_t>(busiest_key >> 32));
+        rs.busiest_sm = static_cast<uint32_t>(busiest_key);
+      }
+      rs.per_warp.units = r.warps;
+      rs.per_warp.max_ns = r.warp_max;
+      if (r.warps > 0) rs.per_warp.mean_ns = static_cast<double>(r.warp_sum) / static_cast<double>(r.warps);
+      rs.slowest_warp = r.warp_max_at;
+      ks.regions.push_back(std::move(rs));
+    }
+    std::sort(ks.regions.begin(), ks.regions.end(), [](const RegionStats& a, const RegionStats& b) {
+      return std::tie(b.ns.total, a.name) < std::tie(a.ns.total, b.name);
+    });
+    for (const auto& [id, i] : k.instants) ks.instants.push_back({s.names[id], i.count, i.unmatched_ends});
+    std::sort(ks.instants.begin(), ks.instants.end(),
+              [](const InstantStats& a, const InstantStats& b) { return a.name < b.name; });
+    run.kernels.push_back(std::move(ks));
+  }
+  std::sort(run.kernels.begin(), run.kernels.end(), [](const KernelStats& a, const KernelStats& b) {
+    return std::tie(b.span_ns, a.kernel) < std::tie(a.span_ns, b.kernel);
+  });
+  run.gaps = s.gaps;
+  std::sort(run.gaps.begin(), run.gaps.end(), GapBefore);
+  return run;
+}
+
+}  // namespace smprof::stats

@@ -1,0 +1,73 @@
+// CollectorSummary: the run's outcome in one typed structure.
+//
+// The collector fills it; the trace writers put it into the trace; the
+// collector writes it as JSON beside the trace (--summary), and smprof-run
+// reads that file back with FromJson into the same structure, so both sides
+// agree on one definition of every counter.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace smprof {
+
+struct CollectorSummary {
+  std::string trace;       // where the trace is: the placed file, or the partial one after an error
+  uint64_t processes = 0;  // producers seen
+  uint64_t launches = 0;   // launches written
+  uint64_t events = 0;     // device events (begin/end/instant) written to the trace
+  uint64_t lost_device_buffer = 0;
+  uint64_t lost_device_unplaced = 0;
+  // Events the producers dropped (ConsumerStats::producer_events_dropped),
+  // including those they sent after the collector began its final drain
+  // (Consumer::Close) and stats() read at the end of that drain.
+  uint64_t lost_transport = 0;
+  // device buffer + unplaced + transport + orphan_events: every event that was
+  // recorded on the GPU but is not in the trace.
+  uint64_t lost_total = 0;
+  uint64_t filtered_events = 0;
+  uint64_t unattributed_events = 0;
+  uint64_t malformed_messages = 0;
+  // Events of an unknown (or already finalized) launch, e.g. of a LaunchMsg
+  // the transport dropped: not in the trace, so counted in lost_total too.
+  uint64_t orphan_events = 0;
+  uint64_t unterminated_ranges = 0;
+  uint64_t unmatched_ends = 0;
+  uint64_t forced_drains = 0;
+  uint64_t harvests = 0;
+  uint64_t framing_errors = 0;
+  uint64_t producers_incomplete = 0;  // ended without a clean detach, or still attached at Finish
+  uint64_t registry_full = 0;         // processes refused for lack of a registry entry (--max-producers)
+  // Messages still unread in the rings when the final drain timed out: their
+  // events are lost but cannot be counted (ConsumerStats::unread_messages).
+  uint64_t transport_unread_messages = 0;
+  // Launch calls of kernels that include the markers, and of those, the ones
+  // SMPROF_KERNELS did not select (from the producers' StatsMsgs).
+  uint64_t launches_opted_in = 0;
+  uint64_t launches_not_selected = 0;
+  // [{"index", "name", "uuid", "pci_bus_id", "sm_count", "compute_capability",
+  //   "sm_clock_khz", "timer_resolution_ns", "seen_as": [{"pid", "ordinal"}]}]
+  nlohmann::json gpus = nlohmann::json::array();
+  // [{"pid", "reason", "detail"}]: processes that told why they were not profiled.
+  nlohmann::json not_profiled = nlohmann::json::array();
+  nlohmann::json run;   // the run's metadata from smprof-run (null if none came)
+  nlohmann::json exit;  // how the program ended, from smprof-run (null if not told)
+  // In the trace's summary instant only (not in ToJson):
+  uint64_t unknown_names = 0;       // events written under "<unknown name #id>"
+  uint64_t clamped_timestamps = 0;  // timestamps before the base, written as 0
+  // In ToJson only when writing the trace failed:
+  bool trace_ok = true;  // false if writing the trace failed
+  std::string trace_error;
+
+  // {"trace", "processes", "launches", "events", "lost": {"device_buffer",
+  // "device_unplaced", "transport", "orphan", "total"}, "filtered_events",
+  // ..., "producers_incomplete", "registry_full", "transport_unread_messages",
+  // "launches_opted_in", "launches_not_selected", "gpus", "not_profiled",
+  // "run", "exit"}, plus "trace_error" when writing or placing the trace
+  // failed (the trace then ends, still strict JSON, after the last event
+  // written whole, and "trace" names where it is).
+  nlohmann::json ToJson() const;
+};
+
+}  // namespace smprof
