@@ -29,6 +29,10 @@ nlohmann::json CollectorSummary::ToJson() const {
   j["launches_not_selected"] = launches_not_selected;
   j["gpus"] = gpus;
   j["not_profiled"] = not_profiled;
+  if (!stats_json.empty() || !stats_error.empty()) {
+    j["stats"] = {{"json", stats_json}, {"csv", stats_csv}};
+    if (!stats_error.empty()) j["stats"]["error"] = stats_error;
+  }
   j["run"] = run;
   j["exit"] = exit;
   if (!trace_ok) j["trace_error"] = trace_error;

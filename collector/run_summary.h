@@ -51,11 +51,18 @@ struct CollectorSummary {
   nlohmann::json gpus = nlohmann::json::array();
   // [{"pid", "reason", "detail"}]: processes that told why they were not profiled.
   nlohmann::json not_profiled = nlohmann::json::array();
+  // The statistics files (stats_sink.h), "" when none were asked for or
+  // writing them failed (stats_error says why).
+  std::string stats_json;
+  std::string stats_csv;
+  std::string stats_error;
   nlohmann::json run;   // the run's metadata from smprof-run (null if none came)
   nlohmann::json exit;  // how the program ended, from smprof-run (null if not told)
   // In the trace's summary instant only (not in ToJson):
   uint64_t unknown_names = 0;       // events written under "<unknown name #id>"
   uint64_t clamped_timestamps = 0;  // timestamps before the base, written as 0
+  uint64_t transport_messages_dropped = 0;  // ConsumerStats::producer_messages_dropped
+  uint64_t transport_unread_bytes = 0;      // ConsumerStats::unread_bytes
   // In ToJson only when writing the trace failed:
   bool trace_ok = true;  // false if writing the trace failed
   std::string trace_error;

@@ -29,6 +29,11 @@ bool IsStreamPath(const std::string& path);
 // the file name, if any).
 std::string NumberedPath(const std::string& path, int n);
 
+// Where the statistics of a trace at `path` go: the path without its
+// extension ("run.pftrace" -> "run"; the stats sink adds ".stats.json" and
+// ".stats.csv"); "" for a stream path (nothing is written beside it).
+std::string StatsBase(const std::string& path);
+
 // Moves `partial` to `path`: replacing a file there when `overwrite`, else to
 // the first of path, NumberedPath(path, 2..999) that does not exist. On
 // success *placed is where the trace now is. On failure *error names the

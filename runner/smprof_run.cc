@@ -70,6 +70,7 @@
 #include <thread>
 #include <vector>
 
+#include "collector/stats_report.h"
 #include "collector/trace_placement.h"
 #include "collector/trace_writer.h"
 #include "common/cuda_tools.h"
@@ -283,6 +284,10 @@ bool StartCollector(const std::string& path, const std::string& run_id, const st
                                      "--log-level",
                                      log_level};
     if (force) args.push_back("--force");
+    if (const std::string stats = StatsBase(output); !stats.empty()) {
+      args.push_back("--stats");
+      args.push_back(stats);
+    }
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -607,6 +612,27 @@ std::string NothingProfiledHint(const nlohmann::json& summary, const RunOptions&
          "\") and that their markers run";
 }
 
+// The run's statistics table (collector/stats_report.h), read back from the
+// file the collector wrote, and where the files are.
+void PrintStats(const nlohmann::json& summary) {
+  const nlohmann::json stats = summary.value("stats", nlohmann::json::object());
+  if (!stats.is_object() || stats.empty()) return;
+  if (stats.contains("error")) {
+    std::fprintf(stderr, "smprof: warning: writing the statistics failed: %s\n", Text(stats, "error").c_str());
+    return;
+  }
+  if (Count(summary, "launches") == 0) return;  // nothing to tell; the files say the same
+  stats::RunStats run;
+  std::string error;
+  if (!stats::ReadStatsFile(Text(stats, "json"), &run, &error)) {
+    std::fprintf(stderr, "smprof: warning: cannot read the statistics back: %s\n", error.c_str());
+    return;
+  }
+  std::fputs(stats::RenderText(run).c_str(), stderr);
+  std::fprintf(stderr, "smprof: statistics: %s, %s\n", Absolute(Text(stats, "json")).c_str(),
+               Absolute(Text(stats, "csv")).c_str());
+}
+
 void PrintSummary(const nlohmann::json& summary, const std::string& output, const RunOptions& options) {
   if (summary.is_discarded() || !summary.is_object()) {
     Error("the collector wrote no summary; the trace may be incomplete");
@@ -654,6 +680,7 @@ void PrintSummary(const nlohmann::json& summary, const std::string& output, cons
   if (trace != output && trace != PartialPath(output)) {
     std::fprintf(stderr, "smprof: %s appeared during the run, so the trace was written beside it\n", output.c_str());
   }
+  PrintStats(summary);
   std::fprintf(stderr, "smprof: trace: %s (open it at https://ui.perfetto.dev)\n", trace.c_str());
   const std::string hint = NothingProfiledHint(summary, options);
   if (!hint.empty()) std::fprintf(stderr, "smprof: %s\n", hint.c_str());
@@ -795,7 +822,13 @@ int Main(int argc, char** argv) {
         if (StopCollector(&collector, output)) {
           const nlohmann::json summary = ReadSummary(summary_fd);
           const std::string trace = Text(summary, "trace");
-          if (!trace.empty() && Count(summary, "processes") == 0) unlink(trace.c_str());
+          if (!trace.empty() && Count(summary, "processes") == 0) {
+            unlink(trace.c_str());
+            const nlohmann::json stats = summary.value("stats", nlohmann::json::object());
+            for (const char* file : {"json", "csv"}) {
+              if (!Text(stats, file).empty()) unlink(Text(stats, file).c_str());
+            }
+          }
         }
         break;
       case ProgramResult::kStopped:

@@ -228,7 +228,9 @@ class SmprofRunTest : public testing::Test {
   std::vector<fs::path> Traces() const {
     std::vector<fs::path> found;
     for (const auto& entry : fs::directory_iterator(work_)) {
-      if (entry.path().extension() == ".json") found.push_back(entry.path());
+      const std::string name = entry.path().filename().string();
+      const bool stats = name.size() > 11 && name.compare(name.size() - 11, 11, ".stats.json") == 0;
+      if (entry.path().extension() == ".json" && !stats) found.push_back(entry.path());
     }
     std::sort(found.begin(), found.end());
     return found;
@@ -319,7 +321,13 @@ TEST_F(SmprofRunTest, DefaultOutputNameInCurrentDirectory) {
   EXPECT_EQ(traces[0].filename().string().rfind("smprof-sh-", 0), 0u) << traces[0];
   EXPECT_TRUE(Contains(r.err, "smprof: trace: " + traces[0].string())) << r.err;
   EXPECT_TRUE(nlohmann::json::accept(ReadFile(traces[0])));
-  EXPECT_EQ(std::distance(fs::directory_iterator(work_), fs::directory_iterator()), 1) << "only the trace is left";
+  // The trace and its statistics beside it (the statistics table is not
+  // printed for a run without launches).
+  EXPECT_EQ(std::distance(fs::directory_iterator(work_), fs::directory_iterator()), 3) << "the trace and its stats";
+  const std::string base = traces[0].string().substr(0, traces[0].string().size() - 5);
+  EXPECT_TRUE(fs::exists(base + ".stats.json")) << base;
+  EXPECT_TRUE(fs::exists(base + ".stats.csv")) << base;
+  EXPECT_FALSE(Contains(r.err, "smprof stats:")) << r.err;
 }
 
 // Two runs started in the same second in one directory: two names, two

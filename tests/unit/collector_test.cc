@@ -241,12 +241,12 @@ TEST_F(CollectorTest, OneLaunchTwoWarpsEverything) {
   // Warp A: three slices, two instants.
   const auto xa = Events(t, "X", 10, 2);
   ASSERT_EQ(xa.size(), 3u);
-  EXPECT_EQ(xa[0]["name"], "inner");  // closed first
-  EXPECT_DOUBLE_EQ(xa[0]["ts"].get<double>(), 1000003.0);
-  EXPECT_DOUBLE_EQ(xa[0]["dur"].get<double>(), 1.0);
-  EXPECT_EQ(xa[1]["name"], "outer");
-  EXPECT_DOUBLE_EQ(xa[1]["ts"].get<double>(), 1000002.0);
-  EXPECT_DOUBLE_EQ(xa[1]["dur"].get<double>(), 7.0);
+  EXPECT_EQ(xa[0]["name"], "outer");  // in start order
+  EXPECT_DOUBLE_EQ(xa[0]["ts"].get<double>(), 1000002.0);
+  EXPECT_DOUBLE_EQ(xa[0]["dur"].get<double>(), 7.0);
+  EXPECT_EQ(xa[1]["name"], "inner");
+  EXPECT_DOUBLE_EQ(xa[1]["ts"].get<double>(), 1000003.0);
+  EXPECT_DOUBLE_EQ(xa[1]["dur"].get<double>(), 1.0);
   EXPECT_EQ(xa[2]["name"], "inner");
   EXPECT_DOUBLE_EQ(xa[2]["ts"].get<double>(), 1000010.0);
   EXPECT_DOUBLE_EQ(xa[2]["dur"].get<double>(), 1.0);
@@ -322,17 +322,23 @@ TEST_F(CollectorTest, EndClosesMostRecentOpenBeginOfTheSameName) {
   Send(a, Harvest(200000, wire::kHarvestSync, 0, 0));
   CollectorSummary s;
   const json t = FinishAndParse(&s);
+  // The two a's nest on the warp's track; b overlaps the outer a without
+  // nesting in it, so it goes on the warp's second lane.
   const auto x = Events(t, "X", 10, 2);
-  ASSERT_EQ(x.size(), 3u);
+  ASSERT_EQ(x.size(), 2u);
   EXPECT_EQ(x[0]["name"], "a");
-  EXPECT_DOUBLE_EQ(x[0]["ts"].get<double>(), 1000003.0);
-  EXPECT_DOUBLE_EQ(x[0]["dur"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(x[0]["ts"].get<double>(), 1000002.0);
+  EXPECT_DOUBLE_EQ(x[0]["dur"].get<double>(), 4.0);
   EXPECT_EQ(x[1]["name"], "a");
-  EXPECT_DOUBLE_EQ(x[1]["ts"].get<double>(), 1000002.0);
-  EXPECT_DOUBLE_EQ(x[1]["dur"].get<double>(), 4.0);
-  EXPECT_EQ(x[2]["name"], "b");
-  EXPECT_EQ(x[2]["args"]["unterminated"], true);
-  EXPECT_DOUBLE_EQ(x[2]["dur"].get<double>(), 96.5);  // to the launch end
+  EXPECT_DOUBLE_EQ(x[1]["ts"].get<double>(), 1000003.0);
+  EXPECT_DOUBLE_EQ(x[1]["dur"].get<double>(), 1.0);
+  EXPECT_EQ(MetaName(t, "thread_name", 10, 3), MetaName(t, "thread_name", 10, 2) + " | lane 1");
+  EXPECT_EQ(SortIndex(t, "thread_sort_index", 10, 3), SortIndex(t, "thread_sort_index", 10, 2) + 1);
+  const auto lane = Events(t, "X", 10, 3);
+  ASSERT_EQ(lane.size(), 1u);
+  EXPECT_EQ(lane[0]["name"], "b");
+  EXPECT_EQ(lane[0]["args"]["unterminated"], true);
+  EXPECT_DOUBLE_EQ(lane[0]["dur"].get<double>(), 96.5);  // to the launch end
   EXPECT_EQ(s.unmatched_ends, 0u);
   EXPECT_EQ(s.unterminated_ranges, 1u);
   EXPECT_EQ(s.events, 5u);
@@ -460,7 +466,30 @@ TEST_F(CollectorTest, EndMatchingAgreesWithALinearScan) {
   Send(a, Harvest(20000000, wire::kHarvestSync, 0, 0));
   CollectorSummary s;
   const json tr = FinishAndParse(&s);
-  const auto x = Events(tr, "X", 10, 2);
+  // Every range, on the warp's track or one of its lanes, in start order
+  // (the longer first on equal starts); on each track, ranges nest.
+  std::vector<json> x;
+  std::map<int, std::vector<std::pair<double, double>>> per_track;  // tid -> (ts, end)
+  for (const json& e : Select(tr, [](const json& e) { return e["ph"] == "X" && e["pid"] == 10 && e["tid"] != 1; })) {
+    x.push_back(e);
+    per_track[e["tid"].get<int>()].push_back({e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+  }
+  EXPECT_GT(per_track.size(), 1u);  // this sequence interleaves names: lanes are needed
+  for (const auto& [tid, spans] : per_track) {
+    std::vector<double> open;  // ends of the enclosing ranges
+    for (const auto& [ts, end] : spans) {
+      while (!open.empty() && open.back() <= ts) open.pop_back();
+      ASSERT_TRUE(open.empty() || end <= open.back() + 1e-9) << "tid " << tid << " at " << ts;
+      open.push_back(end);
+    }
+  }
+  std::stable_sort(expected.begin(), expected.end(), [](const Expected& a, const Expected& b) {
+    return a.ts != b.ts ? a.ts < b.ts : a.dur > b.dur;
+  });
+  std::stable_sort(x.begin(), x.end(), [](const json& a, const json& b) {
+    return a["ts"].get<double>() != b["ts"].get<double>() ? a["ts"].get<double>() < b["ts"].get<double>()
+                                                          : a["dur"].get<double>() > b["dur"].get<double>();
+  });
   ASSERT_EQ(x.size(), expected.size());
   for (size_t i = 0; i < x.size(); ++i) {
     ASSERT_EQ(x[i]["name"], expected[i].name) << i;
@@ -507,21 +536,24 @@ TEST_F(CollectorTest, OpenBeginsPerWarpAreCapped) {
   Send(a, Harvest(200000000, wire::kHarvestSync, 0, 0));
   CollectorSummary s;
   const json tr = FinishAndParse(&s);
-  const auto x = Events(tr, "X", 10, 2);
+  const auto x = Select(tr, [](const json& e) { return e["ph"] == "X" && e["pid"] == 10 && e["tid"] != 1; });
   ASSERT_EQ(x.size(), kCap + kOver);
-  // Evicted first, in age order, with the reason.
+  // In start order: the evicted (the oldest), with the reason, closed where
+  // they were evicted.
   EXPECT_EQ(x[0]["name"], "other");
   for (uint32_t i = 0; i < kOver; ++i) {
     EXPECT_EQ(x[i]["args"]["unterminated"], true) << i;
     EXPECT_NE(x[i]["args"]["note"].get<std::string>().find("65536"), std::string::npos) << i;
+    EXPECT_DOUBLE_EQ(x[i]["ts"].get<double>() + x[i]["dur"].get<double>(), 1000000.0 + (1000 + kCap + i) / 1000.0)
+        << i;
   }
   EXPECT_EQ(x[1]["name"], "deep");
   EXPECT_DOUBLE_EQ(x[1]["ts"].get<double>(), 1000001.001);
-  // Then the END of the newest "deep".
-  EXPECT_EQ(x[kOver]["name"], "deep");
-  EXPECT_FALSE(x[kOver]["args"].contains("unterminated"));
-  EXPECT_EQ(x[kOver]["args"].value("cycles", 0u), 1u);
-  EXPECT_DOUBLE_EQ(x[kOver]["ts"].get<double>(), 1000000.0 + (t - 1) / 1000.0);
+  // The newest "deep", closed by its END.
+  EXPECT_EQ(x.back()["name"], "deep");
+  EXPECT_FALSE(x.back()["args"].contains("unterminated"));
+  EXPECT_EQ(x.back()["args"].value("cycles", 0u), 1u);
+  EXPECT_DOUBLE_EQ(x.back()["ts"].get<double>(), 1000000.0 + (t - 1) / 1000.0);
   EXPECT_EQ(s.unmatched_ends, 1u);
   EXPECT_EQ(s.unterminated_ranges, kCap - 1 + kOver);
   EXPECT_EQ(s.events, kOver + 2 + 1 + (kCap - 1));  // evicted, pair, unmatched, finalized
@@ -652,13 +684,15 @@ TEST_F(CollectorTest, UncleanEndFinalizesAndCounts) {
   EXPECT_EQ(s.unterminated_ranges, 2u);
   const auto x = Events(t, "X", 10, 2);
   ASSERT_EQ(x.size(), 2u);
-  // Inner first; both end at the warp's last event, later than the launch end.
-  EXPECT_DOUBLE_EQ(x[0]["ts"].get<double>(), 1000002.1);
-  EXPECT_DOUBLE_EQ(x[0]["dur"].get<double>(), 147.9);
-  EXPECT_DOUBLE_EQ(x[1]["ts"].get<double>(), 1000002.0);
-  EXPECT_DOUBLE_EQ(x[1]["dur"].get<double>(), 148.0);
-  EXPECT_EQ(x[1]["args"]["unterminated"], true);
-  EXPECT_TRUE(x[1]["args"].contains("note"));
+  // In start order; both end at the warp's last event, later than the launch end.
+  EXPECT_DOUBLE_EQ(x[0]["ts"].get<double>(), 1000002.0);
+  EXPECT_DOUBLE_EQ(x[0]["dur"].get<double>(), 148.0);
+  EXPECT_DOUBLE_EQ(x[1]["ts"].get<double>(), 1000002.1);
+  EXPECT_DOUBLE_EQ(x[1]["dur"].get<double>(), 147.9);
+  for (const json& e : x) {
+    EXPECT_EQ(e["args"]["unterminated"], true);
+    EXPECT_TRUE(e["args"].contains("note"));
+  }
   const auto lost = Events(t, "i", 2, 1);
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0]["name"], "process lost");

@@ -1,0 +1,86 @@
+// JsonSink: the run as a Chrome/Perfetto JSON trace (`-o trace.json`).
+//
+// Streams through TraceWriter (trace_writer.h: whole objects only, a killed
+// writer leaves a valid prefix). JSON has processes and threads only, so the
+// track tree is flattened onto synthetic pids:
+//   pid 1          "smprof run": the run's metadata as an instant at time 0
+//                  and the summary as the last event.
+//   pid 2..9, ...  one per profiled process: "harvests" thread (harvest
+//                  instants, device-loss counter, notices, "process lost").
+//                  The first 8 processes get 2..9; later ones share the
+//                  counter below.
+//   GPU processes  one per physical GPU: its facts as an instant at time 0 on
+//                  tid 0 "identity", and one thread per (process, stream)
+//                  with every kernel span on it. Sorted first.
+//   pid 10, 11 ... one per launch, in arrival order: tid 1 "kernel (CUPTI)",
+//                  then one thread per warp ("SM 012 | block (1,0,0) | warp
+//                  3") and, where ranges on a warp overlap without nesting,
+//                  one per extra lane ("... | warp 3 | lane 1") sorted right
+//                  after its warp.
+// Timestamps are microseconds with three decimals (nanoseconds exact).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collector/trace_sink.h"
+#include "collector/trace_writer.h"
+
+namespace smprof {
+
+class JsonSink : public trace::TraceSink {
+ public:
+  explicit JsonSink(std::unique_ptr<TraceWriter> writer);
+
+  void OnRun(const nlohmann::json& run) override;
+  void OnGpu(const trace::GpuRecord& gpu) override;
+  void OnProcess(const trace::ProcessRecord& process) override;
+  void OnProcessNamed(const trace::ProcessRecord& process) override;
+  void OnNotice(const trace::ProcessRecord& process, uint64_t ts_ns, std::string_view reason,
+                std::string_view detail) override;
+  void OnHarvest(const trace::ProcessRecord& process, const trace::HarvestRecord& harvest) override;
+  void OnProcessLost(const trace::ProcessRecord& process, uint64_t ts_ns) override;
+  void OnLaunch(const trace::LaunchRecord& launch) override;
+  void OnWarp(const trace::LaunchRecord& launch, const trace::WarpRecord& warp) override;
+  void OnSlice(const trace::LaunchRecord& launch, const trace::WarpRecord& warp,
+               const trace::SliceRecord& slice) override;
+  void OnInstant(const trace::LaunchRecord& launch, const trace::WarpRecord& warp,
+                 const trace::InstantRecord& instant) override;
+  void OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t* warps_in_order, size_t warp_count) override;
+  bool Flush() override;
+  bool Finish(const CollectorSummary& summary) override;
+  std::string error() const override { return writer_->error(); }
+
+  const std::string& path() const { return writer_->path(); }
+
+ private:
+  struct LaunchTracks {
+    uint32_t pid = 0;
+    uint32_t next_tid = 2;
+    std::vector<uint32_t> warp_tids;                          // by WarpRecord::index
+    std::map<std::pair<uint32_t, uint32_t>, uint32_t> lanes;  // (warp index, lane > 0) -> tid
+  };
+  struct GpuTracks {
+    uint32_t pid = 0;
+    trace::GpuRecord record;
+    std::map<std::pair<uint32_t, uint64_t>, uint32_t> stream_tids;  // (pid, stream) -> tid
+    uint32_t next_tid = 1;
+  };
+
+  uint32_t AllocatePid() { return next_launch_pid_++; }
+  uint32_t WarpTid(LaunchTracks& t, const trace::WarpRecord& warp, uint32_t lane);
+  void Touch(uint64_t ns) { last_ns_ = std::max(last_ns_, ns); }
+
+  std::unique_ptr<TraceWriter> writer_;
+  std::map<uint32_t, uint32_t> process_pids_;  // ProcessRecord::index -> pid
+  std::map<uint32_t, GpuTracks> gpus_;         // GpuRecord::index -> tracks
+  std::map<uint64_t, LaunchTracks> launches_;  // LaunchRecord::index -> tracks, until OnLaunchEnd
+  uint32_t next_process_pid_ = 2;
+  uint32_t next_launch_pid_ = 10;
+  uint64_t last_ns_ = 0;
+};
+
+}  // namespace smprof

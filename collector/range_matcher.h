@@ -1,0 +1,103 @@
+// RangeMatcher: one warp's BEGIN/END/instant events in, its slices out, in
+// start order, each on a lane where it nests.
+//
+// Matching: an END closes the most recent open BEGIN of the same name on the
+// warp (so ranges of different names may interleave: producer/consumer
+// phases, async copies). Open BEGINs are indexed by name, so an END finds
+// its BEGIN in O(1) however many are open; at most kMaxOpen are kept open,
+// beyond which the oldest is closed as unterminated.
+//
+// Lanes: a viewer draws one track's slices as a stack, so ranges that overlap
+// without nesting cannot share a track. The matcher buffers an episode (from
+// the first BEGIN on an idle warp until no range is open) and then assigns,
+// in start order, each slice to the lowest lane where it nests in what is
+// open there (lane 0 first: everything that nests stays on the warp's own
+// track). Instants go on lane 0. Records are ready when the episode ends;
+// an episode longer than kMaxBuffered records is written out early (its
+// ranges still open then are given a lane of their own when they close, as
+// they may start before records already written).
+//
+// Single-threaded; one matcher per (launch, warp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+namespace smprof {
+
+class RangeMatcher {
+ public:
+  static constexpr size_t kMaxOpen = size_t{1} << 16;
+  static constexpr size_t kMaxBuffered = size_t{1} << 20;
+
+  enum class Kind : uint8_t {
+    kSlice,         // BEGIN .. END
+    kUnterminated,  // BEGIN without END: ends at the time given to CloseAll (or when evicted)
+    kInstant,
+    kUnmatchedEnd,  // END without BEGIN, shown as an instant
+  };
+  enum class Why : uint8_t { kNone, kTooManyOpen, kProducerLost };
+
+  struct Record {
+    Kind kind;
+    Why why;
+    uint32_t name_id;
+    uint64_t begin_ns;
+    uint64_t end_ns;  // == begin_ns for instants
+    uint32_t cycles;  // END cycles - BEGIN cycles (32-bit wrap), slices only
+    uint32_t lane;
+    uint32_t depth;  // open slices around it on its lane
+  };
+
+  void Begin(uint32_t name_id, uint64_t ns, uint32_t cycles);
+  void End(uint32_t name_id, uint64_t ns, uint32_t cycles);
+  void Instant(uint32_t name_id, uint64_t ns);
+  // Closes every open BEGIN as unterminated at `end_ns` (not before its
+  // begin), innermost first, and ends the episode.
+  void CloseAll(uint64_t end_ns, Why why);
+
+  // Records ready to write, in start order per lane assignment; the caller
+  // consumes them and calls ClearReady().
+  const std::vector<Record>& ready() const { return ready_; }
+  void ClearReady() { ready_.clear(); }
+
+  size_t open() const { return live_; }
+  uint64_t last_ns() const { return last_ns_; }  // latest event time seen
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  struct Open {
+    uint32_t name_id;
+    uint32_t prev_same;  // position of the previous open BEGIN of this name, or kNone
+    uint64_t begin_ns;
+    uint32_t begin_cycles;
+    bool live;
+    bool early;  // still open when its episode was written out early
+  };
+
+  void Push(uint32_t name_id, uint64_t ns, uint32_t cycles);
+  uint32_t Find(uint32_t name_id) const;
+  void Close(uint32_t pos);
+  uint32_t Oldest();
+  void Compact();
+  void Buffer(const Record& r, bool early);
+  // Sorts the episode by start, assigns lanes, moves it to ready_.
+  void Release();
+
+  std::vector<Open> open_;                      // BEGINs, oldest first; closed ones dead until removed
+  size_t live_ = 0;                             // live entries of open_
+  size_t bottom_ = 0;                           // no live entry below this position
+  std::unordered_map<uint32_t, uint32_t> top_;  // name -> position of its latest open BEGIN
+  uint64_t last_ns_ = 0;
+
+  std::vector<Record> episode_;
+  std::vector<Record> ready_;
+  // Per lane, the end times of the slices open on it (innermost last), as
+  // of the last released record.
+  std::vector<std::vector<uint64_t>> lanes_;
+  uint32_t early_lane_ = kNone;  // the lane of ranges open across an early write-out
+};
+
+}  // namespace smprof

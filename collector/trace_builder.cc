@@ -1,0 +1,519 @@
+#include "collector/trace_builder.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <tuple>
+
+#include "collector/range_matcher.h"
+#include "collector/trace_labels.h"
+#include "common/names.h"
+
+namespace smprof {
+namespace {
+
+constexpr uint64_t kBaseOffsetNs = 1000000000ull;  // base = first GPU time - 1 s
+constexpr uint64_t kMalformedLogLimit = 20;
+
+uint64_t SatAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+// The name a launch is shown under: the qualified kernel name (common/names,
+// the parser the kernel filter matches against), else the text as it came.
+std::string KernelLabel(std::string_view full) {
+  const KernelNameForms forms = SplitKernelName(full);
+  if (!forms.qualified.empty()) return forms.qualified;
+  return full.empty() ? std::string("<unnamed kernel>") : std::string(full);
+}
+
+// What identifies a physical GPU across processes: the UUID, else the PCI
+// address, else nothing better than the producer's own ordinal.
+std::string IdentityKey(const std::string& uuid, const std::string& pci, uint32_t pid, uint32_t ordinal) {
+  if (!uuid.empty()) return uuid;
+  if (!pci.empty()) return "pci " + pci;
+  return "pid " + std::to_string(pid) + " cuda:" + std::to_string(ordinal);
+}
+
+}  // namespace
+
+namespace internal {
+
+std::string UuidText(const uint8_t uuid[16]) {
+  bool any = false;
+  for (int i = 0; i < 16; ++i) any = any || uuid[i] != 0;
+  if (!any) return "";
+  std::string out = "GPU-";
+  char hex[3];
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out.push_back('-');
+    std::snprintf(hex, sizeof(hex), "%02x", uuid[i]);
+    out += hex;
+  }
+  return out;
+}
+
+std::string PciBusIdText(uint32_t domain, uint32_t bus, uint32_t device) {
+  if (domain == 0 && bus == 0 && device == 0) return "";
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%04x:%02x:%02x.0", domain, bus, device);
+  return buf;
+}
+
+}  // namespace internal
+
+// --- state ------------------------------------------------------------------
+
+struct TraceBuilder::Warp {
+  trace::WarpRecord record;
+  RangeMatcher ranges;
+};
+
+struct TraceBuilder::Launch {
+  // Ordered like the order to show warps in: (sm, block z, y, x, warp).
+  using WarpKey = std::tuple<uint16_t, uint32_t, uint32_t, uint32_t, uint16_t>;
+  trace::LaunchRecord record;
+  uint64_t end_abs = 0;  // absolute, for unterminated ranges
+  std::map<WarpKey, Warp> warps;
+};
+
+// One physical GPU of the run, however many processes use it.
+struct TraceBuilder::Gpu {
+  trace::GpuRecord record;  // record.facts is the summary's "gpus" entry, "seen_as" growing
+};
+
+struct TraceBuilder::Producer {
+  transport::ProducerInfo info{};
+  trace::ProcessRecord record;
+  bool have_process = false;
+  bool named = false;
+  uint64_t last_ns = 0;  // latest absolute timestamp seen from this producer
+  std::map<uint32_t, std::string> names;
+  std::map<uint32_t, std::string> gpu_of_ordinal;  // CUDA ordinal in this process -> Gpu key
+  std::map<uint64_t, Launch> launches;             // announced, not yet ended
+  bool have_stats = false;
+  wire::StatsMsg stats{};
+  uint64_t harvest_dropped = 0;
+  uint64_t harvest_unplaced = 0;
+  uint64_t harvests = 0;
+  uint64_t forced_drains = 0;
+
+  // Device totals: the latest StatsMsg, unless the harvests seen since say more.
+  uint64_t dropped() const { return std::max(have_stats ? stats.events_dropped_device : 0, harvest_dropped); }
+  uint64_t unplaced() const { return std::max(have_stats ? stats.events_unplaced_device : 0, harvest_unplaced); }
+  uint64_t filtered() const { return have_stats ? stats.events_filtered : 0; }
+  uint64_t opted_in() const { return have_stats ? stats.launches_opted_in : 0; }
+  uint64_t not_selected() const { return have_stats ? stats.launches_not_selected : 0; }
+  uint64_t unattributed() const { return have_stats ? stats.events_unattributed : 0; }
+  uint64_t all_harvests() const { return std::max(have_stats ? stats.harvests : 0, harvests); }
+  uint64_t all_forced() const { return std::max(have_stats ? stats.forced_drains : 0, forced_drains); }
+};
+
+// --- TraceBuilder -----------------------------------------------------------
+
+TraceBuilder::TraceBuilder(std::vector<trace::TraceSink*> sinks, std::shared_ptr<spdlog::logger> logger)
+    : sinks_(std::move(sinks)), logger_(std::move(logger)) {}
+
+TraceBuilder::~TraceBuilder() = default;
+
+uint64_t TraceBuilder::Rel(uint64_t ns) {
+  if (!have_base_) {
+    have_base_ = true;
+    base_ns_ = ns > kBaseOffsetNs ? ns - kBaseOffsetNs : 0;
+  }
+  if (ns < base_ns_) {
+    ++summary_.clamped_timestamps;
+    return 0;
+  }
+  return ns - base_ns_;
+}
+
+void TraceBuilder::Touch(uint64_t rel_ns) { last_rel_ns_ = std::max(last_rel_ns_, rel_ns); }
+
+std::string_view TraceBuilder::NameOf(const Producer& p, uint32_t name_id) {
+  auto it = p.names.find(name_id);
+  if (it != p.names.end()) return it->second;
+  ++summary_.unknown_names;
+  unknown_name_ = "<unknown name #" + std::to_string(name_id) + ">";
+  return unknown_name_;
+}
+
+TraceBuilder::Producer& TraceBuilder::GetProducer(const transport::ProducerInfo& info) {
+  auto& slot = producers_[{info.entry, info.pid}];
+  if (!slot) {
+    slot = std::make_unique<Producer>();
+    slot->info = info;
+    slot->record.index = next_process_++;
+    slot->record.pid = info.pid;
+    slot->record.command = "?";
+    ++summary_.processes;
+    for (trace::TraceSink* s : sinks_) s->OnProcess(slot->record);
+    if (logger_) logger_->info("producer pid {} attached (registry entry {})", info.pid, info.entry);
+  }
+  return *slot;
+}
+
+void TraceBuilder::NameProcess(Producer& p) {
+  if (p.named) return;
+  p.named = true;
+  for (trace::TraceSink* s : sinks_) s->OnProcessNamed(p.record);
+}
+
+void TraceBuilder::CountMalformed(const Producer& p, const char* why, uint32_t type) {
+  ++summary_.malformed_messages;
+  if (!logger_) return;
+  if (malformed_logged_ < kMalformedLogLimit) {
+    logger_->warn("pid {}: malformed message (type {}): {}", p.info.pid, type, why);
+  } else if (malformed_logged_ == kMalformedLogLimit) {
+    logger_->warn("further malformed messages are counted, not logged");
+  }
+  ++malformed_logged_;
+}
+
+void TraceBuilder::HandleMessage(const transport::ProducerInfo& info, const uint8_t* data, uint32_t size) {
+  if (finished_) return;
+  Producer& p = GetProducer(info);
+  DecodedMessage m;
+  const DecodeStatus status = MessageDecoder::Decode(data, size, &m);
+  if (status != DecodeStatus::kOk) {
+    uint32_t type = 0;
+    if (data != nullptr && size >= sizeof(type)) std::memcpy(&type, data, sizeof(type));
+    CountMalformed(p, DecodeStatusName(status), type);
+    return;
+  }
+  switch (m.type) {
+    case wire::kMsgPad:
+      break;
+    case wire::kMsgProcess:
+      OnProcess(p, m);
+      break;
+    case wire::kMsgDevice:
+      OnDevice(p, m);
+      break;
+    case wire::kMsgName:
+      p.names[m.name.name_id] = std::string(m.text);
+      break;
+    case wire::kMsgLaunch:
+      OnLaunch(p, m);
+      break;
+    case wire::kMsgWarpEvents:
+      OnWarpEvents(p, m);
+      break;
+    case wire::kMsgHarvest:
+      OnHarvest(p, m);
+      break;
+    case wire::kMsgStats:
+      p.have_stats = true;
+      p.stats = m.stats;
+      break;
+    case wire::kMsgNotice:
+      OnNotice(p, m);
+      break;
+  }
+}
+
+void TraceBuilder::OnNotice(Producer& p, const DecodedMessage& m) {
+  const std::string detail(m.text);
+  const char* reason = internal::NoticeReason(m.notice.kind);
+  summary_.not_profiled.push_back({{"pid", p.record.pid}, {"reason", reason}, {"detail", detail}});
+  const uint64_t ts = p.last_ns != 0 ? Rel(p.last_ns) : last_rel_ns_;
+  for (trace::TraceSink* s : sinks_) s->OnNotice(p.record, ts, reason, detail);
+  Touch(ts);
+}
+
+void TraceBuilder::OnProcess(Producer& p, const DecodedMessage& m) {
+  if (p.have_process) {
+    CountMalformed(p, "second ProcessMsg", m.type);
+    return;
+  }
+  p.have_process = true;
+  p.record.pid = m.process.pid;
+  const std::string cmd = internal::CommandLabel(m.text);
+  p.record.command = cmd.empty() ? "?" : cmd;
+  if (!have_base_) {
+    have_base_ = true;
+    base_ns_ = m.process.gpu_time_ns > kBaseOffsetNs ? m.process.gpu_time_ns - kBaseOffsetNs : 0;
+  }
+  NameProcess(p);
+}
+
+void TraceBuilder::OnDevice(Producer& p, const DecodedMessage& m) {
+  const wire::DeviceMsg& d = m.device;
+  const std::string uuid = internal::UuidText(d.uuid);
+  const std::string pci = internal::PciBusIdText(d.pci_domain, d.pci_bus, d.pci_device);
+  const std::string key = IdentityKey(uuid, pci, p.record.pid, d.device);
+  p.gpu_of_ordinal[d.device] = key;
+  auto& slot = gpus_[key];
+  if (!slot) {
+    slot = std::make_unique<Gpu>();
+    trace::GpuRecord& g = slot->record;
+    g.index = static_cast<uint32_t>(gpu_order_.size());
+    gpu_order_.push_back(slot.get());
+    g.name = m.text.empty() ? std::string("unnamed GPU") : std::string(m.text);
+    g.uuid = uuid;
+    g.pci_bus_id = pci;
+    g.sm_count = d.sm_count;
+    g.cc_major = d.cc_major;
+    g.cc_minor = d.cc_minor;
+    g.sm_clock_khz = d.sm_clock_khz;
+    g.sm_clock_measured_khz = d.sm_clock_measured_khz;
+    g.timer_resolution_ns = d.timer_resolution_ns;
+    g.facts = {{"index", g.index},
+               {"name", g.name},
+               {"uuid", uuid},
+               {"pci_bus_id", pci},
+               {"sm_count", d.sm_count},
+               {"compute_capability", std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor)},
+               {"sm_clock_khz", d.sm_clock_khz},
+               {"sm_clock_measured_khz", d.sm_clock_measured_khz},
+               {"timer_resolution_ns", d.timer_resolution_ns},
+               {"marker_cost_cycles",
+                {{"context", d.cost_context_centicycles / 100.0},
+                 {"default", d.cost_default_centicycles / 100.0},
+                 {"diverged", d.cost_diverged_centicycles / 100.0},
+                 {"idle", d.cost_idle_centicycles / 100.0}}}};
+    for (trace::TraceSink* s : sinks_) s->OnGpu(g);
+    g.facts["seen_as"] = nlohmann::json::array();
+  }
+  nlohmann::json& seen = slot->record.facts["seen_as"];
+  const nlohmann::json as = {{"pid", p.record.pid}, {"ordinal", d.device}};
+  if (std::find(seen.begin(), seen.end(), as) == seen.end()) seen.push_back(as);
+}
+
+void TraceBuilder::OnLaunch(Producer& p, const DecodedMessage& m) {
+  const wire::LaunchMsg& msg = m.launch;
+  if (p.launches.count(msg.launch_id) != 0) {
+    CountMalformed(p, "duplicate launch id", m.type);
+    return;
+  }
+  Launch& l = p.launches[msg.launch_id];
+  l.end_abs = msg.end_ns;
+  p.last_ns = std::max(p.last_ns, msg.end_ns);
+  ++summary_.launches;
+
+  trace::LaunchRecord& r = l.record;
+  r.index = next_launch_++;
+  r.process = p.record.index;
+  r.pid = p.record.pid;
+  r.launch_id = msg.launch_id;
+  r.kernel = m.text.empty() ? std::string("<unnamed kernel>") : std::string(m.text);
+  r.label = KernelLabel(r.kernel);
+  auto git = p.gpu_of_ordinal.find(msg.device);
+  if (git != p.gpu_of_ordinal.end()) {
+    auto g = gpus_.find(git->second);
+    if (g != gpus_.end()) r.gpu = static_cast<int32_t>(g->second->record.index);
+  }
+  r.device = msg.device;
+  r.stream = msg.stream_id;
+  std::copy(msg.grid, msg.grid + 3, r.grid);
+  std::copy(msg.block, msg.block + 3, r.block);
+  r.start_ns = Rel(msg.start_ns);
+  r.end_ns = std::max(r.start_ns, Rel(msg.end_ns));
+  r.flags = msg.flags;
+  r.correlation_id = msg.correlation_id;
+  r.grid_id = msg.grid_id;
+  r.graph_id = msg.graph_id;
+  r.registers = msg.registers;
+  r.dynamic_smem = msg.dynamic_smem;
+  r.static_smem = msg.static_smem;
+  Touch(r.end_ns);
+  for (trace::TraceSink* s : sinks_) s->OnLaunch(r);
+}
+
+void TraceBuilder::Emit(Producer& p, const Launch& l, Warp& w) {
+  for (const RangeMatcher::Record& e : w.ranges.ready()) {
+    const std::string_view name = NameOf(p, e.name_id);
+    if (e.kind == RangeMatcher::Kind::kInstant || e.kind == RangeMatcher::Kind::kUnmatchedEnd) {
+      trace::InstantRecord r;
+      r.name = name;
+      r.ts_ns = Rel(e.begin_ns);
+      r.unmatched_end = e.kind == RangeMatcher::Kind::kUnmatchedEnd;
+      Touch(r.ts_ns);
+      for (trace::TraceSink* s : sinks_) s->OnInstant(l.record, w.record, r);
+      continue;
+    }
+    trace::SliceRecord r;
+    r.name = name;
+    r.begin_ns = Rel(e.begin_ns);
+    r.end_ns = std::max(r.begin_ns, Rel(e.end_ns));
+    r.cycles = e.cycles;
+    r.lane = e.lane;
+    r.depth = e.depth;
+    r.unterminated = e.kind == RangeMatcher::Kind::kUnterminated;
+    if (e.why == RangeMatcher::Why::kTooManyOpen) r.note = internal::kNoteTooManyOpen;
+    if (e.why == RangeMatcher::Why::kProducerLost) r.note = internal::kNoteProducerLost;
+    Touch(r.end_ns);
+    for (trace::TraceSink* s : sinks_) s->OnSlice(l.record, w.record, r);
+  }
+  w.ranges.ClearReady();
+}
+
+void TraceBuilder::OnWarpEvents(Producer& p, const DecodedMessage& m) {
+  const wire::WarpEventsMsg& msg = m.warp_events;
+  auto lit = p.launches.find(msg.launch_id);
+  if (lit == p.launches.end()) {
+    summary_.orphan_events += m.event_count;
+    if (logger_ && m.event_count != 0) {
+      logger_->debug("pid {}: {} events of unknown launch {} dropped", p.info.pid, m.event_count, msg.launch_id);
+    }
+    return;
+  }
+  Launch& l = lit->second;
+  const Launch::WarpKey key{msg.sm, msg.block[2], msg.block[1], msg.block[0], msg.warp};
+  auto [wit, inserted] = l.warps.try_emplace(key);
+  Warp& w = wit->second;
+  if (inserted) {
+    w.record.index = static_cast<uint32_t>(l.warps.size() - 1);
+    w.record.sm = msg.sm;
+    std::copy(msg.block, msg.block + 3, w.record.block);
+    w.record.warp = msg.warp;
+    w.record.hw_warp = msg.hw_warp;
+    for (trace::TraceSink* s : sinks_) s->OnWarp(l.record, w.record);
+  }
+  for (uint32_t i = 0; i < m.event_count; ++i) {
+    const wire::WireEvent e = m.event(i);
+    p.last_ns = std::max(p.last_ns, e.time_ns);
+    switch (e.kind & wire::kEventKindMask) {
+      case wire::kEventBegin:
+        if (w.ranges.open() >= RangeMatcher::kMaxOpen) {  // the oldest is closed, unterminated
+          ++summary_.unterminated_ranges;
+          ++summary_.events;
+        }
+        w.ranges.Begin(e.name_id, e.time_ns, e.cycles);
+        break;
+      case wire::kEventEnd: {
+        const size_t before = w.ranges.open();
+        w.ranges.End(e.name_id, e.time_ns, e.cycles);
+        if (w.ranges.open() < before) {
+          summary_.events += 2;
+        } else {
+          ++summary_.unmatched_ends;
+          ++summary_.events;
+        }
+        break;
+      }
+      case wire::kEventInstant:
+        w.ranges.Instant(e.name_id, e.time_ns);
+        ++summary_.events;
+        break;
+      default:
+        break;  // the decoder admits no other kind
+    }
+    if (!w.ranges.ready().empty()) Emit(p, l, w);
+  }
+}
+
+void TraceBuilder::EndLaunch(Producer& p, Launch& l, bool producer_lost) {
+  const bool no_activity = (l.record.flags & wire::kLaunchNoActivity) != 0;
+  std::vector<uint32_t> order;
+  order.reserve(l.warps.size());
+  for (auto& [key, w] : l.warps) {
+    const size_t open = w.ranges.open();
+    summary_.unterminated_ranges += open;
+    summary_.events += open;
+    const uint64_t end = no_activity ? w.ranges.last_ns() : std::max(l.end_abs, w.ranges.last_ns());
+    w.ranges.CloseAll(end, producer_lost ? RangeMatcher::Why::kProducerLost : RangeMatcher::Why::kNone);
+    Emit(p, l, w);
+    order.push_back(w.record.index);
+  }
+  for (trace::TraceSink* s : sinks_) s->OnLaunchEnd(l.record, order.data(), order.size());
+}
+
+void TraceBuilder::OnHarvest(Producer& p, const DecodedMessage& m) {
+  const wire::HarvestMsg& msg = m.harvest;
+  for (auto& [id, l] : p.launches) EndLaunch(p, l, false);
+  p.launches.clear();
+
+  ++p.harvests;
+  if (msg.reason == wire::kHarvestHighWater) ++p.forced_drains;
+  p.harvest_dropped = SatAdd(p.harvest_dropped, msg.dropped_events);
+  p.harvest_unplaced = SatAdd(p.harvest_unplaced, msg.unplaced_events);
+  p.last_ns = std::max(p.last_ns, msg.time_ns);
+
+  trace::HarvestRecord h;
+  h.ts_ns = Rel(msg.time_ns);
+  h.reason = msg.reason;
+  h.device = msg.device;
+  h.dropped_events = msg.dropped_events;
+  h.unplaced_events = msg.unplaced_events;
+  h.lost_so_far = SatAdd(p.harvest_dropped, p.harvest_unplaced);
+  Touch(h.ts_ns);
+  for (trace::TraceSink* s : sinks_) s->OnHarvest(p.record, h);
+  if (logger_ && (msg.dropped_events != 0 || msg.unplaced_events != 0)) {
+    logger_->warn("pid {}: device buffer lost {} events ({} unplaced) in one harvest", p.record.pid,
+                  msg.dropped_events, msg.unplaced_events);
+  }
+}
+
+void TraceBuilder::EndProducer(Producer& p, bool clean) {
+  for (auto& [id, l] : p.launches) EndLaunch(p, l, !clean);
+  p.launches.clear();
+  NameProcess(p);
+  if (!clean) {
+    ++summary_.producers_incomplete;
+    const uint64_t ts = p.last_ns != 0 ? Rel(p.last_ns) : last_rel_ns_;
+    for (trace::TraceSink* s : sinks_) s->OnProcessLost(p.record, ts);
+    Touch(ts);
+    if (logger_) logger_->warn("producer pid {} ended without detaching; its data may be incomplete", p.record.pid);
+  }
+  ended_dropped_ = SatAdd(ended_dropped_, p.dropped());
+  ended_unplaced_ = SatAdd(ended_unplaced_, p.unplaced());
+  ended_filtered_ = SatAdd(ended_filtered_, p.filtered());
+  ended_unattributed_ = SatAdd(ended_unattributed_, p.unattributed());
+  ended_forced_ = SatAdd(ended_forced_, p.all_forced());
+  ended_harvests_ = SatAdd(ended_harvests_, p.all_harvests());
+  ended_opted_in_ = SatAdd(ended_opted_in_, p.opted_in());
+  ended_not_selected_ = SatAdd(ended_not_selected_, p.not_selected());
+}
+
+void TraceBuilder::HandleProducerEnd(const transport::ProducerInfo& info, bool clean) {
+  if (finished_) return;
+  Producer& p = GetProducer(info);
+  EndProducer(p, clean);
+  producers_.erase({info.entry, info.pid});
+}
+
+void TraceBuilder::HandleRun(const nlohmann::json& run) {
+  if (finished_) return;
+  summary_.run = run;
+  for (trace::TraceSink* s : sinks_) s->OnRun(run);
+}
+
+void TraceBuilder::Finish(const transport::ConsumerStats& transport, CollectorSummary* summary) {
+  if (!finished_) {
+    while (!producers_.empty()) {
+      auto it = producers_.begin();
+      EndProducer(*it->second, /*clean=*/false);
+      producers_.erase(it);
+    }
+    finished_ = true;
+  }
+  CollectorSummary& s = summary_;
+  s.lost_device_buffer = ended_dropped_;
+  s.lost_device_unplaced = ended_unplaced_;
+  s.lost_transport = transport.producer_events_dropped;
+  s.transport_unread_messages = transport.unread_messages;
+  s.transport_messages_dropped = transport.producer_messages_dropped;
+  s.transport_unread_bytes = transport.unread_bytes;
+  s.lost_total =
+      SatAdd(SatAdd(SatAdd(s.lost_device_buffer, s.lost_device_unplaced), s.lost_transport), s.orphan_events);
+  s.filtered_events = ended_filtered_;
+  s.unattributed_events = ended_unattributed_;
+  s.forced_drains = ended_forced_;
+  s.harvests = ended_harvests_;
+  s.framing_errors = transport.framing_errors;
+  s.registry_full = transport.registry_full;
+  s.launches_opted_in = ended_opted_in_;
+  s.launches_not_selected = ended_not_selected_;
+  s.gpus = nlohmann::json::array();
+  for (const Gpu* g : gpu_order_) s.gpus.push_back(g->record.facts);
+  // What the builder does not own (the trace's path, the exit status) stays.
+  const std::string trace = summary->trace;
+  const nlohmann::json exit = summary->exit;
+  *summary = s;
+  summary->trace = trace;
+  summary->exit = exit;
+}
+
+}  // namespace smprof

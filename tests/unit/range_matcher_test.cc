@@ -1,0 +1,121 @@
+// RangeMatcher: matching, start order, lanes for ranges that overlap
+// without nesting, and the early write-out of very long episodes.
+#include "collector/range_matcher.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace smprof {
+namespace {
+
+using Kind = RangeMatcher::Kind;
+
+std::vector<RangeMatcher::Record> Take(RangeMatcher& m) {
+  std::vector<RangeMatcher::Record> out = m.ready();
+  m.ClearReady();
+  return out;
+}
+
+TEST(RangeMatcherTest, NestedRangesAreReleasedInStartOrderWhenTheWarpIsIdle) {
+  RangeMatcher m;
+  m.Begin(1, 100, 10);
+  m.Begin(2, 110, 20);
+  m.End(2, 120, 35);
+  EXPECT_TRUE(m.ready().empty());  // the outer range is still open
+  m.Instant(3, 125);
+  m.End(1, 200, 110);
+  const auto r = Take(m);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].name_id, 1u);
+  EXPECT_EQ(r[0].begin_ns, 100u);
+  EXPECT_EQ(r[0].end_ns, 200u);
+  EXPECT_EQ(r[0].cycles, 100u);
+  EXPECT_EQ(r[0].depth, 0u);
+  EXPECT_EQ(r[1].name_id, 2u);
+  EXPECT_EQ(r[1].cycles, 15u);
+  EXPECT_EQ(r[1].depth, 1u);
+  EXPECT_EQ(r[2].kind, Kind::kInstant);
+  EXPECT_EQ(r[2].depth, 1u);  // inside the outer range
+  for (const auto& e : r) EXPECT_EQ(e.lane, 0u);
+  m.Instant(4, 300);  // nothing open: released at once
+  const auto i = Take(m);
+  ASSERT_EQ(i.size(), 1u);
+  EXPECT_EQ(i[0].depth, 0u);
+}
+
+// Producer/consumer: "load" and "mma" overlap without nesting; the one that
+// does not fit the warp's track goes to lane 1, and lane 1 is reused.
+TEST(RangeMatcherTest, OverlappingRangesGoToTheLowestLaneWhereTheyNest) {
+  RangeMatcher m;
+  m.Begin(1, 100, 0);  // load [100, 300)
+  m.Begin(2, 200, 0);  // mma  [200, 400)
+  m.End(1, 300, 0);
+  m.Begin(1, 350, 0);  // load [350, 500)
+  m.End(2, 400, 0);
+  m.End(1, 500, 0);
+  const auto r = Take(m);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].begin_ns, 100u);
+  EXPECT_EQ(r[0].lane, 0u);
+  EXPECT_EQ(r[1].begin_ns, 200u);
+  EXPECT_EQ(r[1].lane, 1u);
+  EXPECT_EQ(r[2].begin_ns, 350u);
+  EXPECT_EQ(r[2].lane, 0u);  // [100,300) ended: fits lane 0 again
+}
+
+TEST(RangeMatcherTest, EndClosesTheLatestOpenBeginOfItsNameAndCountsUnmatched) {
+  RangeMatcher m;
+  m.Begin(1, 10, 0);
+  m.Begin(1, 20, 0);
+  m.End(1, 30, 0);
+  EXPECT_EQ(m.open(), 1u);
+  m.End(1, 40, 0);
+  m.End(7, 50, 0);  // no BEGIN of 7
+  const auto r = Take(m);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].begin_ns, 10u);
+  EXPECT_EQ(r[0].end_ns, 40u);
+  EXPECT_EQ(r[1].begin_ns, 20u);
+  EXPECT_EQ(r[1].end_ns, 30u);
+  EXPECT_EQ(r[2].kind, Kind::kUnmatchedEnd);
+}
+
+TEST(RangeMatcherTest, CloseAllEndsOpenRangesUnterminated) {
+  RangeMatcher m;
+  m.Begin(1, 10, 0);
+  m.Begin(2, 20, 0);
+  m.CloseAll(15, RangeMatcher::Why::kProducerLost);  // before the inner begin: clamped to it
+  const auto r = Take(m);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].kind, Kind::kUnterminated);
+  EXPECT_EQ(r[0].end_ns, 15u);
+  EXPECT_EQ(r[1].end_ns, 20u);
+  EXPECT_EQ(r[1].why, RangeMatcher::Why::kProducerLost);
+  EXPECT_EQ(m.open(), 0u);
+}
+
+// An episode longer than kMaxBuffered is written out early; the range open
+// across it comes later, on a lane of its own, so every lane still nests.
+TEST(RangeMatcherTest, AVeryLongEpisodeIsWrittenOutEarly) {
+  RangeMatcher m;
+  m.Begin(1, 0, 0);  // open across the whole episode
+  uint64_t t = 1;
+  size_t released = 0;
+  for (size_t i = 0; i < RangeMatcher::kMaxBuffered; ++i, t += 2) {
+    m.Begin(2, t, 0);
+    m.End(2, t + 1, 0);
+    released += m.ready().size();
+    m.ClearReady();
+  }
+  EXPECT_EQ(released, RangeMatcher::kMaxBuffered);
+  m.End(1, t, 0);
+  const auto r = Take(m);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].name_id, 1u);
+  EXPECT_EQ(r[0].begin_ns, 0u);
+  EXPECT_GE(r[0].lane, 1u);
+}
+
+}  // namespace
+}  // namespace smprof
