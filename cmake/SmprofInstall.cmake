@@ -13,7 +13,7 @@
 include(SmprofInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS smprof-run RUNTIME DESTINATION ${SMPROF_INSTALL_BINDIR})
+install(TARGETS smprof-run smprof RUNTIME DESTINATION ${SMPROF_INSTALL_BINDIR})
 install(TARGETS smprof-collector RUNTIME DESTINATION ${SMPROF_INSTALL_HELPER_EXECDIR})
 # The injector keeps its INSTALL_RPATH (the CUDA toolkit's lib dir, for CUPTI).
 install(TARGETS smprof_inject LIBRARY DESTINATION ${SMPROF_INSTALL_HELPER_LIBDIR})

@@ -2,21 +2,38 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <thread>
 
 #include "collector/json_sink.h"
+#include "collector/perfetto_sink.h"
 #include "collector/trace_placement.h"
 #include "collector/trace_writer.h"
 
 namespace smprof {
 
+TraceFormat TraceFormatOf(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const size_t dot = name.find_last_of('.');
+  std::string ext = dot == std::string::npos ? "" : name.substr(dot + 1);
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext == "json" ? TraceFormat::kJson : TraceFormat::kPerfetto;
+}
+
 std::unique_ptr<Collector> Collector::Create(const CollectorOptions& options, std::string* error) {
   const bool direct = IsStreamPath(options.trace_path);
   const std::string written = direct ? options.trace_path : PartialPath(options.trace_path);
-  auto writer = TraceWriter::Open(written, error, /*exclusive=*/!direct && !options.overwrite);
-  if (!writer) return nullptr;
-  return std::unique_ptr<Collector>(
-      new Collector(options, std::make_unique<JsonSink>(std::move(writer)), written));
+  const bool exclusive = !direct && !options.overwrite;
+  std::unique_ptr<trace::TraceSink> sink;
+  if (TraceFormatOf(options.trace_path) == TraceFormat::kJson) {
+    auto writer = TraceWriter::Open(written, error, exclusive);
+    if (writer) sink = std::make_unique<JsonSink>(std::move(writer));
+  } else {
+    sink = PerfettoSink::Open(written, exclusive, error);
+  }
+  if (!sink) return nullptr;
+  return std::unique_ptr<Collector>(new Collector(options, std::move(sink), written));
 }
 
 Collector::Collector(CollectorOptions options, std::unique_ptr<trace::TraceSink> trace, std::string trace_written)

@@ -37,6 +37,12 @@ class logger;
 
 namespace smprof {
 
+// The trace format follows the file name: "*.json" is the Chrome/Perfetto
+// JSON format (json_sink.h), anything else native Perfetto protobuf
+// (perfetto_sink.h; ".pftrace" by convention).
+enum class TraceFormat { kJson, kPerfetto };
+TraceFormat TraceFormatOf(const std::string& path);
+
 struct CollectorOptions {
   // Where the finished trace goes; it is written to PartialPath(trace_path)
   // first (trace_placement.h).

@@ -1,5 +1,6 @@
 // smprof-collector: receives one run's messages through shared memory and
-// writes its Perfetto JSON trace. Started by smprof-run; see collector.h.
+// writes its trace (Perfetto protobuf, or JSON for *.json). Started by
+// smprof-run; see collector.h.
 //
 // Exit codes: 0 done (trace and summary written), 1 runtime error (the message
 // names the fix), 2 bad arguments.
@@ -33,13 +34,14 @@ constexpr char kUsage[] =
     "usage: smprof-collector --run-id ID --output PATH [options]\n"
     "\n"
     "Receives the messages of one smprof run through shared memory and writes one\n"
-    "Perfetto-loadable JSON trace. Runs until SIGTERM/SIGINT or until the control\n"
+    "trace: native Perfetto protobuf, or Chrome/Perfetto JSON when PATH ends in\n"
+    ".json. Runs until SIGTERM/SIGINT or until the control\n"
     "channel closes, then closes the run (producers drop and count what they send\n"
     "from then on) and drains it. The trace is written to PATH.partial and moved\n"
     "to PATH when complete, never over an existing file unless --force.\n"
     "\n"
     "  --run-id ID             run id, 1-64 characters of [A-Za-z0-9_-]\n"
-    "  --output PATH           trace file to write (JSON array)\n"
+    "  --output PATH           trace file to write (*.json: JSON; else protobuf)\n"
     "  --force                 replace an existing PATH (and PATH.partial)\n"
     "  --summary PATH          also write the run summary as JSON here\n"
     "  --stats BASE            also write the run's statistics to BASE.stats.json\n"

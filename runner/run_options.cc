@@ -21,7 +21,9 @@ struct OptionSpec {
 
 constexpr OptionSpec kOwnOptions[] = {
     {'o', "output", true, "PATH",
-     "trace file (default: ./smprof-<program>-<YYYYmmdd-HHMMSS>-<pid>.json);\n"
+     "trace file (default: ./smprof-<program>-<YYYYmmdd-HHMMSS>-<pid>.pftrace);\n"
+     "native Perfetto protobuf, or Chrome JSON when PATH ends in .json;\n"
+     "statistics go beside it (<base>.stats.json, <base>.stats.csv);\n"
      "an existing file is an error unless --force"},
     {0, "force", false, nullptr, "overwrite an existing trace file"},
     {0, "preload", false, nullptr,
@@ -249,7 +251,7 @@ std::string DefaultOutputPath(const std::string& program, int64_t now_unix_secon
   localtime_r(&t, &local);
   char stamp[32];
   strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &local);
-  return "smprof-" + base + "-" + stamp + "-" + std::to_string(pid) + ".json";
+  return "smprof-" + base + "-" + stamp + "-" + std::to_string(pid) + ".pftrace";
 }
 
 std::vector<std::pair<std::string, std::string>> SettingVariables(const RunOptions& options) {

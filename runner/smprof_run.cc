@@ -70,8 +70,10 @@
 #include <thread>
 #include <vector>
 
+#include "collector/collector.h"
 #include "collector/stats_report.h"
 #include "collector/trace_placement.h"
+#include "collector/trace_repair.h"
 #include "collector/trace_writer.h"
 #include "common/cuda_tools.h"
 #include "common/transport.h"
@@ -362,12 +364,14 @@ void KeepPartialTrace(const std::string& output) {
   if (!IsFile(partial)) return;
   bool repaired = false;
   std::string error;
-  if (!RepairTraceFile(partial, &repaired, &error)) {
+  if (!RepairAnyTraceFile(partial, &repaired, &error)) {
     Error(error);
     return;
   }
   Error(std::string("the trace is incomplete: ") + partial + " holds what the collector wrote until then" +
-        (repaired ? " (cut after its last whole event and closed)" : ""));
+        (!repaired                                       ? ""
+         : TraceFormatOf(output) == TraceFormat::kJson ? " (cut after its last whole event and closed)"
+                                                         : " (cut after its last whole packet)"));
 }
 
 // Closes the control pipe and sends SIGTERM (either one makes the collector

@@ -3,7 +3,7 @@ smprof_add_test(collector_e2e_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/collector_e2e_test.cc
   LIBS smprof::common smprof::collector nlohmann_json::nlohmann_json
   LABELS e2e)
-add_dependencies(collector_e2e_test smprof-collector)
+add_dependencies(collector_e2e_test smprof-collector smprof)
 
 # Protobuf traces written with smprof's encoder, imported by Perfetto's trace processor.
 smprof_add_test(perfetto_import_test

@@ -58,10 +58,12 @@ Bytes Harvest(uint64_t t, uint64_t dropped) { return testing::Harvest(kT0 + t, w
 
 // --- process helpers ---------------------------------------------------------
 
-std::string CollectorBinary() {
+std::string BuildDir() {
   const char* dir = std::getenv("SMPROF_BUILD_DIR");
-  return std::string(dir ? dir : ".") + "/bin/smprof-collector";
+  return dir ? dir : ".";
 }
+
+std::string CollectorBinary() { return BuildDir() + "/bin/smprof-collector"; }
 
 std::string UniqueRunId(const char* tag) {
   static int counter = 0;
@@ -197,8 +199,8 @@ class CollectorE2eTest : public ::testing::Test {
   pid_t StartCollector(const char* tag, const std::string& log = "") {
     run_id_ = UniqueRunId(tag);
     int ready = -1;
-    const pid_t pid = Spawn({"--run-id", run_id_, "--output", trace_, "--summary", summary_, "--drain-timeout-ms",
-                             "20000", "--log-level", "info"},
+    const pid_t pid = Spawn({"--run-id", run_id_, "--output", trace_, "--summary", summary_, "--stats",
+                             dir_ + "/trace", "--drain-timeout-ms", "20000", "--log-level", "info"},
                             &ready, log);
     EXPECT_GT(pid, 0);
     EXPECT_EQ(WaitReady(ready), "ready\n");
@@ -312,6 +314,42 @@ TEST_F(CollectorE2eTest, TwoProcessesMalformedInputAndCleanShutdown) {
 
   // The run's shared memory is gone.
   EXPECT_NE(access(("/dev/shm/" + transport::ControlSegmentName(run_id_)).c_str(), F_OK), 0);
+
+  // The statistics beside the trace, read by `smprof stats` (given the
+  // trace) and compared with themselves by `smprof diff`.
+  EXPECT_EQ(summary["stats"]["json"], dir_ + "/trace.stats.json");
+  EXPECT_EQ(summary["stats"]["csv"], dir_ + "/trace.stats.csv");
+  const std::string smprof = BuildDir() + "/bin/smprof";
+  const auto run_json = [&](const std::string& args) {
+    const std::string out = dir_ + "/cli.out";
+    EXPECT_EQ(std::system((smprof + " " + args + " > " + out).c_str()), 0) << args;
+    return json::parse(ReadFile(out), nullptr, false);
+  };
+  const json stats = run_json("stats --json " + trace_);
+  ASSERT_TRUE(stats.is_object()) << ReadFile(dir_ + "/cli.out");
+  EXPECT_EQ(stats["launches"], 2);
+  EXPECT_EQ(stats["slices"], 1);
+  bool found = false;
+  for (const json& k : stats["kernels"]) {
+    if (k["kernel"] != "kparent") continue;
+    ASSERT_EQ(k["regions"].size(), 1u) << k.dump();
+    const json& r = k["regions"][0];
+    EXPECT_EQ(r["name"], "work");
+    EXPECT_EQ(r["count"], 1);
+    EXPECT_EQ(r["ns"]["total"], 2000);
+    EXPECT_EQ(r["ns"]["p95"], 2000);
+    found = true;
+  }
+  EXPECT_TRUE(found) << stats.dump();
+  const json diff = run_json("diff --json " + trace_ + " " + dir_ + "/trace.stats.json");
+  ASSERT_TRUE(diff.is_object()) << ReadFile(dir_ + "/cli.out");
+  ASSERT_EQ(diff["regions"].size(), 1u) << diff.dump();
+  EXPECT_EQ(diff["regions"][0]["status"], "both");
+  EXPECT_DOUBLE_EQ(diff["regions"][0]["speedup"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(diff["regions"][0]["p95_change_pct"].get<double>(), 0.0);
+  // A run without statistics: exit 1, naming the file it looked for.
+  EXPECT_NE(std::system((smprof + " stats " + dir_ + "/none.pftrace 2> " + dir_ + "/cli.err").c_str()), 0);
+  EXPECT_NE(ReadFile(dir_ + "/cli.err").find(dir_ + "/none.stats.json"), std::string::npos);
 }
 
 TEST_F(CollectorE2eTest, KilledCollectorLeavesAValidPrefix) {

@@ -1,22 +1,29 @@
 // Perfetto's own trace processor imports protobuf traces written with
 // smprof's encoder: the packet layout the trace writer is built on (one
 // packet sequence per warp track, interned names, an incremental clock and
-// track defaults, so an event costs ~12 bytes) read back by the engine the
-// Perfetto UI runs. Skips visibly where ../shared/tools/perfetto is absent
-// (a user's own clone).
+// track defaults, so an event costs ~12 bytes), and the traces PerfettoSink
+// writes from synthetic runs (tests/support/sink_runs.h): no import
+// problem, the track tree, slices with their times, depths and args,
+// instants, counters, records that go back in time. Read back by the
+// engine the Perfetto UI runs. Skips visibly where ../shared/tools/perfetto
+// is absent (a user's own clone).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "collector/perfetto_check.h"
+#include "collector/perfetto_sink.h"
 #include "collector/proto_reader.h"
+#include "collector/run_summary.h"
 #include "tests/support/perfetto_builder.h"
+#include "tests/support/sink_runs.h"
 #include "tests/support/subprocess.h"
 
 namespace smprof {
@@ -26,8 +33,7 @@ using testing::PerfettoBuilder;
 using testing::kT0;
 
 std::string TraceProcessor() {
-  const char* src = std::getenv("SMPROF_SOURCE_DIR");
-  const std::string path = std::string(src ? src : ".") + "/../shared/tools/perfetto/trace_processor_shell";
+  const std::string path = std::string(SMPROF_SOURCE_DIR) + "/../shared/tools/perfetto/trace_processor_shell";
   return access(path.c_str(), X_OK) == 0 ? path : std::string();
 }
 
@@ -126,6 +132,150 @@ TEST(PerfettoImport, CompactEventPacketsImportExactly) {
   EXPECT_LE(without_flags, 12.0);
   unlink(a.c_str());
   unlink(b.c_str());
+}
+
+// --- PerfettoSink -----------------------------------------------------------
+
+// Writes a run through PerfettoSink to a temporary file; returns its path.
+template <typename Run>
+std::string WriteWithSink(Run&& run) {
+  char templ[] = "/tmp/smprof-psink-XXXXXX";
+  const int fd = mkstemp(templ);
+  close(fd);
+  std::string error;
+  auto sink = PerfettoSink::Open(templ, false, &error);
+  EXPECT_NE(sink, nullptr) << error;
+  if (sink == nullptr) return templ;
+  run(*sink);
+  EXPECT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
+  return templ;
+}
+
+std::string Quoted(const std::string& s) { return "\"" + s + "\""; }
+
+// No import problem: nothing the trace processor counts as an error or a
+// loss, and no warning either.
+void ExpectCleanImport(const std::string& tp, const std::string& trace) {
+  EXPECT_EQ(Query(tp, trace, "select name, idx, severity, value from stats where value > 0 and severity != 'info'"),
+            std::vector<std::string>{});
+}
+
+TEST(PerfettoImport, SinkSmallRunImportsAsWritten) {
+  const std::string tp = TraceProcessor();
+  if (tp.empty()) GTEST_SKIP() << "../shared/tools/perfetto/trace_processor_shell is absent: import check skipped";
+  const std::string trace = WriteWithSink([](trace::TraceSink& sink) { testing::WriteSmallRun(sink); });
+  ExpectCleanImport(tp, trace);
+  const std::string gpu = Quoted(testing::kSinkGpuTrack);
+  const std::string launch7 = Quoted(testing::SinkLaunchTrack(7, 0)), launch8 = Quoted(testing::SinkLaunchTrack(8, 0));
+  // Every event on its track: all slices, and of them the instants.
+  EXPECT_EQ(Query(tp, trace,
+                  "select t.name, count(*), sum(s.dur = 0) from slice s join track t on s.track_id = t.id "
+                  "group by t.name order by t.name"),
+            (std::vector<std::string>{launch7 + ",1,0", launch8 + ",1,0", gpu + ",1,1",
+                                      "\"pid 4242 | cuda:1 | stream 7\",2,0", "\"smprof run\",2,2",
+                                      "\"smprof | ./app --n 3 | pid 4242\",4,4", "\"warp 0\",8,1",
+                                      "\"warp 0 lane 1\",1,0", "\"warp 1\",2,1"}));
+  // The tree: launch under its GPU, SM > block > warp, a lane beside its warp.
+  EXPECT_EQ(
+      Query(tp, trace,
+            "select t.name, p.name from track t join track p on t.parent_id = p.id "
+            "where t.name like 'SM %' or t.name like 'block %' or t.name like 'warp % lane %' "
+            "or p.name like 'GPU %' order by t.name, p.name"),
+      (std::vector<std::string>{launch7 + "," + gpu, launch8 + "," + gpu, "\"SM 003\"," + launch7,
+                                "\"SM 005\"," + launch8, "\"SM 012\"," + launch7, "\"block (0,0,0)\",\"SM 005\"",
+                                "\"block (0,1,0)\",\"SM 003\"", "\"block (1,0,0)\",\"SM 012\"",
+                                "\"pid 4242 | cuda:1 | stream 7\"," + gpu, "\"warp 0 lane 1\",\"block (1,0,0)\""}));
+  // The CUPTI slice and its args.
+  EXPECT_EQ(Query(tp, trace,
+                  "select s.name, s.ts, s.dur, a.display_value from slice s join track t on s.track_id = t.id "
+                  "join args a using (arg_set_id) where t.name = " +
+                      launch7 + " and a.key in ('debug.launch_id', 'debug.grid[1]', 'debug.gpu_name') order by a.key"),
+            (std::vector<std::string>{"\"_Z4gemmILi128EEvPfS0_\",1000,8000,\"NVIDIA H100\"",
+                                      "\"_Z4gemmILi128EEvPfS0_\",1000,8000,\"2\"",
+                                      "\"_Z4gemmILi128EEvPfS0_\",1000,8000,\"7\""}));
+  // Warp 0 of SM 12: nesting and cycles.
+  EXPECT_EQ(
+      Query(tp, trace,
+            "select s.name, s.ts, s.dur, s.depth, a.int_value from slice s join track t on s.track_id = t.id "
+            "join track b on t.parent_id = b.id join args a using (arg_set_id) "
+            "where t.name = 'warp 0' and b.name = 'block (1,0,0)' and a.key = 'debug.cycles' order by s.ts, s.depth"),
+      (std::vector<std::string>{"\"mainloop\",1100,3900,0,7800", "\"load\",1100,400,1,800", "\"mma\",1500,2500,1,5000",
+                                "\"epilogue\",5000,1000,0,2000"}));
+  EXPECT_EQ(Query(tp, trace, "select count(*) from slice join args using (arg_set_id) where key = 'debug.cycles'"),
+            std::vector<std::string>{"8"});
+  // The unterminated slice, the unmatched end, the tick inside mma.
+  EXPECT_EQ(Query(tp, trace,
+                  "select s.name, s.ts, s.dur, a.key, a.display_value from slice s join args a using (arg_set_id) "
+                  "where a.key in ('debug.unterminated', 'debug.note', 'debug.smprof_error') order by s.ts, a.key"),
+            (std::vector<std::string>{"\"load (end without begin)\",1200,0,\"debug.smprof_error\",\"unmatched end\"",
+                                      "\"mainloop\",1300,7700,\"debug.note\",\"the process ended without detaching\"",
+                                      "\"mainloop\",1300,7700,\"debug.unterminated\",\"true\"",
+                                      "\"process lost\",12700,0,\"debug.smprof_error\","
+                                      "\"producer ended without a clean detach\""}));
+  EXPECT_EQ(Query(tp, trace, "select ts, dur, depth from slice where name = 'tick'"),
+            std::vector<std::string>{"2000,0,2"});
+  // Run and process instants.
+  EXPECT_EQ(Query(tp, trace,
+                  "select s.name, s.ts from slice s join track t on s.track_id = t.id "
+                  "where t.name in ('smprof run', 'smprof | ./app --n 3 | pid 4242') or s.name like 'GPU %' "
+                  "order by s.ts, s.name"),
+            (std::vector<std::string>{"\"GPU 0 identity\",0", "\"smprof run\",0", "\"harvest: sync\",9500",
+                                      "\"forced drain: buffer high-water\",12500", "\"not profiled\",12600",
+                                      "\"process lost\",12700", "\"smprof run summary\",12700"}));
+  EXPECT_EQ(Query(tp, trace,
+                  "select a.key, a.display_value from slice s join args a using (arg_set_id) "
+                  "where s.name = 'GPU 0 identity' and a.key like 'debug.marker%'"),
+            std::vector<std::string>{"\"debug.marker_cost_cycles.default\",\"12.5\""});
+  // The counters, under the process's track.
+  EXPECT_EQ(Query(tp, trace,
+                  "select t.name, p.name, c.ts, cast(c.value as int) from counter c join track t on c.track_id = t.id "
+                  "join track p on t.parent_id = p.id order by t.name, c.ts"),
+            (std::vector<std::string>{"\"events harvested\",\"smprof | ./app --n 3 | pid 4242\",9500,17",
+                                      "\"events harvested\",\"smprof | ./app --n 3 | pid 4242\",12500,2",
+                                      "\"events lost (device buffer)\",\"smprof | ./app --n 3 | pid 4242\",9500,3",
+                                      "\"events lost (device buffer)\",\"smprof | ./app --n 3 | pid 4242\",12500,3"}));
+  unlink(trace.c_str());
+}
+
+TEST(PerfettoImport, SinkRecordsBackInTimeImportAtTheirTimes) {
+  const std::string tp = TraceProcessor();
+  if (tp.empty()) GTEST_SKIP() << "../shared/tools/perfetto/trace_processor_shell is absent: import check skipped";
+  const std::string trace = WriteWithSink([](trace::TraceSink& sink) { testing::WriteOutOfOrderRun(sink); });
+  ExpectCleanImport(tp, trace);
+  EXPECT_EQ(Query(tp, trace,
+                  "select s.name, s.ts, s.dur, s.depth from slice s join track t on s.track_id = t.id "
+                  "where t.name = 'warp 0' order by s.ts"),
+            (std::vector<std::string>{"\"a\",1000,1000,0", "\"late\",2200,600,0", "\"late tick\",2500,0,1",
+                                      "\"b\",3000,1000,0", "\"c\",4500,500,0"}));
+  unlink(trace.c_str());
+}
+
+TEST(PerfettoImport, SinkRandomNestingImportsWithTheSameDepths) {
+  const std::string tp = TraceProcessor();
+  if (tp.empty()) GTEST_SKIP() << "../shared/tools/perfetto/trace_processor_shell is absent: import check skipped";
+  testing::SentRun sent;
+  const std::string trace =
+      WriteWithSink([&sent](trace::TraceSink& sink) { sent = testing::WriteRandomRun(sink, 7, 3, 40); });
+  ExpectCleanImport(tp, trace);
+  std::vector<std::string> want;
+  for (const testing::SentSlice& s : sent.slices) {
+    want.push_back(Quoted(s.launch) + "," + Quoted(s.block) + "," + Quoted(s.warp) + "," + std::to_string(s.ts) + "," +
+                   std::to_string(s.dur) + "," + std::to_string(s.depth) + "," + Quoted(s.name));
+  }
+  std::vector<std::string> got = Query(tp, trace,
+                                       "select l.name, b.name, w.name, s.ts, s.dur, s.depth, s.name from slice s "
+                                       "join track w on s.track_id = w.id join track b on w.parent_id = b.id "
+                                       "join track sm on b.parent_id = sm.id join track l on sm.parent_id = l.id "
+                                       "where s.name != 'tick'");
+  std::sort(want.begin(), want.end());
+  std::sort(got.begin(), got.end());
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_GT(got.size(), 10000u);
+  const auto diff = std::mismatch(got.begin(), got.end(), want.begin());
+  EXPECT_TRUE(diff.first == got.end()) << "got " << *diff.first << ", want " << *diff.second;
+  EXPECT_EQ(Query(tp, trace, "select count(*) from slice where name = 'tick' and dur = 0"),
+            std::vector<std::string>{std::to_string(sent.instants.size())});
+  unlink(trace.c_str());
 }
 
 }  // namespace

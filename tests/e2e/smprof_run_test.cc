@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "collector/perfetto_check.h"
 #include "collector/trace_placement.h"
 #include "common/transport.h"
 #include "smprof/wire.h"
@@ -228,9 +229,7 @@ class SmprofRunTest : public testing::Test {
   std::vector<fs::path> Traces() const {
     std::vector<fs::path> found;
     for (const auto& entry : fs::directory_iterator(work_)) {
-      const std::string name = entry.path().filename().string();
-      const bool stats = name.size() > 11 && name.compare(name.size() - 11, 11, ".stats.json") == 0;
-      if (entry.path().extension() == ".json" && !stats) found.push_back(entry.path());
+      if (entry.path().extension() == ".pftrace") found.push_back(entry.path());
     }
     std::sort(found.begin(), found.end());
     return found;
@@ -320,11 +319,13 @@ TEST_F(SmprofRunTest, DefaultOutputNameInCurrentDirectory) {
   ASSERT_EQ(traces.size(), 1u) << r.err;
   EXPECT_EQ(traces[0].filename().string().rfind("smprof-sh-", 0), 0u) << traces[0];
   EXPECT_TRUE(Contains(r.err, "smprof: trace: " + traces[0].string())) << r.err;
-  EXPECT_TRUE(nlohmann::json::accept(ReadFile(traces[0])));
+  const auto check = smprof::perfetto::CheckTrace(ReadFile(traces[0]));
+  EXPECT_TRUE(check.errors.empty()) << check.errors[0];
+  EXPECT_GT(check.packets, 0u);
   // The trace and its statistics beside it (the statistics table is not
   // printed for a run without launches).
   EXPECT_EQ(std::distance(fs::directory_iterator(work_), fs::directory_iterator()), 3) << "the trace and its stats";
-  const std::string base = traces[0].string().substr(0, traces[0].string().size() - 5);
+  const std::string base = traces[0].string().substr(0, traces[0].string().size() - 8);
   EXPECT_TRUE(fs::exists(base + ".stats.json")) << base;
   EXPECT_TRUE(fs::exists(base + ".stats.csv")) << base;
   EXPECT_FALSE(Contains(r.err, "smprof stats:")) << r.err;
@@ -342,7 +343,10 @@ TEST_F(SmprofRunTest, ConcurrentRunsGetTheirOwnDefaultNames) {
   for (pid_t pid : pids) EXPECT_EQ(smprof::testing::WaitProcess(pid, kRunTimeout), 0);
   const std::vector<fs::path> traces = Traces();
   ASSERT_EQ(traces.size(), 2u);
-  for (const fs::path& t : traces) EXPECT_TRUE(nlohmann::json::accept(ReadFile(t))) << t;
+  for (const fs::path& t : traces) {
+    const auto check = smprof::perfetto::CheckTrace(ReadFile(t));
+    EXPECT_TRUE(check.errors.empty() && check.packets > 0) << t;
+  }
 }
 
 TEST_F(SmprofRunTest, ExistingTraceIsKeptUnlessForced) {

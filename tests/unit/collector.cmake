@@ -27,7 +27,15 @@ smprof_add_test(run_stats_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/run_stats_test.cc
   LIBS smprof::collector nlohmann_json::nlohmann_json
   LABELS unit)
+smprof_add_test(perfetto_sink_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/perfetto_sink_test.cc
+  LIBS smprof::collector
+  LABELS unit)
 smprof_add_test(range_matcher_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/range_matcher_test.cc
+  LIBS smprof::collector
+  LABELS unit)
+smprof_add_test(trace_repair_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/trace_repair_test.cc
   LIBS smprof::collector
   LABELS unit)

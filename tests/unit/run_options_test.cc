@@ -308,8 +308,8 @@ TEST(RunOptionsTest, OptionsOverrideEnvironment) {
 TEST(RunOptionsTest, DefaultOutputPath) {
   const std::string path = DefaultOutputPath("/usr/bin/python3", 1700000000, 4321);
   EXPECT_EQ(path.rfind("smprof-python3-", 0), 0u) << path;
-  ASSERT_EQ(path.size(), std::string("smprof-python3-YYYYmmdd-HHMMSS-4321.json").size()) << path;
-  EXPECT_EQ(path.substr(path.size() - 10), "-4321.json");
+  ASSERT_EQ(path.size(), std::string("smprof-python3-YYYYmmdd-HHMMSS-4321.pftrace").size()) << path;
+  EXPECT_EQ(path.substr(path.size() - 13), "-4321.pftrace");
   const std::string stamp = path.substr(15, 15);
   for (size_t i = 0; i < stamp.size(); ++i) {
     if (i == 8) {

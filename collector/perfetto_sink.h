@@ -1,0 +1,210 @@
+// PerfettoSink: the run as a native Perfetto protobuf trace (TrackEvent).
+//
+// Track tree (plain named tracks nested through parent_uuid; no process or
+// thread descriptors, whose children Perfetto would show as siblings):
+//   smprof run                        "smprof run" instant at 0 (metadata),
+//                                     "smprof run summary" at the end
+//   GPU i | name | pci | uuid         "GPU i identity" instant at 0 (facts)
+//     pid P | cuda:D | stream S       every kernel span of that stream
+//     #id label | GPU ... | pid P     the CUPTI kernel slice (launch args)
+//       SM 012 > block (x,y,z) > warp w, and "warp w lane n" beside it
+//   smprof | command | pid P          harvests, notices, "process lost"
+//     events lost (device buffer)     counter: the process's losses so far
+//     events harvested                counter: events written per harvest
+// A launch whose process never described its GPU is a root track. Children
+// are ordered explicitly (SMs ascending, blocks by (z,y,x), warps ascending,
+// a warp's lanes right after it; on a GPU its streams, then its launches by
+// start time), ranks computed from the keys as the tracks are created.
+//
+// Packet sequences: sequence 1 carries every descriptor and every event
+// that is not a warp's, with absolute timestamps (trace time: the records'
+// ns as given) and inline names. Each warp of an open launch has its own
+// sequence, started by a packet that clears its incremental state, defines
+// the sequence-scoped incremental clock 64 as BOOTTIME (6) through a
+// snapshot {64: 0, 6: 0} (so trace time is unchanged) and makes the warp's
+// track the default; its events are then timestamp delta + sequence id +
+// type + interned name (+ interned debug annotation): ~11 bytes an END or
+// an instant, ~20 a BEGIN with its `cycles`. Names are interned per
+// sequence the first time the warp uses them. A warp's
+// sequence id is given back at OnLaunchEnd and reused by a later warp (the
+// reuse clears the state and restarts the clock): ids stay as small as the
+// number of warps open at once, one varint byte less per event on a large
+// run than ids never reused.
+//
+// TrackEvent has no complete-slice type and deltas cannot go backwards, so
+// a slice (which arrives whole, in start order per warp) is written as its
+// BEGIN at once while its END waits in a small per-warp list ordered by end
+// time (inner slices first on equal ends). Before any packet at time t the
+// ENDs before t are written, and before a slice's BEGIN at t also the ENDs
+// at t on its lane but those of the slices enclosing it. What is
+// still pending is written at OnLaunchEnd, which also releases the warp's
+// state: memory is bounded by the open launches. A record earlier than its
+// sequence's last timestamp (allowed after a flushed long episode) is
+// written with timestamp_clock_id 6 and its absolute time, which leaves the
+// incremental clock where it was.
+//
+// Streaming: packets are appended to one buffer and written out whole (at
+// 1 MiB and on Flush), so a killed writer leaves a valid trace: a prefix of
+// whole packets, every event after its track's descriptor. On a write error
+// the file is cut after the last packet that reached it whole, error() says
+// so, nothing more is written and Finish returns false.
+//
+// Single-threaded: the collector owns the sink.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "collector/proto_encoder.h"
+#include "collector/trace_sink.h"
+
+namespace smprof {
+
+class PerfettoSink : public trace::TraceSink {
+ public:
+  // Creates `path` (truncating it, or failing if it exists when
+  // `exclusive`). nullptr + *error on failure.
+  static std::unique_ptr<PerfettoSink> Open(const std::string& path, bool exclusive, std::string* error);
+  // Writes out what is buffered (pending ENDs are not: see Finish).
+  ~PerfettoSink() override;
+
+  void OnRun(const nlohmann::json& run) override;
+  void OnGpu(const trace::GpuRecord& gpu) override;
+  void OnProcess(const trace::ProcessRecord& process) override;
+  void OnProcessNamed(const trace::ProcessRecord& process) override;
+  void OnNotice(const trace::ProcessRecord& process, uint64_t ts_ns, std::string_view reason,
+                std::string_view detail) override;
+  void OnHarvest(const trace::ProcessRecord& process, const trace::HarvestRecord& harvest) override;
+  void OnProcessLost(const trace::ProcessRecord& process, uint64_t ts_ns) override;
+  void OnLaunch(const trace::LaunchRecord& launch) override;
+  void OnWarp(const trace::LaunchRecord& launch, const trace::WarpRecord& warp) override;
+  void OnSlice(const trace::LaunchRecord& launch, const trace::WarpRecord& warp,
+               const trace::SliceRecord& slice) override;
+  void OnInstant(const trace::LaunchRecord& launch, const trace::WarpRecord& warp,
+                 const trace::InstantRecord& instant) override;
+  void OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t* warps_in_order, size_t warp_count) override;
+
+  bool Flush() override;
+  // Ends the launches still open, writes the summary instant, closes.
+  bool Finish(const CollectorSummary& summary) override;
+  std::string error() const override { return error_; }
+
+  const std::string& path() const { return path_; }
+  // Bytes that reached the file.
+  uint64_t bytes_written() const { return written_; }
+
+  PerfettoSink(const PerfettoSink&) = delete;
+  PerfettoSink& operator=(const PerfettoSink&) = delete;
+
+ private:
+  struct PendingEnd;
+  struct Warp;
+  struct Launch;
+  struct Gpu;
+  struct Process;
+  class Annotations;
+
+  PerfettoSink(int fd, std::string path);
+
+  bool failed() const { return !error_.empty(); }
+  uint64_t NewTrack(uint64_t parent, std::string_view name, int64_t rank, bool ordered_children,
+                    std::string_view description = {});
+  uint64_t NewCounterTrack(uint64_t parent, std::string_view name);
+  // An event of sequence 1 at absolute `ts_ns` on `track`.
+  void MainEvent(uint64_t track, uint32_t type, std::string_view name, uint64_t ts_ns, const Annotations* args);
+  void Counter(uint64_t track, uint64_t ts_ns, uint64_t value);
+
+  Process& ProcessOf(const trace::ProcessRecord& process);
+  // The process's track, described (with the command known so far) on first use.
+  uint64_t ProcessTrack(Process& p);
+  // The open launch (announced now if OnLaunch did not come).
+  Launch& LaunchOf(const trace::LaunchRecord& launch);
+  // The warp's state, started (tracks, sequence) on first use.
+  Warp& WarpOf(Launch& l, const trace::WarpRecord& warp);
+  void StartWarp(Launch& l, const trace::WarpRecord& warp);
+  uint64_t LaneTrack(Warp& w, uint32_t lane);
+  void EndLaunch(uint64_t index);
+
+  // Run-wide id of an event name: from name_cache_, else LookUpName.
+  uint32_t NameId(std::string_view name);
+  uint32_t LookUpName(std::string_view name);
+  // The warp sequence's iid of a name; *fresh when the packet must intern it.
+  static uint32_t NameIid(Warp& w, uint32_t name_id, bool* fresh);
+
+  // Writes the pending ENDs of `w` before `t`, and those at t on `lane` at
+  // `depth` or deeper (the ENDs a slice beginning there must follow). With
+  // kAnyLane, only those before t.
+  static constexpr uint32_t kAnyLane = UINT32_MAX;
+  void SettleEnds(Warp& w, uint64_t t, uint32_t lane, uint32_t depth);
+  static void PushEnd(Warp& w, const PendingEnd& end);
+  void WriteEnd(Warp& w, const PendingEnd& end);
+  // Opens a warp packet at `t`: timestamp (delta, or absolute on clock 6
+  // when `t` precedes the sequence's last one) and sequence id.
+  proto::ProtoEncoder::Nested BeginWarpPacket(Warp& w, uint64_t t);
+  // Adds to the warp packet being built the interned data it needs: event
+  // name `iid` (0: none) and the debug annotation names in the bit set
+  // `annotation_names` (bit iid - 1).
+  void Intern(Warp& w, uint32_t iid, std::string_view name, uint32_t annotation_names);
+  // A whole packet for the common events (a BEGIN with its cycles, an END,
+  // an instant; nothing to intern), encoded in place in the output with its
+  // lengths known beforehand: ProtoEncoder's nested messages reserve a
+  // length and move the payload back over it, and the packet would then be
+  // copied, which together cost more than such an event's fields (same
+  // bytes either way). `track` 0: the warp's default track.
+  void FastEvent(Warp& w, uint64_t t, uint32_t type, uint32_t iid, uint64_t track, bool has_cycles, uint32_t cycles);
+  // Ends the packet being built in packet_ and appends it to the output.
+  void EndPacket(proto::ProtoEncoder::Nested packet);
+  // Makes room for `n` more output bytes; returns where they go.
+  char* Room(size_t n) {
+    if (out_cap_ - out_size_ < n) Grow(n);
+    return out_.get() + out_size_;
+  }
+  void Grow(size_t n);
+
+  void WriteOut();
+  void FailWrite(int err, std::string_view bytes, size_t done);
+
+  int fd_;
+  std::string path_;
+  std::string error_;
+  // Whole packets not yet written. Packets are built in `packet_` and
+  // appended, but for FastEvent's, which are built in place.
+  std::unique_ptr<char[]> out_;
+  size_t out_size_ = 0, out_cap_ = 0;
+  proto::ProtoEncoder packet_;
+  uint64_t written_ = 0;
+  bool finished_ = false;
+
+  uint64_t next_uuid_ = 1;
+  uint32_t next_seq_ = 2;            // 1 is the main sequence
+  std::vector<uint32_t> free_seqs_;  // ids of ended warp sequences
+  uint64_t last_ns_ = 0;             // latest time written: the summary's time
+  uint64_t run_track_ = 0;
+
+  std::unordered_map<uint32_t, std::unique_ptr<Gpu>> gpus_;           // by GpuRecord::index
+  std::unordered_map<uint32_t, std::unique_ptr<Process>> processes_;  // by ProcessRecord::index
+  std::unordered_map<uint64_t, std::unique_ptr<Launch>> launches_;    // open, by LaunchRecord::index
+  Launch* last_launch_ = nullptr;                                     // the one the latest record was for
+  uint64_t last_launch_index_ = 0;
+
+  // Event names, run-wide. `name_cache_` remembers where the latest views
+  // pointed, verified by content, so a repeated name costs no hashing.
+  std::deque<std::string> names_;
+  std::unordered_map<std::string_view, uint32_t> name_ids_;
+  struct CachedName {
+    const char* data = nullptr;  // where the caller's view pointed
+    size_t size = 0;
+    uint32_t id = 0;
+    const char* known = nullptr;  // names_[id]
+  };
+  CachedName name_cache_[256];
+  std::string scratch_;           // "<name> (end without begin)"
+  std::vector<PendingEnd> held_;  // SettleEnds' ENDs at t that wait
+};
+
+}  // namespace smprof

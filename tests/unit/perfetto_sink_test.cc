@@ -1,0 +1,718 @@
+// PerfettoSink driven with synthetic records, its output read back two
+// ways: by smprof's checker (perfetto_check: sequences, interning, LIFO,
+// per-track counts) and by a decoder in this file that resolves every event
+// as Perfetto's trace processor does (sequence state, incremental and
+// absolute clocks, interned names, annotations, events sorted by time per
+// track), so tests compare what comes out with what went in: the track
+// tree, slices with their times, depths and args, instants, counters. Also:
+// the out-of-order case, write errors (a cut file is a prefix of whole
+// packets), a killed writer's prefix.
+#include "collector/perfetto_sink.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "collector/perfetto_check.h"
+#include "collector/proto_reader.h"
+#include "collector/run_summary.h"
+#include "tests/support/sink_runs.h"
+
+namespace smprof {
+namespace {
+
+using proto::Field;
+using proto::ProtoReader;
+
+// --- a decoder that resolves events as the trace processor does ------------
+
+struct DecodedTrack {
+  std::string name;
+  uint64_t parent = 0;
+  int64_t rank = 0;
+  bool counter = false;
+};
+
+struct DecodedEvent {
+  uint64_t track = 0;
+  uint32_t type = 0;
+  uint64_t ts = 0;
+  std::string name;
+  std::map<std::string, std::string> args;  // flattened: "a.b", "a[0]"
+  int64_t value = 0;                        // counters
+  size_t order = 0;                         // file position
+};
+
+struct DecodedSlice {
+  std::string name;
+  uint64_t ts = 0, dur = 0;
+  uint32_t depth = 0;
+  std::map<std::string, std::string> args;
+};
+
+struct Decoded {
+  std::map<uint64_t, DecodedTrack> tracks;
+  std::vector<DecodedEvent> events;
+  std::map<uint64_t, std::vector<DecodedSlice>> slices;    // by track, by time
+  std::map<uint64_t, std::vector<DecodedEvent>> instants;  // by track, by time
+  std::map<uint64_t, std::vector<DecodedEvent>> counters;  // by track, by time
+  std::vector<std::string> errors;
+  std::set<uint32_t> sequences;
+
+  uint64_t Track(const std::string& name, uint64_t parent) const {
+    for (const auto& [uuid, t] : tracks) {
+      if (t.name == name && t.parent == parent) return uuid;
+    }
+    return 0;
+  }
+  uint64_t Track(const std::string& name) const {
+    for (const auto& [uuid, t] : tracks) {
+      if (t.name == name) return uuid;
+    }
+    return 0;
+  }
+};
+
+class Decoder {
+ public:
+  Decoded Run(std::string_view trace) {
+    ProtoReader r(trace);
+    Field f;
+    while (r.Next(&f)) {
+      if (f.number != 1) d_.errors.push_back("top-level field " + std::to_string(f.number));
+      Packet(f.bytes);
+    }
+    if (!r.ok()) d_.errors.push_back("malformed trace");
+    // As the trace processor: every event sorted by (time, file position).
+    std::vector<DecodedEvent> sorted = d_.events;
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [](const DecodedEvent& a, const DecodedEvent& b) { return a.ts < b.ts; });
+    std::map<uint64_t, std::vector<size_t>> open;  // track -> slice indices
+    for (const DecodedEvent& e : sorted) {
+      if (d_.tracks.count(e.track) == 0) d_.errors.push_back("no descriptor for track " + std::to_string(e.track));
+      auto& stack = open[e.track];
+      auto& slices = d_.slices[e.track];
+      if (e.type == 1) {
+        stack.push_back(slices.size());
+        slices.push_back({e.name, e.ts, 0, static_cast<uint32_t>(stack.size() - 1), e.args});
+      } else if (e.type == 2) {
+        if (stack.empty()) {
+          d_.errors.push_back("END without BEGIN on " + d_.tracks[e.track].name);
+          continue;
+        }
+        DecodedSlice& s = slices[stack.back()];
+        s.dur = e.ts - s.ts;
+        for (const auto& [k, v] : e.args) s.args[k] = v;
+        stack.pop_back();
+      } else if (e.type == 3) {
+        d_.instants[e.track].push_back(e);
+      } else if (e.type == 4) {
+        d_.counters[e.track].push_back(e);
+      }
+    }
+    for (const auto& [track, stack] : open) {
+      if (!stack.empty()) d_.errors.push_back("open slice on " + d_.tracks[track].name);
+    }
+    for (auto it = d_.slices.begin(); it != d_.slices.end();) {
+      it = it->second.empty() ? d_.slices.erase(it) : std::next(it);
+    }
+    return std::move(d_);
+  }
+
+ private:
+  struct Sequence {
+    std::map<uint64_t, std::string> names, annotation_names;
+    uint64_t track = 0;
+    uint32_t clock = 0;
+    std::map<uint32_t, uint64_t> incremental;
+  };
+
+  void Packet(std::string_view packet) {
+    uint64_t ts = 0;
+    bool has_ts = false;
+    uint32_t seq = 0, flags = 0, clock = 0;
+    std::string_view event, interned, defaults, snapshot, descriptor;
+    ProtoReader r(packet);
+    Field f;
+    while (r.Next(&f)) {
+      switch (f.number) {
+        case 8:
+          ts = f.value, has_ts = true;
+          break;
+        case 10:
+          seq = static_cast<uint32_t>(f.value);
+          break;
+        case 13:
+          flags = static_cast<uint32_t>(f.value);
+          break;
+        case 58:
+          clock = static_cast<uint32_t>(f.value);
+          break;
+        case 11:
+          event = f.bytes;
+          break;
+        case 12:
+          interned = f.bytes;
+          break;
+        case 59:
+          defaults = f.bytes;
+          break;
+        case 6:
+          snapshot = f.bytes;
+          break;
+        case 60:
+          descriptor = f.bytes;
+          break;
+        default:
+          d_.errors.push_back("unexpected packet field " + std::to_string(f.number));
+      }
+    }
+    if (seq != 0) d_.sequences.insert(seq);
+    Sequence& s = seqs_[seq];
+    if (flags & 1) s = Sequence();
+    if (!descriptor.empty()) Descriptor(descriptor);
+    if (!snapshot.empty()) {
+      ForEach(snapshot, 1, [&](std::string_view clock_msg) {
+        uint32_t id = 0;
+        uint64_t value = 0;
+        bool incremental = false;
+        ForFields(clock_msg, [&](const Field& g) {
+          if (g.number == 1) id = static_cast<uint32_t>(g.value);
+          if (g.number == 2) value = g.value;
+          if (g.number == 3) incremental = g.value != 0;
+        });
+        if (id == 6 && value != 0) d_.errors.push_back("BOOTTIME snapshot not at 0");
+        if (incremental) s.incremental[id] = value;
+      });
+    }
+    if (!defaults.empty()) {
+      ForFields(defaults, [&](const Field& g) {
+        if (g.number == 58) s.clock = static_cast<uint32_t>(g.value);
+        if (g.number == 11)
+          ForFields(g.bytes, [&](const Field& h) {
+            if (h.number == 11) s.track = h.value;
+          });
+      });
+    }
+    if (!interned.empty()) {
+      ForFields(interned, [&](const Field& g) {
+        if (g.number != 2 && g.number != 3) return;
+        uint64_t iid = 0;
+        std::string name;
+        ForFields(g.bytes, [&](const Field& h) {
+          if (h.number == 1) iid = h.value;
+          if (h.number == 2) name = std::string(h.bytes);
+        });
+        (g.number == 2 ? s.names : s.annotation_names)[iid] = name;
+      });
+    }
+    if (event.empty()) return;
+    if (!has_ts || seq == 0) return d_.errors.push_back("event without timestamp or sequence");
+    const uint32_t c = clock != 0 ? clock : s.clock;
+    if (c == 64) {
+      s.incremental[64] += ts;
+      ts = s.incremental[64];
+    } else if (c != 0 && c != 6) {
+      d_.errors.push_back("clock " + std::to_string(c));
+    }
+    DecodedEvent e;
+    e.ts = ts;
+    e.track = s.track;
+    e.order = d_.events.size();
+    ForFields(event, [&](const Field& g) {
+      switch (g.number) {
+        case 9:
+          e.type = static_cast<uint32_t>(g.value);
+          break;
+        case 10:
+          if (s.names.count(g.value) == 0) d_.errors.push_back("name iid " + std::to_string(g.value) + " not interned");
+          e.name = s.names[g.value];
+          break;
+        case 23:
+          e.name = std::string(g.bytes);
+          break;
+        case 11:
+          e.track = g.value;
+          break;
+        case 30:
+          e.value = static_cast<int64_t>(g.value);
+          break;
+        case 4:
+          Annotation(g.bytes, "", s, &e.args);
+          break;
+        default:
+          d_.errors.push_back("unexpected track event field " + std::to_string(g.number));
+      }
+    });
+    d_.events.push_back(std::move(e));
+  }
+
+  void Descriptor(std::string_view bytes) {
+    DecodedTrack t;
+    uint64_t uuid = 0;
+    ForFields(bytes, [&](const Field& g) {
+      if (g.number == 1) uuid = g.value;
+      if (g.number == 2) t.name = std::string(g.bytes);
+      if (g.number == 5) t.parent = g.value;
+      if (g.number == 8) t.counter = true;
+      if (g.number == 12) t.rank = static_cast<int32_t>(static_cast<uint32_t>(g.value));
+    });
+    if (d_.tracks.count(uuid) != 0) d_.errors.push_back("track " + std::to_string(uuid) + " described twice");
+    d_.tracks[uuid] = t;
+  }
+
+  // One DebugAnnotation, flattened into `out` under `prefix`.
+  void Annotation(std::string_view bytes, const std::string& prefix, const Sequence& s,
+                  std::map<std::string, std::string>* out) {
+    std::string name, value;
+    bool has_value = false;
+    std::vector<std::string_view> dict, array;
+    ForFields(bytes, [&](const Field& g) {
+      switch (g.number) {
+        case 1:
+          name = s.annotation_names.count(g.value) ? s.annotation_names.at(g.value) : "?iid";
+          break;
+        case 10:
+          name = std::string(g.bytes);
+          break;
+        case 2:
+          value = g.value ? "true" : "false", has_value = true;
+          break;
+        case 3:
+          value = std::to_string(g.value), has_value = true;
+          break;
+        case 4:
+          value = std::to_string(static_cast<int64_t>(g.value)), has_value = true;
+          break;
+        case 5: {
+          double v;
+          std::memcpy(&v, &g.value, sizeof(v));
+          std::ostringstream o;
+          o << v;
+          value = o.str(), has_value = true;
+          break;
+        }
+        case 6:
+          value = std::string(g.bytes), has_value = true;
+          break;
+        case 11:
+          dict.push_back(g.bytes);
+          break;
+        case 12:
+          array.push_back(g.bytes);
+          break;
+        default:
+          d_.errors.push_back("unexpected annotation field " + std::to_string(g.number));
+      }
+    });
+    const std::string key = prefix + name;
+    if (has_value) (*out)[key] = value;
+    for (std::string_view entry : dict) Annotation(entry, key + ".", s, out);
+    for (size_t i = 0; i < array.size(); ++i) Annotation(array[i], key + "[" + std::to_string(i) + "]", s, out);
+  }
+
+  template <typename F>
+  static void ForFields(std::string_view bytes, F&& f) {
+    ProtoReader r(bytes);
+    Field g;
+    while (r.Next(&g)) f(g);
+  }
+  template <typename F>
+  static void ForEach(std::string_view bytes, uint32_t number, F&& f) {
+    ForFields(bytes, [&](const Field& g) {
+      if (g.number == number) f(g.bytes);
+    });
+  }
+
+  Decoded d_;
+  std::map<uint32_t, Sequence> seqs_;
+};
+
+Decoded Decode(std::string_view trace) { return Decoder().Run(trace); }
+
+std::string Errors(const std::vector<std::string>& errors) {
+  std::string out;
+  for (const std::string& e : errors) out += e + "\n";
+  return out;
+}
+
+class PerfettoSinkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char templ[] = "/tmp/smprof-psink-XXXXXX";
+    const int fd = mkstemp(templ);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    path_ = templ;
+  }
+  void TearDown() override { unlink(path_.c_str()); }
+
+  std::string ReadTrace() const {
+    std::ifstream in(path_, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  std::unique_ptr<PerfettoSink> OpenSink() {
+    std::string error;
+    auto sink = PerfettoSink::Open(path_, false, &error);
+    EXPECT_NE(sink, nullptr) << error;
+    return sink;
+  }
+
+  std::string path_;
+};
+
+TEST_F(PerfettoSinkTest, WritesTheLaunchCentricTrackTree) {
+  auto sink = OpenSink();
+  testing::WriteSmallRun(*sink);
+  CollectorSummary summary;
+  summary.launches = 2;
+  summary.events = 16;
+  summary.unknown_names = 1;
+  ASSERT_TRUE(sink->Finish(summary)) << sink->error();
+  const std::string trace = ReadTrace();
+  EXPECT_EQ(sink->bytes_written(), trace.size());
+
+  // smprof's checker: no errors, and its per-track counts.
+  const perfetto::TraceSummary check = perfetto::CheckTrace(trace);
+  EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
+  std::map<std::string, std::tuple<uint64_t, uint64_t, uint64_t>> counts;  // name -> slices, instants, open
+  for (const auto& [uuid, t] : check.tracks) {
+    auto& c = counts[t.name];
+    std::get<0>(c) += t.slices;
+    std::get<1>(c) += t.instants;
+    std::get<2>(c) += t.open;
+  }
+  using C = std::tuple<uint64_t, uint64_t, uint64_t>;
+  EXPECT_EQ(counts["smprof run"], C(0, 2, 0));
+  EXPECT_EQ(counts[testing::kSinkGpuTrack], C(0, 1, 0));
+  EXPECT_EQ(counts["pid 4242 | cuda:1 | stream 7"], C(2, 0, 0));
+  EXPECT_EQ(counts["smprof | ./app --n 3 | pid 4242"], C(0, 4, 0));
+  EXPECT_EQ(counts["warp 0"], C(4 + 2 + 1, 1, 0));  // three tracks of that name
+  EXPECT_EQ(counts["warp 0 lane 1"], C(1, 0, 0));
+  EXPECT_EQ(counts["warp 1"], C(1, 1, 0));
+  const std::string launch_name = testing::SinkLaunchTrack(7, 0);
+  EXPECT_EQ(counts[launch_name], C(1, 0, 0));
+
+  // The tree, as the decoder resolves it.
+  const Decoded d = Decode(trace);
+  ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
+  const uint64_t run = d.Track("smprof run", 0);
+  const uint64_t gpu = d.Track(testing::kSinkGpuTrack, 0);
+  const uint64_t launch = d.Track(launch_name, gpu);
+  const uint64_t sm12 = d.Track("SM 012", launch), sm3 = d.Track("SM 003", launch);
+  const uint64_t block = d.Track("block (1,0,0)", sm12);
+  const uint64_t warp0 = d.Track("warp 0", block), warp1 = d.Track("warp 1", block);
+  const uint64_t lane1 = d.Track("warp 0 lane 1", block);
+  const uint64_t other = d.Track("warp 0", d.Track("block (0,1,0)", sm3));
+  const uint64_t stream = d.Track("pid 4242 | cuda:1 | stream 7", gpu);
+  const uint64_t proc = d.Track("smprof | ./app --n 3 | pid 4242", 0);
+  for (uint64_t t : {run, gpu, launch, sm12, sm3, block, warp0, warp1, lane1, other, stream, proc}) EXPECT_NE(t, 0u);
+  // Explicit order: SM 3 before SM 12; a warp's lane right after the warp.
+  EXPECT_LT(d.tracks.at(sm3).rank, d.tracks.at(sm12).rank);
+  EXPECT_LT(d.tracks.at(warp0).rank, d.tracks.at(lane1).rank);
+  EXPECT_LT(d.tracks.at(lane1).rank, d.tracks.at(warp1).rank);
+  EXPECT_LT(d.tracks.at(stream).rank, d.tracks.at(launch).rank);
+
+  // The checker's names per track (it reads the same uuids).
+  EXPECT_EQ(check.tracks.at(warp0).names,
+            (std::map<std::string, uint64_t>{{"epilogue", 1}, {"load", 1}, {"mainloop", 1}, {"mma", 1}, {"tick", 1}}));
+  EXPECT_EQ(check.tracks.at(lane1).names, (std::map<std::string, uint64_t>{{"copy", 1}}));
+  EXPECT_EQ(check.tracks.at(other).names, (std::map<std::string, uint64_t>{{"load", 2}}));
+
+  // Warp 0: times, durations, depths, cycles.
+  const auto& s0 = d.slices.at(warp0);
+  ASSERT_EQ(s0.size(), 4u);
+  const std::vector<std::tuple<std::string, uint64_t, uint64_t, uint32_t>> want = {
+      {"mainloop", 1100, 3900, 0}, {"load", 1100, 400, 1}, {"mma", 1500, 2500, 1}, {"epilogue", 5000, 1000, 0}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(std::make_tuple(s0[i].name, s0[i].ts, s0[i].dur, s0[i].depth), want[i]);
+    EXPECT_EQ(s0[i].args.at("cycles"), std::to_string(2 * std::get<2>(want[i])));
+  }
+  ASSERT_EQ(d.slices.at(lane1).size(), 1u);
+  EXPECT_EQ(d.slices.at(lane1)[0].name, "copy");
+  EXPECT_EQ(d.slices.at(lane1)[0].dur, 3700u);
+  ASSERT_EQ(d.instants.at(warp0).size(), 1u);
+  EXPECT_EQ(d.instants.at(warp0)[0].name, "tick");
+  EXPECT_EQ(d.instants.at(warp0)[0].ts, 2000u);
+
+  // Warp 1: the unmatched end and the unterminated slice.
+  ASSERT_EQ(d.instants.at(warp1).size(), 1u);
+  EXPECT_EQ(d.instants.at(warp1)[0].name, "load (end without begin)");
+  EXPECT_EQ(d.instants.at(warp1)[0].args.at("smprof_error"), "unmatched end");
+  const DecodedSlice& open = d.slices.at(warp1).at(0);
+  EXPECT_EQ(open.dur, 9000u - 1300u);
+  EXPECT_EQ(open.args.at("unterminated"), "true");
+  EXPECT_EQ(open.args.at("note"), "the process ended without detaching");
+  EXPECT_EQ(open.args.count("cycles"), 0u);
+
+  // The CUPTI slice and the stream's spans.
+  const DecodedSlice& kernel = d.slices.at(launch).at(0);
+  EXPECT_EQ(kernel.name, "_Z4gemmILi128EEvPfS0_");
+  EXPECT_EQ(kernel.ts, 1000u);
+  EXPECT_EQ(kernel.dur, 8000u);
+  EXPECT_EQ(kernel.args.at("launch_id"), "7");
+  EXPECT_EQ(kernel.args.at("grid[0]"), "4");
+  EXPECT_EQ(kernel.args.at("block[0]"), "128");
+  EXPECT_EQ(kernel.args.at("correlation_id"), "99");
+  EXPECT_EQ(kernel.args.at("gpu_name"), "NVIDIA H100");
+  EXPECT_EQ(kernel.args.at("pid"), "4242");
+  ASSERT_EQ(d.slices.at(stream).size(), 2u);
+  EXPECT_EQ(d.slices.at(stream)[1].name, "gemm<128>");
+  EXPECT_EQ(d.slices.at(stream)[1].args.at("launch_id"), "8");
+
+  // Run metadata, GPU facts (nested objects flattened), the summary at the end.
+  const auto& run_instants = d.instants.at(run);
+  ASSERT_EQ(run_instants.size(), 2u);
+  EXPECT_EQ(run_instants[0].name, "smprof run");
+  EXPECT_EQ(run_instants[0].ts, 0u);
+  EXPECT_EQ(run_instants[0].args.at("command[1]"), "--n");
+  EXPECT_EQ(run_instants[0].args.at("options.overwrite"), "true");
+  EXPECT_EQ(run_instants[1].name, "smprof run summary");
+  EXPECT_EQ(run_instants[1].ts, 12700u);
+  EXPECT_EQ(run_instants[1].args.at("launches"), "2");
+  EXPECT_EQ(run_instants[1].args.at("unknown_names"), "1");
+  EXPECT_EQ(run_instants[1].args.at("lost.total"), "0");
+  const DecodedEvent& identity = d.instants.at(gpu).at(0);
+  EXPECT_EQ(identity.name, "GPU 0 identity");
+  EXPECT_EQ(identity.args.at("marker_cost_cycles.default"), "12.5");
+  EXPECT_EQ(identity.args.count("seen_as"), 0u);
+
+  // The process: harvests, notice, lost; the counters.
+  std::vector<std::string> names;
+  for (const DecodedEvent& e : d.instants.at(proc)) names.push_back(e.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"harvest: sync", "forced drain: buffer high-water", "not profiled",
+                                             "process lost"}));
+  EXPECT_EQ(d.instants.at(proc)[0].args.at("dropped_events"), "3");
+  EXPECT_EQ(d.instants.at(proc)[2].args.at("reason"), "stepped_aside");
+  const uint64_t lost = d.Track("events lost (device buffer)", proc);
+  const uint64_t harvested = d.Track("events harvested", proc);
+  ASSERT_TRUE(d.tracks.at(lost).counter);
+  ASSERT_TRUE(d.tracks.at(harvested).counter);
+  std::vector<std::pair<uint64_t, int64_t>> values;
+  for (const DecodedEvent& e : d.counters.at(harvested)) values.emplace_back(e.ts, e.value);
+  // Launch 7: 7 closed slices (2 events each), 1 unterminated, 2 instants; launch 8: one slice.
+  EXPECT_EQ(values, (std::vector<std::pair<uint64_t, int64_t>>{{9500, 7 * 2 + 1 + 2}, {12500, 2}}));
+  EXPECT_EQ(d.counters.at(lost).size(), 2u);
+  EXPECT_EQ(d.counters.at(lost)[1].value, 3);
+
+  // One sequence per warp, the second launch's warp reusing an ended one's id.
+  EXPECT_EQ(d.sequences, (std::set<uint32_t>{1, 2, 3, 4}));
+}
+
+TEST_F(PerfettoSinkTest, ProcessNamedAfterItsFirstEventKeepsItsFirstTitle) {
+  // Perfetto keeps a track's first name: the title waits for the command
+  // unless an event needs the track first; the command then comes as an instant.
+  auto sink = OpenSink();
+  trace::ProcessRecord p = testing::SinkProcess();
+  p.command = "?";
+  sink->OnProcess(p);
+  sink->OnNotice(p, 50, "stepped_aside", "");
+  sink->OnProcessNamed(testing::SinkProcess());
+  ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
+  const Decoded d = Decode(ReadTrace());
+  ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
+  const uint64_t track = d.Track("smprof | ? | pid 4242", 0);
+  ASSERT_NE(track, 0u);
+  ASSERT_EQ(d.instants.at(track).size(), 2u);
+  EXPECT_EQ(d.instants.at(track)[1].name, "process named");
+  EXPECT_EQ(d.instants.at(track)[1].args.at("command"), "./app --n 3");
+}
+
+TEST_F(PerfettoSinkTest, OutOfOrderRecordsKeepTheirTimes) {
+  auto sink = OpenSink();
+  testing::WriteOutOfOrderRun(*sink);
+  ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
+  const std::string trace = ReadTrace();
+  const perfetto::TraceSummary check = perfetto::CheckTrace(trace);
+  EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
+  const Decoded d = Decode(trace);
+  ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
+  const uint64_t warp = d.Track("warp 0");
+  // The launch is a root track (its process never described its GPU).
+  EXPECT_EQ(d.tracks.at(d.Track(testing::SinkLaunchTrack(1, -1))).parent, 0u);
+  std::vector<std::tuple<std::string, uint64_t, uint64_t>> got;
+  for (const DecodedSlice& s : d.slices.at(warp)) got.emplace_back(s.name, s.ts, s.dur);
+  EXPECT_EQ(got, (std::vector<std::tuple<std::string, uint64_t, uint64_t>>{
+                     {"a", 1000, 1000}, {"late", 2200, 600}, {"b", 3000, 1000}, {"c", 4500, 500}}));
+  EXPECT_EQ(d.instants.at(warp).at(0).ts, 2500u);
+}
+
+// Random nesting on two lanes with ties everywhere, over launches whose
+// warps reuse sequence ids: every slice comes back with its name, time,
+// duration, depth and cycles, every instant with its time.
+TEST_F(PerfettoSinkTest, RandomNestedSlicesRoundTrip) {
+  auto sink = OpenSink();
+  constexpr int kWarps = 40;
+  const testing::SentRun sent = testing::WriteRandomRun(*sink, 12345, 3, kWarps);
+  ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
+  const std::string trace = ReadTrace();
+  const perfetto::TraceSummary check = perfetto::CheckTrace(trace);
+  EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
+  const Decoded d = Decode(trace);
+  ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
+  EXPECT_EQ(d.sequences.size(), 1u + kWarps);  // ids reused by each launch
+
+  // Warp track -> (launch, block, warp) through the parents (block > SM > launch).
+  const auto path = [&d](uint64_t warp) {
+    const uint64_t block = d.tracks.at(warp).parent;
+    const uint64_t launch = d.tracks.at(d.tracks.at(block).parent).parent;
+    return std::make_tuple(d.tracks.at(launch).name, d.tracks.at(block).name, d.tracks.at(warp).name);
+  };
+  std::vector<testing::SentSlice> got;
+  for (const auto& [track, slices] : d.slices) {
+    if (d.tracks.at(track).name.rfind("warp ", 0) != 0) continue;
+    const auto [launch, block, warp] = path(track);
+    for (const DecodedSlice& s : slices) {
+      got.push_back({launch, block, warp, s.ts, s.dur, s.depth, s.name});
+      EXPECT_EQ(s.args.at("cycles"), std::to_string(2 * s.dur));
+    }
+  }
+  std::sort(got.begin(), got.end());
+  ASSERT_EQ(got.size(), sent.slices.size());
+  EXPECT_GT(got.size(), 10000u);
+  size_t first = 0;
+  while (first < got.size() && got[first] == sent.slices[first]) ++first;
+  if (first < got.size()) {
+    const testing::SentSlice &g = got[first], &w = sent.slices[first];
+    ADD_FAILURE() << "slice " << first << " differs: got " << g.warp << " " << g.name << " " << g.ts << "+" << g.dur
+                  << " depth " << g.depth << ", want " << w.warp << " " << w.name << " " << w.ts << "+" << w.dur
+                  << " depth " << w.depth;
+  }
+  std::vector<testing::SentInstant> instants;
+  for (const auto& [track, events] : d.instants) {
+    if (track == d.Track("smprof run", 0)) continue;  // the summary
+    const auto [launch, block, warp] = path(track);
+    for (const DecodedEvent& e : events) {
+      EXPECT_EQ(e.name, "tick");
+      instants.push_back({launch, block, warp, e.ts});
+    }
+  }
+  std::sort(instants.begin(), instants.end());
+  EXPECT_EQ(instants, sent.instants);
+}
+
+// The bytes of `trace` up to the last whole packet at or before `limit`.
+std::string WholePacketPrefix(const std::string& trace, size_t limit) {
+  size_t keep = 0;
+  ProtoReader r(trace);
+  Field f;
+  size_t pos = 0;
+  while (r.Next(&f)) {
+    pos = static_cast<size_t>(f.bytes.data() + f.bytes.size() - trace.data());
+    if (pos > limit) break;
+    keep = pos;
+  }
+  return trace.substr(0, keep);
+}
+
+// Enough records to pass the 1 MiB write threshold several times.
+void WriteManyEvents(trace::TraceSink& sink) {
+  for (int li = 0; li < 4; ++li) {
+    const trace::LaunchRecord l = testing::SinkLaunch(li, li, -1, 0, 1u << 30);
+    sink.OnLaunch(l);
+    for (uint32_t wi = 0; wi < 256; ++wi) {
+      const trace::WarpRecord w = testing::SinkWarp(wi, wi % 16, wi / 16, 0, 0);
+      sink.OnWarp(l, w);
+      for (uint64_t i = 0; i < 300; ++i) {
+        sink.OnSlice(l, w, testing::SinkSlice(i % 2 ? "load" : "compute", 1000 + i * 100, 1050 + i * 100, 0));
+      }
+      sink.Flush();
+    }
+    sink.OnLaunchEnd(l, nullptr, 0);
+  }
+}
+
+TEST_F(PerfettoSinkTest, WriteErrorCutsAfterLastWholePacket) {
+  {
+    auto sink = OpenSink();
+    WriteManyEvents(*sink);
+    ASSERT_TRUE(sink->Finish(CollectorSummary()));
+  }
+  const std::string full = ReadTrace();
+  ASSERT_GT(full.size(), 3u << 20);
+  for (const size_t limit : {size_t{100}, size_t{4099}, (size_t{1} << 20) + 12345, full.size() - 1}) {
+    SCOPED_TRACE("RLIMIT_FSIZE " + std::to_string(limit));
+    unlink(path_.c_str());
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // Past the limit write(2) fails with EFBIG instead of raising SIGXFSZ.
+      signal(SIGXFSZ, SIG_IGN);
+      const rlimit rl{limit, limit};
+      if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(10);
+      std::string err;
+      auto sink = PerfettoSink::Open(path_, false, &err);
+      if (!sink) _exit(11);
+      WriteManyEvents(*sink);
+      const bool ok = sink->Finish(CollectorSummary());
+      const bool named = sink->error().find("File too large") != std::string::npos &&
+                         sink->error().find("last packet written whole") != std::string::npos;
+      _exit(!ok && named ? 0 : 12);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status)) << status;
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+    const std::string text = ReadTrace();
+    EXPECT_EQ(text, WholePacketPrefix(full, limit));
+    // A prefix of whole packets: every event's track and names defined.
+    const perfetto::TraceSummary check = perfetto::CheckTrace(text);
+    EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
+  }
+}
+
+TEST_F(PerfettoSinkTest, FullDeviceIsRefusedAtOpenWithTheReason) {
+  // Open writes the first descriptor, so an unwritable file fails there.
+  std::string error;
+  EXPECT_EQ(PerfettoSink::Open("/dev/full", false, &error), nullptr);
+  EXPECT_NE(error.find("'/dev/full': No space left on device"), std::string::npos) << error;
+}
+
+TEST_F(PerfettoSinkTest, KilledWriterLeavesWholePackets) {
+  // What reached the file at each Flush is a valid trace on its own.
+  auto sink = OpenSink();
+  const trace::LaunchRecord l = testing::SinkLaunch(0, 1, -1, 0, 1u << 30);
+  sink->OnLaunch(l);
+  const trace::WarpRecord w = testing::SinkWarp(0, 0, 0, 0, 0);
+  sink->OnWarp(l, w);
+  sink->OnSlice(l, w, testing::SinkSlice("outer", 100, 900, 0));
+  sink->OnSlice(l, w, testing::SinkSlice("inner", 200, 300, 1));
+  ASSERT_TRUE(sink->Flush());
+  const std::string prefix = ReadTrace();
+  EXPECT_EQ(prefix.size(), sink->bytes_written());
+  const perfetto::TraceSummary check = perfetto::CheckTrace(prefix);
+  EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
+  // The BEGINs are there; their ENDs wait for later time or the launch's end.
+  uint64_t open = 0, slices = 0;
+  for (const auto& [uuid, t] : check.tracks) open += t.open, slices += t.slices;
+  EXPECT_EQ(open, 2u);
+  EXPECT_EQ(slices, 1u);  // the CUPTI slice
+}
+
+TEST_F(PerfettoSinkTest, OpenNamesThePathAndHonoursExclusive) {
+  std::string error;
+  EXPECT_EQ(PerfettoSink::Open(path_, true, &error), nullptr);
+  EXPECT_NE(error.find("already exists"), std::string::npos) << error;
+  EXPECT_EQ(PerfettoSink::Open("/nonexistent-dir/t.pftrace", false, &error), nullptr);
+  EXPECT_NE(error.find("/nonexistent-dir/t.pftrace"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace smprof
