@@ -39,8 +39,8 @@ std::unique_ptr<Collector> Collector::Create(const CollectorOptions& options, st
 Collector::Collector(CollectorOptions options, std::unique_ptr<trace::TraceSink> trace, std::string trace_written)
     : options_(std::move(options)), trace_(std::move(trace)), trace_written_(std::move(trace_written)) {
   std::vector<trace::TraceSink*> sinks{trace_.get()};
-  if (!options_.stats_base.empty()) {
-    stats_ = std::make_unique<stats::StatsSink>(options_.stats_base);
+  if (options_.stats) {
+    stats_ = std::make_unique<stats::StatsSink>(std::string());  // named once the trace is placed
     sinks.push_back(stats_.get());
   }
   builder_ = std::make_unique<TraceBuilder>(std::move(sinks), options_.logger);
@@ -112,15 +112,6 @@ CollectorSummary Collector::Finish() {
   finished_ = true;
   builder_->Finish(transport_stats_, &summary_);
   CollectorSummary& s = summary_;
-  if (stats_) {
-    if (stats_->Finish(s)) {
-      s.stats_json = stats_->json_path();
-      s.stats_csv = stats_->csv_path();
-    } else {
-      s.stats_error = stats_->error();
-      if (options_.logger) options_.logger->error("{}", s.stats_error);
-    }
-  }
   s.trace_ok = trace_->Finish(s);
   s.trace_error = trace_->error();
   s.trace = trace_written_;
@@ -130,6 +121,18 @@ CollectorSummary Collector::Finish() {
     s.trace_ok = false;
   }
   if (!s.trace_ok && options_.logger) options_.logger->error("{}", s.trace_error);
+  // Beside the trace where it landed (a numbered name, or the partial file
+  // after an error), so they can never be another run's.
+  if (const std::string base = StatsBase(s.trace); stats_ && !base.empty()) {
+    stats_->SetBase(base);
+    if (stats_->Finish(s)) {
+      s.stats_json = stats_->json_path();
+      s.stats_csv = stats_->csv_path();
+    } else {
+      s.stats_error = stats_->error();
+      if (options_.logger) options_.logger->error("{}", s.stats_error);
+    }
+  }
   return s;
 }
 

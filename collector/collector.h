@@ -49,8 +49,9 @@ struct CollectorOptions {
   std::string trace_path;
   bool overwrite = false;                  // replace an existing trace_path (and partial file)
   std::shared_ptr<spdlog::logger> logger;  // null: no logging
-  // Also write <stats_base>.stats.json and .stats.csv (stats_sink.h); "" for none.
-  std::string stats_base;
+  // Also write the run's statistics beside the trace where it is finally
+  // placed: <trace>.stats.json and .stats.csv (stats_sink.h, StatsBase).
+  bool stats = false;
 };
 
 class Collector {
@@ -91,7 +92,7 @@ class Collector {
 
   CollectorOptions options_;
   std::unique_ptr<trace::TraceSink> trace_;  // the trace writer
-  std::unique_ptr<stats::StatsSink> stats_;  // null unless options.stats_base
+  std::unique_ptr<stats::StatsSink> stats_;  // null unless options.stats
   std::unique_ptr<TraceBuilder> builder_;
   transport::ConsumerStats transport_stats_;
   CollectorSummary summary_;

@@ -44,8 +44,8 @@ constexpr char kUsage[] =
     "  --output PATH           trace file to write (*.json: JSON; else protobuf)\n"
     "  --force                 replace an existing PATH (and PATH.partial)\n"
     "  --summary PATH          also write the run summary as JSON here\n"
-    "  --stats BASE            also write the run's statistics to BASE.stats.json\n"
-    "                          and BASE.stats.csv\n"
+    "  --stats                 also write the run's statistics beside the trace:\n"
+    "                          PATH.stats.json and PATH.stats.csv\n"
     "  --summary-fd N          ... or to this file descriptor (from its start)\n"
     "  --control-fd N          read smprof-run's control messages (run metadata,\n"
     "                          exit status) from fd N; its end stops the run\n"
@@ -71,7 +71,7 @@ struct Args {
   std::string run_id;
   std::string output;
   std::string summary;
-  std::string stats;
+  bool stats = false;
   int summary_fd = -1;
   int control_fd = -1;
   bool force = false;
@@ -93,6 +93,10 @@ int ParseArgs(int argc, char** argv, Args* args) {
       args->force = true;
       continue;
     }
+    if (arg == "--stats") {
+      args->stats = true;
+      continue;
+    }
     std::string value;
     const size_t eq = arg.find('=');
     if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
@@ -110,8 +114,7 @@ int ParseArgs(int argc, char** argv, Args* args) {
       args->output = value;
     } else if (arg == "--summary") {
       args->summary = value;
-    } else if (arg == "--stats") {
-      args->stats = value;
+
     } else if (arg == "--ready-fd" || arg == "--summary-fd" || arg == "--control-fd") {
       if (!ParseUint(value, INT32_MAX, &n)) return Usage("bad " + arg + " '" + value + "'");
       (arg == "--ready-fd"     ? args->ready_fd
@@ -192,7 +195,7 @@ int main(int argc, char** argv) {
   options.trace_path = args.output;
   options.overwrite = args.force;
   options.logger = logger;
-  options.stats_base = args.stats;
+  options.stats = args.stats;
   auto collector = smprof::Collector::Create(options, &error);
   if (!collector) {
     std::fprintf(stderr, "smprof-collector: %s\n", error.c_str());

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 
 #include "collector/run_stats.h"
 #include "collector/trace_sink.h"
@@ -22,9 +23,12 @@ namespace smprof::stats {
 
 class StatsSink : public trace::TraceSink {
  public:
-  // `base`: the trace's path without its extension, e.g. "run" for run.json.
+  // `base`: the trace's path, e.g. "run.pftrace" (trace_placement.h, StatsBase).
   explicit StatsSink(std::string base, size_t gaps_kept = kGapsKept);
 
+  // Names the files (a sink may be created before the trace has its final
+  // name); call before Finish.
+  void SetBase(std::string base) { base_ = std::move(base); }
   std::string json_path() const { return base_ + ".stats.json"; }
   std::string csv_path() const { return base_ + ".stats.csv"; }
 

@@ -68,10 +68,7 @@ bool PlaceTrace(const std::string& partial, const std::string& path, bool overwr
 
 std::string StatsBase(const std::string& path) {
   if (path.empty() || IsStreamPath(path)) return "";
-  const size_t slash = path.find_last_of('/');
-  const size_t dot = path.find_last_of('.');
-  const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
-  return has_ext ? path.substr(0, dot) : path;
+  return path;
 }
 
 }  // namespace smprof

@@ -29,9 +29,10 @@ bool IsStreamPath(const std::string& path);
 // the file name, if any).
 std::string NumberedPath(const std::string& path, int n);
 
-// Where the statistics of a trace at `path` go: the path without its
-// extension ("run.pftrace" -> "run"; the stats sink adds ".stats.json" and
-// ".stats.csv"); "" for a stream path (nothing is written beside it).
+// Where the statistics of a trace at `path` go: beside it, named after the
+// whole file name ("run.pftrace" -> "run.pftrace", to which the stats sink
+// adds ".stats.json" and ".stats.csv"), so two traces never share them;
+// "" for a stream path (nothing is written beside it).
 std::string StatsBase(const std::string& path);
 
 // Moves `partial` to `path`: replacing a file there when `overwrite`, else to

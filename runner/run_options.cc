@@ -23,7 +23,7 @@ constexpr OptionSpec kOwnOptions[] = {
     {'o', "output", true, "PATH",
      "trace file (default: ./smprof-<program>-<YYYYmmdd-HHMMSS>-<pid>.pftrace);\n"
      "native Perfetto protobuf, or Chrome JSON when PATH ends in .json;\n"
-     "statistics go beside it (<base>.stats.json, <base>.stats.csv);\n"
+     "statistics go beside it (PATH.stats.json, PATH.stats.csv);\n"
      "an existing file is an error unless --force"},
     {0, "force", false, nullptr, "overwrite an existing trace file"},
     {0, "preload", false, nullptr,

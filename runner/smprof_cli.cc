@@ -3,7 +3,7 @@
 //   smprof stats RUN            the statistics of one run, as smprof-run printed them
 //   smprof diff BEFORE AFTER    region by region: speedup, change of p95
 //
-// RUN is a trace (the statistics beside it, <base>.stats.json, are read) or
+// RUN is a trace (the statistics beside it, <trace>.stats.json, are read) or
 // a .stats.json file itself. --json prints JSON instead of tables; --top N
 // shows the N regions with the most time per kernel (default 10).
 //
@@ -27,7 +27,7 @@ constexpr char kUsage[] =
     "usage: smprof stats [--json] [--top N] RUN\n"
     "       smprof diff [--json] BEFORE AFTER\n"
     "\n"
-    "Reads the statistics smprof-run writes beside every trace (<base>.stats.json):\n"
+    "Reads the statistics smprof-run writes beside every trace (<trace>.stats.json):\n"
     "per kernel x region count, total, mean, p50, p95, max (ns and SM cycles),\n"
     "share of the kernel's warp time, per-SM and per-warp imbalance, and the\n"
     "largest gaps on warps.\n"

@@ -286,10 +286,7 @@ bool StartCollector(const std::string& path, const std::string& run_id, const st
                                      "--log-level",
                                      log_level};
     if (force) args.push_back("--force");
-    if (const std::string stats = StatsBase(output); !stats.empty()) {
-      args.push_back("--stats");
-      args.push_back(stats);
-    }
+    if (!StatsBase(output).empty()) args.push_back("--stats");
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -200,7 +200,7 @@ class CollectorE2eTest : public ::testing::Test {
     run_id_ = UniqueRunId(tag);
     int ready = -1;
     const pid_t pid = Spawn({"--run-id", run_id_, "--output", trace_, "--summary", summary_, "--stats",
-                             dir_ + "/trace", "--drain-timeout-ms", "20000", "--log-level", "info"},
+                             "--drain-timeout-ms", "20000", "--log-level", "info"},
                             &ready, log);
     EXPECT_GT(pid, 0);
     EXPECT_EQ(WaitReady(ready), "ready\n");
@@ -317,8 +317,8 @@ TEST_F(CollectorE2eTest, TwoProcessesMalformedInputAndCleanShutdown) {
 
   // The statistics beside the trace, read by `smprof stats` (given the
   // trace) and compared with themselves by `smprof diff`.
-  EXPECT_EQ(summary["stats"]["json"], dir_ + "/trace.stats.json");
-  EXPECT_EQ(summary["stats"]["csv"], dir_ + "/trace.stats.csv");
+  EXPECT_EQ(summary["stats"]["json"], trace_ + ".stats.json");
+  EXPECT_EQ(summary["stats"]["csv"], trace_ + ".stats.csv");
   const std::string smprof = BuildDir() + "/bin/smprof";
   const auto run_json = [&](const std::string& args) {
     const std::string out = dir_ + "/cli.out";
@@ -341,7 +341,7 @@ TEST_F(CollectorE2eTest, TwoProcessesMalformedInputAndCleanShutdown) {
     found = true;
   }
   EXPECT_TRUE(found) << stats.dump();
-  const json diff = run_json("diff --json " + trace_ + " " + dir_ + "/trace.stats.json");
+  const json diff = run_json("diff --json " + trace_ + " " + trace_ + ".stats.json");
   ASSERT_TRUE(diff.is_object()) << ReadFile(dir_ + "/cli.out");
   ASSERT_EQ(diff["regions"].size(), 1u) << diff.dump();
   EXPECT_EQ(diff["regions"][0]["status"], "both");
@@ -349,7 +349,7 @@ TEST_F(CollectorE2eTest, TwoProcessesMalformedInputAndCleanShutdown) {
   EXPECT_DOUBLE_EQ(diff["regions"][0]["p95_change_pct"].get<double>(), 0.0);
   // A run without statistics: exit 1, naming the file it looked for.
   EXPECT_NE(std::system((smprof + " stats " + dir_ + "/none.pftrace 2> " + dir_ + "/cli.err").c_str()), 0);
-  EXPECT_NE(ReadFile(dir_ + "/cli.err").find(dir_ + "/none.stats.json"), std::string::npos);
+  EXPECT_NE(ReadFile(dir_ + "/cli.err").find(dir_ + "/none.pftrace.stats.json"), std::string::npos);
 }
 
 TEST_F(CollectorE2eTest, KilledCollectorLeavesAValidPrefix) {

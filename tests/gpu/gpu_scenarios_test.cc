@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "collector/perfetto_check.h"
 #include "tests/support/subprocess.h"
 
 namespace {
@@ -206,6 +207,62 @@ long SummaryNumber(const ProfiledRun& run, const std::string& pattern) {
   std::smatch m;
   if (!std::regex_search(text, m, std::regex(pattern))) return -1;
   return std::stol(m[1]);
+}
+
+// The default protobuf trace holds the same events as the JSON trace the
+// other scenarios check: "basic" and "streams" written as .pftrace, decoded
+// with smprof's own reader (collector/perfetto_check.h: every sequence,
+// interned name, descriptor and nesting checked), exact counts per track.
+TEST(GpuScenarios, ProtobufTracesHoldTheExactEvents) {
+  REQUIRE_GPU();
+  const auto profile = [](const std::string& scenario) {
+    char dir_template[] = "/tmp/smprof-gpu-pb-XXXXXX";
+    const std::string dir = mkdtemp(dir_template);
+    const std::string trace = dir + "/trace.pftrace";
+    const int rc = Shell(BuildDir() + "/bin/smprof-run -o " + trace + " -- " + BuildDir() +
+                             "/bin/smprof_gpu_scenarios " + scenario,
+                         dir + "/stdout.txt", dir + "/stderr.txt");
+    EXPECT_EQ(rc, 0) << Slurp(dir + "/stderr.txt");
+    EXPECT_TRUE(Slurp(trace + ".stats.json").find("\"kernels\"") != std::string::npos) << "no statistics beside";
+    return smprof::perfetto::CheckTrace(Slurp(trace));
+  };
+  const auto starts = [](const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; };
+  {
+    const auto t = profile("basic");
+    EXPECT_TRUE(t.errors.empty()) << t.errors[0];
+    int launches = 0, warps = 0;
+    for (const auto& [uuid, track] : t.tracks) {
+      if (starts(track.name, "#")) {
+        ++launches;
+        EXPECT_NE(track.name.find("marker_grid"), std::string::npos) << track.name;
+        EXPECT_EQ(track.slices, 1u) << "the CUPTI span on " << track.name;
+      } else if (starts(track.name, "warp ")) {
+        ++warps;
+        EXPECT_EQ(track.names.at("outer"), 1u) << track.name;
+        EXPECT_EQ(track.names.at("inner"), 1u) << track.name;
+        EXPECT_EQ(track.names.at("tick"), 3u) << track.name;
+        EXPECT_EQ(track.slices, 2u) << track.name;
+        EXPECT_EQ(track.instants, 3u) << track.name;
+        EXPECT_EQ(track.open, 0u) << track.name;
+      }
+    }
+    EXPECT_EQ(launches, 1);
+    EXPECT_EQ(warps, 16);
+  }
+  {
+    const auto t = profile("streams");
+    EXPECT_TRUE(t.errors.empty()) << t.errors[0];
+    int launches = 0;
+    std::multiset<uint64_t> steps;  // per warp
+    for (const auto& [uuid, track] : t.tracks) {
+      if (starts(track.name, "#") && track.name.find("count_kernel") != std::string::npos) ++launches;
+      if (starts(track.name, "warp ")) steps.insert(track.instants);
+    }
+    EXPECT_EQ(launches, 12);
+    std::multiset<uint64_t> expected;  // 12 launches of 10..21 steps, 4 warps each
+    for (uint64_t n = 10; n < 22; ++n) expected.insert({n, n, n, n});
+    EXPECT_EQ(steps, expected);
+  }
 }
 
 TEST(GpuScenarios, BasicCountsNamesAndUnoptedModule) {
