@@ -642,4 +642,29 @@ json DiffToJson(const std::vector<RegionDiff>& diff) {
   return {{"format", "smprof-stats-diff"}, {"version", kStatsFormatVersion}, {"regions", std::move(regions)}};
 }
 
+std::string LargeTraceAdvice(uint64_t trace_bytes, const RunStats& run) {
+  if (trace_bytes <= kLargeTraceBytes) return "";
+  std::vector<std::pair<uint64_t, std::string>> by_ranges;
+  for (const KernelStats& k : run.kernels) {
+    uint64_t n = 0;
+    for (const RegionStats& r : k.regions) n += r.count;
+    by_ranges.emplace_back(n, k.kernel);
+  }
+  std::stable_sort(by_ranges.begin(), by_ranges.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string kernels;
+  for (size_t i = 0; i < by_ranges.size() && i < 3; ++i) {
+    kernels += (kernels.empty() ? " (most recorded: " : ", ") + by_ranges[i].second + " " +
+               std::to_string(by_ranges[i].first) + " ranges";
+  }
+  if (!kernels.empty()) kernels += ")";
+  char size[32];
+  std::snprintf(size, sizeof(size), "%.1f GB", static_cast<double>(trace_bytes) / 1e9);
+  return std::string("the trace is ") + size +
+         ", more than the Perfetto UI opens in a browser (about 1 GB: its trace processor runs in WebAssembly "
+         "with at most 4 GB of memory). Open it with trace_processor_shell --httpd and ui.perfetto.dev, or "
+         "narrow the next run: --warps 0 (one warp per block) or --kernels PATTERN" +
+         kernels + ". The statistics cover every event.";
+}
+
 }  // namespace smprof::stats

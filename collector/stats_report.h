@@ -58,6 +58,16 @@ bool ReadStatsFile(const std::string& path, RunStats* run, std::string* error);
 // labels hold commas). Empty cells: share or imbalance undefined.
 std::string ToCsv(const RunStats& run);
 
+// A trace larger than this is not worth opening in a browser: the Perfetto
+// UI runs its trace processor in WebAssembly, with at most 4 GB of memory,
+// and needs a few times a trace's size to load it.
+inline constexpr uint64_t kLargeTraceBytes = uint64_t{1} << 30;
+
+// "" for a trace of at most kLargeTraceBytes; else one line saying so, how
+// to open it anyway, and the options that narrow the next run, naming the
+// kernels of `run` that recorded most.
+std::string LargeTraceAdvice(uint64_t trace_bytes, const RunStats& run);
+
 // One kernel x region of two runs, a (before) and b (after).
 struct RegionDiff {
   enum class Presence { kBoth, kRemoved /* only in a */, kAdded /* only in b */ };

@@ -57,6 +57,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -613,9 +614,18 @@ std::string NothingProfiledHint(const nlohmann::json& summary, const RunOptions&
          "\") and that their markers run";
 }
 
+// For a trace too large to open: what it is, and how to narrow the next run.
+void WarnIfTooLarge(const std::string& trace, const stats::RunStats& run) {
+  struct stat st {};
+  if (stat(trace.c_str(), &st) != 0) return;
+  const std::string advice = stats::LargeTraceAdvice(static_cast<uint64_t>(st.st_size), run);
+  if (!advice.empty()) std::fprintf(stderr, "smprof: %s\n", advice.c_str());
+}
+
 // The run's statistics table (collector/stats_report.h), read back from the
-// file the collector wrote, and where the files are.
-void PrintStats(const nlohmann::json& summary) {
+// file the collector wrote, and where the files are; then whether the trace
+// is too large to open.
+void PrintStats(const nlohmann::json& summary, const std::string& trace) {
   const nlohmann::json stats = summary.value("stats", nlohmann::json::object());
   if (!stats.is_object() || stats.empty()) return;
   if (stats.contains("error")) {
@@ -627,11 +637,13 @@ void PrintStats(const nlohmann::json& summary) {
   std::string error;
   if (!stats::ReadStatsFile(Text(stats, "json"), &run, &error)) {
     std::fprintf(stderr, "smprof: warning: cannot read the statistics back: %s\n", error.c_str());
+    WarnIfTooLarge(trace, stats::RunStats{});
     return;
   }
   std::fputs(stats::RenderText(run).c_str(), stderr);
   std::fprintf(stderr, "smprof: statistics: %s, %s\n", Absolute(Text(stats, "json")).c_str(),
                Absolute(Text(stats, "csv")).c_str());
+  WarnIfTooLarge(trace, run);
 }
 
 void PrintSummary(const nlohmann::json& summary, const std::string& output, const RunOptions& options) {
@@ -681,7 +693,7 @@ void PrintSummary(const nlohmann::json& summary, const std::string& output, cons
   if (trace != output && trace != PartialPath(output)) {
     std::fprintf(stderr, "smprof: %s appeared during the run, so the trace was written beside it\n", output.c_str());
   }
-  PrintStats(summary);
+  PrintStats(summary, trace);
   std::fprintf(stderr, "smprof: trace: %s (open it at https://ui.perfetto.dev)\n", trace.c_str());
   const std::string hint = NothingProfiledHint(summary, options);
   if (!hint.empty()) std::fprintf(stderr, "smprof: %s\n", hint.c_str());

@@ -752,5 +752,28 @@ TEST(StatsTextTest, UnitsAndApproximatePercentiles) {
   EXPECT_NE(text.find("long?[31mname ..."), std::string::npos) << text;
 }
 
+TEST(StatsAdviceTest, OnlyTracesAboveAGigabyteGetAdviceNamingTheBiggestKernels) {
+  RunStats run;
+  for (const auto& [name, counts] : std::vector<std::pair<std::string, std::vector<uint64_t>>>{
+           {"small", {5}}, {"big", {700, 300}}, {"mid", {60}}, {"tiny", {1}}}) {
+    KernelStats k;
+    k.kernel = name;
+    for (uint64_t c : counts) {
+      RegionStats r;
+      r.count = c;
+      k.regions.push_back(r);
+    }
+    run.kernels.push_back(k);
+  }
+  EXPECT_EQ(LargeTraceAdvice(kLargeTraceBytes, run), "");
+  const std::string advice = LargeTraceAdvice(3000000000ull, run);
+  EXPECT_EQ(advice.rfind("the trace is 3.0 GB, more than the Perfetto UI opens", 0), 0u) << advice;
+  EXPECT_NE(advice.find("--warps 0"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("(most recorded: big 1000 ranges, mid 60 ranges, small 5 ranges)"), std::string::npos)
+      << advice;
+  EXPECT_EQ(advice.find("tiny"), std::string::npos) << advice;
+  EXPECT_EQ(LargeTraceAdvice(2000000000ull, RunStats{}).find("most recorded"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace smprof::stats
