@@ -6,10 +6,13 @@
 // name). Reference: a JSON "X"/"i" line per event as the JSON trace writes
 // them today, formatted with snprintf. Then the real writer: a large run
 // (16 launches x 4096 warps) delivered to PerfettoSink through the TraceSink
-// interface as the collector delivers it (warps interleaved, a chunk of
-// records each), written to /dev/null; an event is a BEGIN or an END (2 per
-// slice) or an instant, and bytes/event counts the whole file (descriptors,
-// sequence starts, interned names, CUPTI slices included).
+// interface, written to /dev/null, the records arriving as the collector
+// hands them (a launch's warps one after another) and, as a worst case,
+// with every warp of a launch interleaved (8 iterations each in turn); each
+// with the cycles as a counter value (the default) and as slice args. An
+// event is a BEGIN or an END (2 per slice) or an instant, and bytes/event
+// counts the whole file (descriptors, sequence starts, interned names,
+// CUPTI slices included).
 //   smprof_bench_trace_encode [events (default 20000000)]
 #include <algorithm>
 #include <chrono>
@@ -38,23 +41,62 @@ struct SinkFigures {
   double seconds = 0;
 };
 
-// A GEMM-like run: per warp a prologue, then iterations of
+// How the records of a launch's warps reach the sink.
+enum class Arrival {
+  kWarpAfterWarp,  // as the collector hands them: all of warp 1, then warp 2, ...
+  kInterleaved,    // worst case: every warp open at once, 8 iterations each in turn
+};
+
+// One warp of a GEMM-like kernel: a prologue, then iterations of
 // mainloop > {load_tile, mma} with a tma_arrive instant every 4th, then an
-// epilogue; durations from a cheap LCG (load 64-575 ns, mma 128-1151 ns),
-// SM cycles at 1.755 GHz. Records come 8 iterations per warp at a time.
-SinkFigures DrivePerfettoSink(long events) {
-  constexpr int kLaunches = 16, kSinkWarps = 4096, kChunk = 8;
-  const long iterations = std::max(1L, events / (kLaunches * kSinkWarps) * 4 / 25);  // 6.25 events each
-  std::string error;
-  auto sink = smprof::PerfettoSink::Open("/dev/null", false, &error);
-  if (!sink) {
-    std::fprintf(stderr, "%s\n", error.c_str());
-    std::exit(1);
+// epilogue; durations from a cheap LCG seeded per warp (load 64-575 ns, mma
+// 128-1151 ns), so both arrivals send the same records; SM cycles at
+// 1.755 GHz.
+class WarpRecords {
+ public:
+  WarpRecords(uint64_t launch_start, int launch, int warp) : lcg_(12345u + 7919u * launch + 104729u * warp) {
+    record_.index = warp;
+    record_.sm = static_cast<uint16_t>(warp / 8 % 132);
+    record_.block[0] = warp / 8;
+    record_.warp = static_cast<uint16_t>(warp % 8);
+    t_ = launch_start + 100 + (Next() & 1023);
   }
-  SinkFigures f;
-  uint32_t lcg = 12345;
-  const auto next = [&lcg] { return (lcg = lcg * 1664525u + 1013904223u) >> 8; };
-  const auto slice = [&](std::string_view name, uint64_t b, uint64_t e, uint32_t depth) {
+  const smprof::trace::WarpRecord& record() const { return record_; }
+
+  uint64_t Prologue(smprof::PerfettoSink& sink, const smprof::trace::LaunchRecord& l) {
+    sink.OnWarp(l, record_);
+    sink.OnSlice(l, record_, Slice("prologue", t_, t_ + 200, 0));
+    t_ += 210;
+    return 2;
+  }
+  // Iterations [first, last).
+  uint64_t Iterations(smprof::PerfettoSink& sink, const smprof::trace::LaunchRecord& l, long first, long last) {
+    uint64_t events = 0;
+    for (long k = first; k < last; ++k) {
+      const uint64_t b = t_, load = 64 + (Next() & 511), mma = 128 + (Next() & 1023);
+      sink.OnSlice(l, record_, Slice("mainloop", b, b + load + mma + 20, 0));
+      sink.OnSlice(l, record_, Slice("load_tile", b + 5, b + 5 + load, 1));
+      if (k % 4 == 3) {
+        smprof::trace::InstantRecord i;
+        i.name = "tma_arrive";
+        i.ts_ns = b + 5 + load;
+        sink.OnInstant(l, record_, i);
+        ++events;
+      }
+      sink.OnSlice(l, record_, Slice("mma", b + 10 + load, b + 10 + load + mma, 1));
+      t_ = b + load + mma + 20 + (Next() & 63);
+      events += 6;
+    }
+    return events;
+  }
+  uint64_t Epilogue(smprof::PerfettoSink& sink, const smprof::trace::LaunchRecord& l) {
+    sink.OnSlice(l, record_, Slice("epilogue", t_, t_ + 300, 0));
+    return 2;
+  }
+
+ private:
+  uint32_t Next() { return (lcg_ = lcg_ * 1664525u + 1013904223u) >> 8; }
+  static smprof::trace::SliceRecord Slice(std::string_view name, uint64_t b, uint64_t e, uint32_t depth) {
     smprof::trace::SliceRecord s;
     s.name = name;
     s.begin_ns = b;
@@ -62,9 +104,30 @@ SinkFigures DrivePerfettoSink(long events) {
     s.cycles = static_cast<uint32_t>((e - b) * 1755 / 1000);
     s.depth = depth;
     return s;
-  };
+  }
+
+  uint32_t lcg_;
+  uint64_t t_ = 0;
+  smprof::trace::WarpRecord record_;
+};
+
+constexpr int kSinkLaunches = 16, kSinkWarps = 4096;
+
+// A large run (kSinkLaunches x kSinkWarps warps, ~`events` in all) through
+// the TraceSink calls, written to /dev/null.
+SinkFigures DrivePerfettoSink(long events, Arrival arrival, smprof::PerfettoSink::CyclesEncoding cycles) {
+  constexpr long kChunk = 8;
+  const long iterations = std::max(1L, events / (kSinkLaunches * kSinkWarps) * 4 / 25);  // 6.25 events each
+  std::string error;
+  auto sink = smprof::PerfettoSink::Open("/dev/null", false, &error);
+  if (!sink) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    std::exit(1);
+  }
+  sink->set_cycles_encoding(cycles);
+  SinkFigures f;
   f.seconds = Seconds([&] {
-    for (int li = 0; li < kLaunches; ++li) {
+    for (int li = 0; li < kSinkLaunches; ++li) {
       smprof::trace::LaunchRecord l;
       l.index = li;
       l.launch_id = li;
@@ -76,43 +139,26 @@ SinkFigures DrivePerfettoSink(long events) {
       l.start_ns = 1000000ull * li;
       l.end_ns = l.start_ns + 900000;
       sink->OnLaunch(l);
-      std::vector<smprof::trace::WarpRecord> warps(kSinkWarps);
-      std::vector<uint64_t> t(kSinkWarps);
-      for (int wi = 0; wi < kSinkWarps; ++wi) {
-        smprof::trace::WarpRecord& w = warps[wi];
-        w.index = wi;
-        w.sm = static_cast<uint16_t>(wi / 8 % 132);
-        w.block[0] = wi / 8;
-        w.warp = static_cast<uint16_t>(wi % 8);
-        sink->OnWarp(l, w);
-        t[wi] = l.start_ns + 100 + (next() & 1023);
-        sink->OnSlice(l, w, slice("prologue", t[wi], t[wi] + 200, 0));
-        t[wi] += 210;
-        f.events += 2;
-      }
-      for (long it = 0; it < iterations; it += kChunk) {
+      if (arrival == Arrival::kWarpAfterWarp) {
         for (int wi = 0; wi < kSinkWarps; ++wi) {
-          const smprof::trace::WarpRecord& w = warps[wi];
-          for (long k = it; k < std::min(iterations, it + kChunk); ++k) {
-            const uint64_t b = t[wi], load = 64 + (next() & 511), mma = 128 + (next() & 1023);
-            sink->OnSlice(l, w, slice("mainloop", b, b + load + mma + 20, 0));
-            sink->OnSlice(l, w, slice("load_tile", b + 5, b + 5 + load, 1));
-            if (k % 4 == 3) {
-              smprof::trace::InstantRecord i;
-              i.name = "tma_arrive";
-              i.ts_ns = b + 5 + load;
-              sink->OnInstant(l, w, i);
-              ++f.events;
-            }
-            sink->OnSlice(l, w, slice("mma", b + 10 + load, b + 10 + load + mma, 1));
-            t[wi] = b + load + mma + 20 + (next() & 63);
-            f.events += 6;
-          }
+          WarpRecords w(l.start_ns, li, wi);
+          f.events += w.Prologue(*sink, l);
+          f.events += w.Iterations(*sink, l, 0, iterations);
+          f.events += w.Epilogue(*sink, l);
+          if (wi % 256 == 255) sink->Flush();  // as after a poll
         }
-      }
-      for (int wi = 0; wi < kSinkWarps; ++wi) {
-        sink->OnSlice(l, warps[wi], slice("epilogue", t[wi], t[wi] + 300, 0));
-        f.events += 2;
+      } else {
+        std::vector<WarpRecords> warps;
+        warps.reserve(kSinkWarps);
+        for (int wi = 0; wi < kSinkWarps; ++wi) {
+          warps.emplace_back(l.start_ns, li, wi);
+          f.events += warps.back().Prologue(*sink, l);
+        }
+        for (long it = 0; it < iterations; it += kChunk) {
+          for (WarpRecords& w : warps) f.events += w.Iterations(*sink, l, it, std::min(iterations, it + kChunk));
+          sink->Flush();
+        }
+        for (WarpRecords& w : warps) f.events += w.Epilogue(*sink, l);
       }
       sink->OnLaunchEnd(l, nullptr, 0);
       sink->Flush();
@@ -172,17 +218,35 @@ int main(int argc, char** argv) {
     }
     json_bytes += json.size();
   });
-  std::printf("trace encoding on one core, %ld events, %d warp sequences\n", events, kWarps);
+  std::printf("trace encoding on one core, %ld events (ProtoEncoder: %d warp sequences open at once)\n", events,
+              kWarps);
   std::printf("%-32s %12s %14s %14s\n", "format", "M events/s", "bytes/event", "x JSON speed");
   std::printf("%-32s %12.1f %14.2f %14.2f\n", "Perfetto protobuf (ProtoEncoder)", events / proto_s / 1e6,
               static_cast<double>(proto_bytes) / events, json_s / proto_s);
   std::printf("%-32s %12.1f %14.2f %14.2f\n", "JSON line (snprintf reference)", events / json_s / 1e6,
               static_cast<double>(json_bytes) / events, 1.0);
-  const SinkFigures sink = DrivePerfettoSink(events);
-  const double sink_rate = static_cast<double>(sink.events) / sink.seconds;
-  std::printf("%-32s %12.1f %14.2f %14.2f\n", "PerfettoSink (TraceSink calls)", sink_rate / 1e6,
-              static_cast<double>(sink.bytes) / static_cast<double>(sink.events), sink_rate / (events / json_s));
-  std::printf("(PerfettoSink: %llu events, 16 launches x 4096 warps, %.1f MB)\n",
-              static_cast<unsigned long long>(sink.events), static_cast<double>(sink.bytes) / 1e6);
+  using Cycles = smprof::PerfettoSink::CyclesEncoding;
+  const struct {
+    const char* name;
+    Arrival arrival;
+    Cycles cycles;
+  } rows[] = {
+      {"PerfettoSink, warp after warp", Arrival::kWarpAfterWarp, Cycles::kCounter},
+      {"  cycles as slice args instead", Arrival::kWarpAfterWarp, Cycles::kAnnotation},
+      {"PerfettoSink, interleaved warps", Arrival::kInterleaved, Cycles::kCounter},
+      {"  cycles as slice args instead", Arrival::kInterleaved, Cycles::kAnnotation},
+  };
+  uint64_t sink_events = 0;
+  for (const auto& row : rows) {
+    const SinkFigures sink = DrivePerfettoSink(events, row.arrival, row.cycles);
+    const double sink_rate = static_cast<double>(sink.events) / sink.seconds;
+    std::printf("%-32s %12.1f %14.2f %14.2f\n", row.name, sink_rate / 1e6,
+                static_cast<double>(sink.bytes) / static_cast<double>(sink.events), sink_rate / (events / json_s));
+    sink_events = sink.events;
+  }
+  std::printf("(PerfettoSink: %llu events each, %d launches x %d warps, through the TraceSink calls to /dev/null;\n"
+              " cycles as a counter value on each BEGIN by default; target <= 12 bytes/event at >= 50 M events/s\n"
+              " warp after warp)\n",
+              static_cast<unsigned long long>(sink_events), kSinkLaunches, kSinkWarps);
   return 0;
 }

@@ -14,6 +14,7 @@
 
 #include "collector/run_summary.h"
 #include "collector/trace_labels.h"
+#include "collector/trace_placement.h"
 #include "smprof/wire.h"
 
 namespace smprof {
@@ -39,7 +40,9 @@ enum : uint32_t {
   kClockIncremental = 3,
   // TracePacketDefaults (timestamp_clock_id is 58 there too)
   kTrackEventDefaults = 11,
+  // TrackEventDefaults (the same numbers as in TrackEvent)
   kDefaultTrackUuid = 11,
+  kExtraCounterTrackUuids = 31,
   // TrackDescriptor
   kUuid = 1,
   kTrackName = 2,
@@ -54,6 +57,7 @@ enum : uint32_t {
   kType = 9,
   kNameIid = 10,
   kEventTrackUuid = 11,
+  kExtraCounterValues = 12,
   kEventName = 23,
   kCounterValue = 30,
   // DebugAnnotation
@@ -82,6 +86,7 @@ constexpr uint32_t kExplicitOrder = 3;  // TrackDescriptor.ChildTracksOrdering
 constexpr uint32_t kUnitCount = 2;      // CounterDescriptor.Unit
 constexpr size_t kWriteThreshold = 1u << 20;
 constexpr size_t kMaxFastPacket = 64;  // see FastEvent
+constexpr uint32_t kNoWarp = UINT32_MAX;
 
 // Debug annotation names of warp events, interned on each warp sequence with
 // these iids the first time it uses them.
@@ -249,18 +254,28 @@ struct PerfettoSink::PendingEnd {
   bool Before(const PendingEnd& o) const { return end_ns != o.end_ns ? end_ns < o.end_ns : depth > o.depth; }
 };
 
-// A warp of an open launch: its sequence and tracks.
+// A sibling lane of a warp: its track and that track's "cycles" counter.
+struct PerfettoSink::Lane {
+  uint64_t track = 0;   // 0: not described yet
+  uint64_t cycles = 0;  // 0: CyclesEncoding::kAnnotation
+};
+
+// A warp of an open launch: its tracks, its sequence while it has one.
 struct PerfettoSink::Warp {
-  uint32_t seq = 0;               // 0: not started
-  uint32_t annotation_names = 0;  // bit iid-1 set: that debug annotation name is interned
+  uint64_t track = 0;  // 0: not described yet
+  uint64_t block_track = 0;
+  uint64_t cycles = 0;  // the "cycles" counter track (0: CyclesEncoding::kAnnotation)
   uint16_t warp = 0;
-  uint64_t track = 0, block_track = 0;
-  uint64_t last_ns = 0;         // the incremental clock's value
-  std::vector<uint32_t> names;  // run-wide name ids; the sequence's iid is index + 1
-  std::vector<uint64_t> lanes;  // the track of lane n at n - 1 (0: not described yet)
+  std::vector<Lane> lanes;  // lane n at n - 1
   // Pending ENDs, the next to write at the back. Slices on a lane nest, so
   // a new END almost always goes at the back: kept sorted by insertion.
+  // They outlive the sequence (see the header).
   std::vector<PendingEnd> ends;
+  // The open sequence and its incremental state.
+  uint32_t seq = 0;               // 0: none
+  uint32_t annotation_names = 0;  // bit iid-1 set: that debug annotation name is interned
+  uint64_t last_ns = 0;           // the incremental clock's value
+  std::vector<uint32_t> names;    // run-wide name ids; the sequence's iid is index + 1
 };
 
 struct PerfettoSink::Launch {
@@ -271,6 +286,7 @@ struct PerfettoSink::Launch {
   std::unordered_map<uint32_t, uint64_t> sms;  // SM -> track
   std::map<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t>, uint64_t> blocks;  // (sm, z, y, x) -> track
   std::vector<Warp> warps;                                                        // by WarpRecord::index
+  uint32_t current = kNoWarp;  // the warp with the launch's open sequence
 };
 
 struct PerfettoSink::Gpu {
@@ -289,17 +305,8 @@ struct PerfettoSink::Process {
 // --- opening, writing out --------------------------------------------------
 
 std::unique_ptr<PerfettoSink> PerfettoSink::Open(const std::string& path, bool exclusive, std::string* error) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), 0644);
-  if (fd < 0) {
-    if (error) {
-      *error = errno == EEXIST ? "trace file '" + path +
-                                     "' already exists: another smprof run may be writing it, or a "
-                                     "killed run left it; remove it or choose another --output"
-                               : "cannot create trace file '" + path + "': " + std::strerror(errno) +
-                                     " (choose a writable --output path)";
-    }
-    return nullptr;
-  }
+  const int fd = OpenTraceFile(path, exclusive, /*read_back=*/false, error);
+  if (fd < 0) return nullptr;
   std::unique_ptr<PerfettoSink> sink(new PerfettoSink(fd, path));
   if (!sink->Flush()) {
     if (error) *error = sink->error();
@@ -606,10 +613,10 @@ inline PerfettoSink::Launch& PerfettoSink::LaunchOf(const trace::LaunchRecord& l
 
 void PerfettoSink::OnWarp(const trace::LaunchRecord& launch, const trace::WarpRecord& warp) {
   if (failed() || finished_) return;
-  WarpOf(LaunchOf(launch), warp);
+  DescribedWarp(LaunchOf(launch), warp);
 }
 
-void PerfettoSink::StartWarp(Launch& l, const trace::WarpRecord& warp) {
+void PerfettoSink::DescribeWarp(Launch& l, const trace::WarpRecord& warp) {
   if (warp.index >= l.warps.size()) l.warps.resize(static_cast<size_t>(warp.index) + 1);
   Warp& w = l.warps[warp.index];
   w.warp = warp.warp;
@@ -630,7 +637,28 @@ void PerfettoSink::StartWarp(Launch& l, const trace::WarpRecord& warp) {
   w.block_track = block->second;
   w.track =
       NewTrack(w.block_track, "warp " + std::to_string(warp.warp), static_cast<int64_t>(warp.warp) * kLaneSlots, false);
+  if (counters_) w.cycles = NewCounterTrack(w.track, "cycles");
+}
 
+inline PerfettoSink::Warp& PerfettoSink::DescribedWarp(Launch& l, const trace::WarpRecord& warp) {
+  if (warp.index >= l.warps.size() || l.warps[warp.index].track == 0) DescribeWarp(l, warp);
+  return l.warps[warp.index];
+}
+
+inline PerfettoSink::Warp& PerfettoSink::ActiveWarp(Launch& l, const trace::WarpRecord& warp) {
+  if (warp.index == l.current) return l.warps[warp.index];
+  return SwitchWarp(l, warp);
+}
+
+PerfettoSink::Warp& PerfettoSink::SwitchWarp(Launch& l, const trace::WarpRecord& warp) {
+  if (l.current != kNoWarp) EndSequence(l.warps[l.current]);
+  Warp& w = DescribedWarp(l, warp);
+  StartSequence(w);
+  l.current = warp.index;
+  return w;
+}
+
+void PerfettoSink::StartSequence(Warp& w) {
   if (free_seqs_.empty()) {
     w.seq = next_seq_++;
   } else {
@@ -638,7 +666,7 @@ void PerfettoSink::StartWarp(Launch& l, const trace::WarpRecord& warp) {
     free_seqs_.pop_back();
   }
   // Clear the sequence (a reused id too), start clock 64 at BOOTTIME's 0,
-  // make the warp's track the default.
+  // make the warp's track the default and its counter the extra one.
   const auto p = packet_.BeginNested(kTracePacket);
   packet_.Varint(kSequenceId, w.seq);
   packet_.Varint(kSequenceFlags, kSeqCleared | kSeqNeedsState);
@@ -655,24 +683,30 @@ void PerfettoSink::StartWarp(Launch& l, const trace::WarpRecord& warp) {
   packet_.Varint(kTimestampClockId, kIncrementalClock);
   const auto te = packet_.BeginNested(kTrackEventDefaults);
   packet_.Varint(kDefaultTrackUuid, w.track);
+  if (w.cycles != 0) packet_.Varint(kExtraCounterTrackUuids, w.cycles);
   packet_.EndNested(te);
   packet_.EndNested(defaults);
   EndPacket(p);
 }
 
-inline PerfettoSink::Warp& PerfettoSink::WarpOf(Launch& l, const trace::WarpRecord& warp) {
-  if (warp.index >= l.warps.size() || l.warps[warp.index].seq == 0) StartWarp(l, warp);
-  return l.warps[warp.index];
+// The pending ENDs stay with the warp (see the header).
+void PerfettoSink::EndSequence(Warp& w) {
+  free_seqs_.push_back(w.seq);
+  w.seq = 0;
+  w.annotation_names = 0;
+  w.last_ns = 0;
+  w.names.clear();
 }
 
-uint64_t PerfettoSink::LaneTrack(Warp& w, uint32_t lane) {
-  if (w.lanes.size() < lane) w.lanes.resize(lane, 0);
-  uint64_t& track = w.lanes[lane - 1];
-  if (track == 0) {
-    track = NewTrack(w.block_track, "warp " + std::to_string(w.warp) + " lane " + std::to_string(lane),
-                     static_cast<int64_t>(w.warp) * kLaneSlots + std::min(lane, kLaneSlots - 1), false);
+const PerfettoSink::Lane& PerfettoSink::LaneOf(Warp& w, uint32_t lane) {
+  if (w.lanes.size() < lane) w.lanes.resize(lane);
+  Lane& l = w.lanes[lane - 1];
+  if (l.track == 0) {
+    l.track = NewTrack(w.block_track, "warp " + std::to_string(w.warp) + " lane " + std::to_string(lane),
+                       static_cast<int64_t>(w.warp) * kLaneSlots + std::min(lane, kLaneSlots - 1), false);
+    if (counters_) l.cycles = NewCounterTrack(l.track, "cycles");
   }
-  return track;
+  return l;
 }
 
 // --- names -----------------------------------------------------------------
@@ -747,10 +781,10 @@ void PerfettoSink::Intern(Warp& w, uint32_t iid, std::string_view name, uint32_t
 
 // Inlined into its three callers: the call itself would cost a quarter of it.
 [[gnu::always_inline]] inline void PerfettoSink::FastEvent(Warp& w, uint64_t t, uint32_t type, uint32_t iid,
-                                                           uint64_t track, bool has_cycles, uint32_t cycles) {
+                                                           const Lane* lane, bool has_cycles, uint32_t cycles) {
   last_ns_ = std::max(last_ns_, t);
-  // At most 2 + (11 + 3 + 6) + 2 + (2 + 6 + 11 + 10) = 53 bytes: both
-  // lengths fit one byte.
+  // At most 2 + (11 + 3 + 6) + 2 + (2 + 6 + 11 + (12 + 6 | 7)) = 61 bytes:
+  // both lengths fit one byte.
   char* const packet = Room(kMaxFastPacket);
   *packet = Key(kTracePacket, proto::kLengthDelimited);
   char* const packet_size = packet + 1;
@@ -774,18 +808,27 @@ void PerfettoSink::Intern(Warp& w, uint32_t iid, std::string_view name, uint32_t
     *p++ = Key(kNameIid, proto::kVarint);
     p = PutVarint(p, iid);
   }
-  if (track != 0) {
+  if (lane != nullptr) {
     *p++ = Key(kEventTrackUuid, proto::kVarint);
-    p = PutVarint(p, track);
+    p = PutVarint(p, lane->track);
   }
   if (has_cycles) {
-    *p++ = Key(kDebugAnnotations, proto::kLengthDelimited);
-    char* const a_size = p++;
-    *p++ = Key(kAnnotationNameIid, proto::kVarint);
-    *p++ = static_cast<char>(kCyclesIid);
-    *p++ = Key(kUintValue, proto::kVarint);
-    p = PutVarint(p, cycles);
-    *a_size = static_cast<char>(p - a_size - 1);
+    if (counters_) {
+      if (lane != nullptr) {
+        p = PutVarint(p, (kExtraCounterTrackUuids << 3) | proto::kVarint);
+        p = PutVarint(p, lane->cycles);
+      }
+      *p++ = Key(kExtraCounterValues, proto::kVarint);
+      p = PutVarint(p, cycles);
+    } else {
+      *p++ = Key(kDebugAnnotations, proto::kLengthDelimited);
+      char* const a_size = p++;
+      *p++ = Key(kAnnotationNameIid, proto::kVarint);
+      *p++ = static_cast<char>(kCyclesIid);
+      *p++ = Key(kUintValue, proto::kVarint);
+      p = PutVarint(p, cycles);
+      *a_size = static_cast<char>(p - a_size - 1);
+    }
   }
   *te_size = static_cast<char>(p - te_size - 1);
   *packet_size = static_cast<char>(p - packet_size - 1);
@@ -793,8 +836,20 @@ void PerfettoSink::Intern(Warp& w, uint32_t iid, std::string_view name, uint32_t
   if (out_size_ >= kWriteThreshold) WriteOut();
 }
 
+void PerfettoSink::EventCycles(const Lane* lane, uint32_t type, uint32_t cycles) {
+  if (counters_) {
+    if (lane != nullptr) packet_.Varint(kExtraCounterTrackUuids, lane->cycles);
+    packet_.Varint(kExtraCounterValues, cycles);
+  } else if (type == kSliceBegin) {
+    const auto a = packet_.BeginNested(kDebugAnnotations);
+    packet_.Varint(kAnnotationNameIid, kCyclesIid);
+    packet_.Varint(kUintValue, cycles);
+    packet_.EndNested(a);
+  }
+}
+
 inline void PerfettoSink::WriteEnd(Warp& w, const PendingEnd& end) {
-  FastEvent(w, end.end_ns, kSliceEnd, 0, end.lane != 0 ? w.lanes[end.lane - 1] : 0, false, 0);
+  FastEvent(w, end.end_ns, kSliceEnd, 0, end.lane != 0 ? &w.lanes[end.lane - 1] : nullptr, false, 0);
 }
 
 inline void PerfettoSink::PushEnd(Warp& w, const PendingEnd& end) {
@@ -830,19 +885,19 @@ void PerfettoSink::OnSlice(const trace::LaunchRecord& launch, const trace::WarpR
                            const trace::SliceRecord& slice) {
   if (failed() || finished_) return;
   Launch& l = LaunchOf(launch);
-  Warp& w = WarpOf(l, warp);
-  const uint64_t track = slice.lane != 0 ? LaneTrack(w, slice.lane) : 0;
+  Warp& w = ActiveWarp(l, warp);
+  const Lane* const lane = slice.lane != 0 ? &LaneOf(w, slice.lane) : nullptr;
   bool fresh = false;
   const uint32_t iid = NameIid(w, NameId(slice.name), &fresh);
   const uint32_t want = slice.unterminated
                             ? (1u << (kUnterminatedIid - 1)) | (slice.note.empty() ? 0 : 1u << (kNoteIid - 1))
-                            : 1u << (kCyclesIid - 1);
+                            : (counters_ ? 0 : 1u << (kCyclesIid - 1));
   const uint32_t new_names = want & ~w.annotation_names;
   SettleEnds(w, slice.begin_ns, slice.lane, slice.depth);
   PushEnd(w, PendingEnd{std::max(slice.begin_ns, slice.end_ns), slice.lane, slice.depth});
   l.events += slice.unterminated ? 1 : 2;
   if (!fresh && new_names == 0 && !slice.unterminated) {
-    return FastEvent(w, slice.begin_ns, kSliceBegin, iid, track, true, slice.cycles);
+    return FastEvent(w, slice.begin_ns, kSliceBegin, iid, lane, true, slice.cycles);
   }
 
   const auto p = BeginWarpPacket(w, slice.begin_ns);
@@ -850,12 +905,9 @@ void PerfettoSink::OnSlice(const trace::LaunchRecord& launch, const trace::WarpR
   const auto te = packet_.BeginNested(kTrackEvent);
   packet_.Varint(kType, kSliceBegin);
   packet_.Varint(kNameIid, iid);
-  if (track != 0) packet_.Varint(kEventTrackUuid, track);
+  if (lane != nullptr) packet_.Varint(kEventTrackUuid, lane->track);
   if (!slice.unterminated) {
-    const auto a = packet_.BeginNested(kDebugAnnotations);
-    packet_.Varint(kAnnotationNameIid, kCyclesIid);
-    packet_.Varint(kUintValue, slice.cycles);
-    packet_.EndNested(a);
+    EventCycles(lane, kSliceBegin, slice.cycles);
   } else {
     const auto a = packet_.BeginNested(kDebugAnnotations);
     packet_.Varint(kAnnotationNameIid, kUnterminatedIid);
@@ -876,7 +928,7 @@ void PerfettoSink::OnInstant(const trace::LaunchRecord& launch, const trace::War
                              const trace::InstantRecord& instant) {
   if (failed() || finished_) return;
   Launch& l = LaunchOf(launch);
-  Warp& w = WarpOf(l, warp);
+  Warp& w = ActiveWarp(l, warp);
   std::string_view name = instant.name;
   if (instant.unmatched_end) {
     scratch_.assign(instant.name);
@@ -891,13 +943,15 @@ void PerfettoSink::OnInstant(const trace::LaunchRecord& launch, const trace::War
   // slice after it may still nest in that one).
   SettleEnds(w, instant.ts_ns, kAnyLane, 0);
   ++l.events;
-  if (!fresh && !instant.unmatched_end) return FastEvent(w, instant.ts_ns, kInstant, iid, 0, false, 0);
+  // With counters, its 0 cycles: one value per slice row (see the header).
+  if (!fresh && !instant.unmatched_end) return FastEvent(w, instant.ts_ns, kInstant, iid, nullptr, counters_, 0);
 
   const auto p = BeginWarpPacket(w, instant.ts_ns);
   Intern(w, fresh ? iid : 0, name, new_names);
   const auto te = packet_.BeginNested(kTrackEvent);
   packet_.Varint(kType, kInstant);
   packet_.Varint(kNameIid, iid);
+  EventCycles(nullptr, kInstant, 0);
   if (instant.unmatched_end) {
     const auto a = packet_.BeginNested(kDebugAnnotations);
     packet_.Varint(kAnnotationNameIid, kErrorIid);
@@ -921,9 +975,15 @@ void PerfettoSink::EndLaunch(uint64_t index) {
   if (it == launches_.end()) return;
   Launch& l = *it->second;
   for (Warp& w : l.warps) {
-    if (w.seq == 0) continue;
-    for (auto end = w.ends.rbegin(); end != w.ends.rend(); ++end) WriteEnd(w, *end);
-    free_seqs_.push_back(w.seq);
+    if (w.seq != 0) {
+      for (auto end = w.ends.rbegin(); end != w.ends.rend(); ++end) WriteEnd(w, *end);
+      EndSequence(w);
+    } else {
+      // Left by an ended sequence: after every other event of the warp.
+      for (auto end = w.ends.rbegin(); end != w.ends.rend(); ++end) {
+        MainEvent(end->lane != 0 ? w.lanes[end->lane - 1].track : w.track, kSliceEnd, {}, end->end_ns, nullptr);
+      }
+    }
   }
   auto p = processes_.find(l.process);
   if (p != processes_.end()) p->second->events += l.events;

@@ -8,6 +8,8 @@
 //     pid P | cuda:D | stream S       every kernel span of that stream
 //     #id label | GPU ... | pid P     the CUPTI kernel slice (launch args)
 //       SM 012 > block (x,y,z) > warp w, and "warp w lane n" beside it
+//         cycles                      counter under each warp and lane:
+//                                     its slices' SM cycles (below)
 //   smprof | command | pid P          harvests, notices, "process lost"
 //     events lost (device buffer)     counter: the process's losses so far
 //     events harvested                counter: events written per harvest
@@ -18,30 +20,66 @@
 //
 // Packet sequences: sequence 1 carries every descriptor and every event
 // that is not a warp's, with absolute timestamps (trace time: the records'
-// ns as given) and inline names. Each warp of an open launch has its own
-// sequence, started by a packet that clears its incremental state, defines
-// the sequence-scoped incremental clock 64 as BOOTTIME (6) through a
-// snapshot {64: 0, 6: 0} (so trace time is unchanged) and makes the warp's
-// track the default; its events are then timestamp delta + sequence id +
-// type + interned name (+ interned debug annotation): ~11 bytes an END or
-// an instant, ~20 a BEGIN with its `cycles`. Names are interned per
-// sequence the first time the warp uses them. A warp's
-// sequence id is given back at OnLaunchEnd and reused by a later warp (the
-// reuse clears the state and restarts the clock): ids stay as small as the
-// number of warps open at once, one varint byte less per event on a large
-// run than ids never reused.
+// ns as given) and inline names. A warp's events go on a sequence of its
+// own, started by a packet that clears its incremental state, defines the
+// sequence-scoped incremental clock 64 as BOOTTIME (6) through a snapshot
+// {64: 0, 6: 0} (so trace time is unchanged) and sets the defaults: the
+// warp's track, and its "cycles" counter track as the extra counter. Its
+// events are then timestamp delta + sequence id + type + interned name (+
+// cycles): ~11 bytes an END, ~15 a BEGIN or an instant (13.5 bytes an
+// event on bench/trace_encode.cc's large run, all packets counted). Names
+// are interned per sequence the first time it uses them.
+//
+// Few sequences open at once: the collector hands a launch's warps one after
+// another, so when a record of another warp of the launch arrives, the
+// warp that had the launch's open sequence is (almost always) complete: its
+// sequence ends there and its id is reused by the next sequence to start,
+// so ids stay as small as the number of open launches (one varint byte). A
+// warp whose records come back later gets a fresh sequence (the same
+// tracks; the new sequence clears the state, re-interns, restarts the
+// clock). An ended sequence's pending ENDs (below) are not written when it
+// ends: a record of its warp may yet begin at such an END's time inside
+// that slice, and the trace processor orders equal times by file position.
+// They stay with the warp, written by its next sequence, or at the launch's
+// end on sequence 1 (absolute time, explicit track: ~18 bytes each, about
+// one per warp).
+//
+// Cycles, exact: every closed slice's SM-cycle count is the value of its
+// BEGIN on the "cycles" counter track child of the slice's track (the
+// warp's, or a lane's), as TrackEvent.extra_counter_values (3 bytes: one
+// key, a 2-byte varint below 16384 cycles); the warp's counter comes from
+// the sequence's TrackEventDefaults.extra_counter_track_uuids, a lane's is
+// named on the event. Every instant of a warp carries 0 on it too (2
+// bytes), so on each warp and lane track the counter holds exactly one
+// value per slice row the trace processor makes of it (closed slices and
+// instants; unterminated slices, which have no cycles, carry none and keep
+// their annotations "unterminated" and "note"): the k-th value at time t on
+// the counter is the k-th slice (by id: BEGINs are imported in file order,
+// and equal times keep it) that starts at t on the track:
+//   select s.id, s.name, cast(c.value as int) as cycles
+//   from (select id, name, track_id, ts, row_number() over
+//           (partition by track_id, ts order by id) as k from slice
+//         where extract_arg(arg_set_id, 'debug.unterminated') is null) s
+//   join track ct on ct.parent_id = s.track_id and ct.name = 'cycles'
+//   join (select track_id, ts, value, row_number() over
+//           (partition by track_id, ts order by id) as k from counter) c
+//     on c.track_id = ct.id and c.ts = s.ts and c.k = s.k
+// (at the BEGIN rather than the END: same bytes, and ENDs at one time leave
+// the file in an order the slice table does not keep). The alternative,
+// CyclesEncoding::kAnnotation, writes the count as the BEGIN's debug
+// annotation "cycles" (an arg of the slice: debug.cycles; ~7 bytes).
 //
 // TrackEvent has no complete-slice type and deltas cannot go backwards, so
 // a slice (which arrives whole, in start order per warp) is written as its
 // BEGIN at once while its END waits in a small per-warp list ordered by end
 // time (inner slices first on equal ends). Before any packet at time t the
 // ENDs before t are written, and before a slice's BEGIN at t also the ENDs
-// at t on its lane but those of the slices enclosing it. What is
-// still pending is written at OnLaunchEnd, which also releases the warp's
-// state: memory is bounded by the open launches. A record earlier than its
-// sequence's last timestamp (allowed after a flushed long episode) is
-// written with timestamp_clock_id 6 and its absolute time, which leaves the
-// incremental clock where it was.
+// at t on its lane but those of the slices enclosing it. What is still
+// pending at OnLaunchEnd is written then (see above), which also releases
+// the launch's state: memory is bounded by the open launches. A record
+// earlier than its sequence's last timestamp (allowed after a flushed long
+// episode) is written with timestamp_clock_id 6 and its absolute time,
+// which leaves the incremental clock where it was.
 //
 // Streaming: packets are appended to one buffer and written out whole (at
 // 1 MiB and on Flush), so a killed writer leaves a valid trace: a prefix of
@@ -67,6 +105,12 @@ namespace smprof {
 
 class PerfettoSink : public trace::TraceSink {
  public:
+  // How a closed slice's SM cycles are written (see above).
+  enum class CyclesEncoding {
+    kCounter,     // the default: a value on the track's "cycles" counter
+    kAnnotation,  // the BEGIN's debug annotation "cycles"
+  };
+
   // Creates `path` (truncating it, or failing if it exists when
   // `exclusive`). nullptr + *error on failure.
   static std::unique_ptr<PerfettoSink> Open(const std::string& path, bool exclusive, std::string* error);
@@ -94,6 +138,9 @@ class PerfettoSink : public trace::TraceSink {
   bool Finish(const CollectorSummary& summary) override;
   std::string error() const override { return error_; }
 
+  // Before the first warp record; the default is kCounter.
+  void set_cycles_encoding(CyclesEncoding encoding) { counters_ = encoding == CyclesEncoding::kCounter; }
+
   const std::string& path() const { return path_; }
   // Bytes that reached the file.
   uint64_t bytes_written() const { return written_; }
@@ -103,6 +150,7 @@ class PerfettoSink : public trace::TraceSink {
 
  private:
   struct PendingEnd;
+  struct Lane;
   struct Warp;
   struct Launch;
   struct Gpu;
@@ -124,10 +172,17 @@ class PerfettoSink : public trace::TraceSink {
   uint64_t ProcessTrack(Process& p);
   // The open launch (announced now if OnLaunch did not come).
   Launch& LaunchOf(const trace::LaunchRecord& launch);
-  // The warp's state, started (tracks, sequence) on first use.
-  Warp& WarpOf(Launch& l, const trace::WarpRecord& warp);
-  void StartWarp(Launch& l, const trace::WarpRecord& warp);
-  uint64_t LaneTrack(Warp& w, uint32_t lane);
+  // The warp's state, its tracks described on first use.
+  Warp& DescribedWarp(Launch& l, const trace::WarpRecord& warp);
+  void DescribeWarp(Launch& l, const trace::WarpRecord& warp);
+  // The warp with the launch's open sequence, ending the sequence of the
+  // launch's previous warp and starting one for this warp if it is another.
+  Warp& ActiveWarp(Launch& l, const trace::WarpRecord& warp);
+  Warp& SwitchWarp(Launch& l, const trace::WarpRecord& warp);
+  void StartSequence(Warp& w);
+  void EndSequence(Warp& w);
+  // Lane n's tracks (n >= 1), described on first use.
+  const Lane& LaneOf(Warp& w, uint32_t lane);
   void EndLaunch(uint64_t index);
 
   // Run-wide id of an event name: from name_cache_, else LookUpName.
@@ -155,8 +210,13 @@ class PerfettoSink : public trace::TraceSink {
   // lengths known beforehand: ProtoEncoder's nested messages reserve a
   // length and move the payload back over it, and the packet would then be
   // copied, which together cost more than such an event's fields (same
-  // bytes either way). `track` 0: the warp's default track.
-  void FastEvent(Warp& w, uint64_t t, uint32_t type, uint32_t iid, uint64_t track, bool has_cycles, uint32_t cycles);
+  // bytes either way). `lane` nullptr: the warp's default track (and
+  // counter). With `has_cycles`, `cycles` as the encoding says (an
+  // instant's 0 only as a counter value).
+  void FastEvent(Warp& w, uint64_t t, uint32_t type, uint32_t iid, const Lane* lane, bool has_cycles,
+                 uint32_t cycles);
+  // The same fields of a BEGIN or an instant built in packet_.
+  void EventCycles(const Lane* lane, uint32_t type, uint32_t cycles);
   // Ends the packet being built in packet_ and appends it to the output.
   void EndPacket(proto::ProtoEncoder::Nested packet);
   // Makes room for `n` more output bytes; returns where they go.
@@ -180,9 +240,10 @@ class PerfettoSink : public trace::TraceSink {
   uint64_t written_ = 0;
   bool finished_ = false;
 
+  bool counters_ = true;  // CyclesEncoding::kCounter
   uint64_t next_uuid_ = 1;
   uint32_t next_seq_ = 2;            // 1 is the main sequence
-  std::vector<uint32_t> free_seqs_;  // ids of ended warp sequences
+  std::vector<uint32_t> free_seqs_;  // ids of ended warp sequences, the last ended at the back
   uint64_t last_ns_ = 0;             // latest time written: the summary's time
   uint64_t run_track_ = 0;
 

@@ -71,4 +71,17 @@ std::string StatsBase(const std::string& path) {
   return path;
 }
 
+int OpenTraceFile(const std::string& path, bool exclusive, bool read_back, std::string* error) {
+  const int fd = ::open(path.c_str(),
+                        (read_back ? O_RDWR : O_WRONLY) | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), 0644);
+  if (fd < 0 && error != nullptr) {
+    *error = errno == EEXIST ? "trace file '" + path +
+                                   "' already exists: another smprof run may be writing it, or a "
+                                   "killed run left it; remove it or choose another --output"
+                             : "cannot create trace file '" + path + "': " + std::strerror(errno) +
+                                   " (choose a writable --output path)";
+  }
+  return fd;
+}
+
 }  // namespace smprof

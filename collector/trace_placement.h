@@ -35,6 +35,13 @@ std::string NumberedPath(const std::string& path, int n);
 // "" for a stream path (nothing is written beside it).
 std::string StatsBase(const std::string& path);
 
+// Creates the file a trace writer writes (O_CREAT, close-on-exec; O_EXCL
+// when `exclusive`, else truncating; O_RDWR when `read_back`, else
+// O_WRONLY). Returns the descriptor, or -1 with *error naming the fix: the
+// file exists (another run writing it, or one that was killed), or cannot
+// be created.
+int OpenTraceFile(const std::string& path, bool exclusive, bool read_back, std::string* error);
+
 // Moves `partial` to `path`: replacing a file there when `overwrite`, else to
 // the first of path, NumberedPath(path, 2..999) that does not exist. On
 // success *placed is where the trace now is. On failure *error names the

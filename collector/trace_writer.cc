@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "collector/trace_placement.h"
+
 namespace smprof {
 namespace {
 
@@ -320,17 +322,8 @@ std::string JsonArgs::str() const {
 std::unique_ptr<TraceWriter> TraceWriter::Open(const std::string& path, std::string* error, bool exclusive) {
   // Read access too: after a write error the writer reads back where the last
   // whole object ends (CloseAfterError).
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), 0644);
-  if (fd < 0) {
-    if (error) {
-      *error = errno == EEXIST ? "trace file '" + path +
-                                     "' already exists: another smprof run may be writing it, or a "
-                                     "killed run left it; remove it or choose another --output"
-                               : "cannot create trace file '" + path + "': " + std::strerror(errno) +
-                                     " (choose a writable --output path)";
-    }
-    return nullptr;
-  }
+  const int fd = OpenTraceFile(path, exclusive, /*read_back=*/true, error);
+  if (fd < 0) return nullptr;
   std::unique_ptr<TraceWriter> writer(new TraceWriter(fd, path));
   writer->buf_ = "[\n";
   if (!writer->Flush()) {

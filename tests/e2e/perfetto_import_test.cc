@@ -3,9 +3,11 @@
 // packet sequence per warp track, interned names, an incremental clock and
 // track defaults, so an event costs ~12 bytes), and the traces PerfettoSink
 // writes from synthetic runs (tests/support/sink_runs.h): no import
-// problem, the track tree, slices with their times, depths and args,
-// instants, counters, records that go back in time. Read back by the
-// engine the Perfetto UI runs. Skips visibly where ../shared/tools/perfetto
+// problem, the track tree, slices with their times, depths and args, every
+// closed slice's exact cycles recovered by SQL from its track's "cycles"
+// counter (or, when asked, from its args), instants, counters, records
+// that go back in time, warps interleaved. Read back by the engine the
+// Perfetto UI runs. Skips visibly where ../shared/tools/perfetto
 // is absent (a user's own clone).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -153,6 +155,22 @@ std::string WriteWithSink(Run&& run) {
 
 std::string Quoted(const std::string& s) { return "\"" + s + "\""; }
 
+// Each slice row of the warp and lane tracks (closed slices and instants)
+// with its value on the track's "cycles" counter, paired as
+// collector/perfetto_sink.h says: time by time, in id order. Columns:
+// warp track, its parent, slice name, ts, dur, depth, cycles; then `tail`.
+std::string CyclesQuery(const std::string& tail) {
+  return "select t.name, p.name, s.name, s.ts, s.dur, s.depth, cast(c.value as int) from "
+         "(select id, name, track_id, ts, dur, depth, "
+         "row_number() over (partition by track_id, ts order by id) as k from slice "
+         "where extract_arg(arg_set_id, 'debug.unterminated') is null) s "
+         "join track ct on ct.parent_id = s.track_id and ct.name = 'cycles' "
+         "join (select track_id, ts, value, row_number() over (partition by track_id, ts order by id) as k "
+         "from counter) c on c.track_id = ct.id and c.ts = s.ts and c.k = s.k "
+         "join track t on s.track_id = t.id join track p on t.parent_id = p.id " +
+         tail;
+}
+
 // No import problem: nothing the trace processor counts as an error or a
 // loss, and no warning either.
 void ExpectCleanImport(const std::string& tp, const std::string& trace) {
@@ -193,16 +211,26 @@ TEST(PerfettoImport, SinkSmallRunImportsAsWritten) {
             (std::vector<std::string>{"\"_Z4gemmILi128EEvPfS0_\",1000,8000,\"NVIDIA H100\"",
                                       "\"_Z4gemmILi128EEvPfS0_\",1000,8000,\"2\"",
                                       "\"_Z4gemmILi128EEvPfS0_\",1000,8000,\"7\""}));
-  // Warp 0 of SM 12: nesting and cycles.
-  EXPECT_EQ(
-      Query(tp, trace,
-            "select s.name, s.ts, s.dur, s.depth, a.int_value from slice s join track t on s.track_id = t.id "
-            "join track b on t.parent_id = b.id join args a using (arg_set_id) "
-            "where t.name = 'warp 0' and b.name = 'block (1,0,0)' and a.key = 'debug.cycles' order by s.ts, s.depth"),
-      (std::vector<std::string>{"\"mainloop\",1100,3900,0,7800", "\"load\",1100,400,1,800", "\"mma\",1500,2500,1,5000",
-                                "\"epilogue\",5000,1000,0,2000"}));
-  EXPECT_EQ(Query(tp, trace, "select count(*) from slice join args using (arg_set_id) where key = 'debug.cycles'"),
-            std::vector<std::string>{"8"});
+  // Nesting and exact cycles: a value on the "cycles" counter under each
+  // warp (and lane) track at each slice's start, the instants' 0 among them;
+  // the unterminated slice has none.
+  EXPECT_EQ(Query(tp, trace, CyclesQuery("order by p.name, t.name, s.ts, s.depth")),
+            (std::vector<std::string>{
+                "\"warp 0\",\"block (0,0,0)\",\"load\",10100,100,0,200",
+                "\"warp 0\",\"block (0,1,0)\",\"load\",2000,100,0,200",
+                "\"warp 0\",\"block (0,1,0)\",\"load\",2100,200,0,400",
+                "\"warp 0\",\"block (1,0,0)\",\"mainloop\",1100,3900,0,7800",
+                "\"warp 0\",\"block (1,0,0)\",\"load\",1100,400,1,800",
+                "\"warp 0\",\"block (1,0,0)\",\"mma\",1500,2500,1,5000",
+                "\"warp 0\",\"block (1,0,0)\",\"tick\",2000,0,2,0",
+                "\"warp 0\",\"block (1,0,0)\",\"epilogue\",5000,1000,0,2000",
+                "\"warp 0 lane 1\",\"block (1,0,0)\",\"copy\",1800,3700,0,7400",
+                "\"warp 1\",\"block (1,0,0)\",\"load (end without begin)\",1200,0,0,0",
+            }));
+  EXPECT_EQ(Query(tp, trace,
+                  "select count(*) from counter c join track t on c.track_id = t.id where t.name = 'cycles'"),
+            std::vector<std::string>{"10"});
+  EXPECT_EQ(Query(tp, trace, "select count(*) from args where key = 'debug.cycles'"), std::vector<std::string>{"0"});
   // The unterminated slice, the unmatched end, the tick inside mma.
   EXPECT_EQ(Query(tp, trace,
                   "select s.name, s.ts, s.dur, a.key, a.display_value from slice s join args a using (arg_set_id) "
@@ -229,7 +257,7 @@ TEST(PerfettoImport, SinkSmallRunImportsAsWritten) {
   // The counters, under the process's track.
   EXPECT_EQ(Query(tp, trace,
                   "select t.name, p.name, c.ts, cast(c.value as int) from counter c join track t on c.track_id = t.id "
-                  "join track p on t.parent_id = p.id order by t.name, c.ts"),
+                  "join track p on t.parent_id = p.id where t.name != 'cycles' order by t.name, c.ts"),
             (std::vector<std::string>{"\"events harvested\",\"smprof | ./app --n 3 | pid 4242\",9500,17",
                                       "\"events harvested\",\"smprof | ./app --n 3 | pid 4242\",12500,2",
                                       "\"events lost (device buffer)\",\"smprof | ./app --n 3 | pid 4242\",9500,3",
@@ -250,12 +278,37 @@ TEST(PerfettoImport, SinkRecordsBackInTimeImportAtTheirTimes) {
   unlink(trace.c_str());
 }
 
-TEST(PerfettoImport, SinkRandomNestingImportsWithTheSameDepths) {
+TEST(PerfettoImport, SinkCyclesAsArgsWhenAsked) {
+  const std::string tp = TraceProcessor();
+  if (tp.empty()) GTEST_SKIP() << "../shared/tools/perfetto/trace_processor_shell is absent: import check skipped";
+  const std::string trace = WriteWithSink([](trace::TraceSink& sink) {
+    static_cast<PerfettoSink&>(sink).set_cycles_encoding(PerfettoSink::CyclesEncoding::kAnnotation);
+    testing::WriteSmallRun(sink);
+  });
+  ExpectCleanImport(tp, trace);
+  EXPECT_EQ(
+      Query(tp, trace,
+            "select s.name, s.ts, s.dur, s.depth, a.int_value from slice s join track t on s.track_id = t.id "
+            "join track b on t.parent_id = b.id join args a using (arg_set_id) "
+            "where t.name = 'warp 0' and b.name = 'block (1,0,0)' and a.key = 'debug.cycles' order by s.ts, s.depth"),
+      (std::vector<std::string>{"\"mainloop\",1100,3900,0,7800", "\"load\",1100,400,1,800", "\"mma\",1500,2500,1,5000",
+                                "\"epilogue\",5000,1000,0,2000"}));
+  EXPECT_EQ(Query(tp, trace, "select count(*) from slice join args using (arg_set_id) where key = 'debug.cycles'"),
+            std::vector<std::string>{"8"});
+  EXPECT_EQ(Query(tp, trace, "select count(*) from track where name = 'cycles'"), std::vector<std::string>{"0"});
+  unlink(trace.c_str());
+}
+
+// Random nesting with ties everywhere, `launches` of 40 warps, warps one
+// after another (`chunk` 0) or interleaved `chunk` records at a time: the
+// same slices and depths, and every slice's exact cycles (2 x its duration
+// here) by SQL, every instant's 0.
+void ExpectRandomRunImports(int chunk, int launches) {
   const std::string tp = TraceProcessor();
   if (tp.empty()) GTEST_SKIP() << "../shared/tools/perfetto/trace_processor_shell is absent: import check skipped";
   testing::SentRun sent;
   const std::string trace =
-      WriteWithSink([&sent](trace::TraceSink& sink) { sent = testing::WriteRandomRun(sink, 7, 3, 40); });
+      WriteWithSink([&](trace::TraceSink& sink) { sent = testing::WriteRandomRun(sink, 7, launches, 40, chunk); });
   ExpectCleanImport(tp, trace);
   std::vector<std::string> want;
   for (const testing::SentSlice& s : sent.slices) {
@@ -270,13 +323,26 @@ TEST(PerfettoImport, SinkRandomNestingImportsWithTheSameDepths) {
   std::sort(want.begin(), want.end());
   std::sort(got.begin(), got.end());
   ASSERT_EQ(got.size(), want.size());
-  EXPECT_GT(got.size(), 10000u);
+  EXPECT_GT(got.size(), 3000u * launches);
   const auto diff = std::mismatch(got.begin(), got.end(), want.begin());
   EXPECT_TRUE(diff.first == got.end()) << "got " << *diff.first << ", want " << *diff.second;
   EXPECT_EQ(Query(tp, trace, "select count(*) from slice where name = 'tick' and dur = 0"),
             std::vector<std::string>{std::to_string(sent.instants.size())});
+  // Cycles: every slice row paired with one value, every value with one row.
+  const std::string rows = std::to_string(sent.slices.size() + sent.instants.size());
+  EXPECT_EQ(Query(tp, trace, CyclesQuery("where c.value = case when s.name = 'tick' then 0 else 2 * s.dur end")
+                                 .replace(0, 6, "select count(*) from (select")
+                                 .append(")")),
+            std::vector<std::string>{rows});
+  EXPECT_EQ(Query(tp, trace, "select count(*) from counter c join track t on c.track_id = t.id where t.name = 'cycles'"),
+            std::vector<std::string>{rows});
   unlink(trace.c_str());
 }
+
+TEST(PerfettoImport, SinkRandomNestingWarpAfterWarp) { ExpectRandomRunImports(0, 3); }
+TEST(PerfettoImport, SinkRandomNestingInterleaved) { ExpectRandomRunImports(7, 3); }
+// A sequence per record: ties between sequences everywhere.
+TEST(PerfettoImport, SinkRandomNestingComingBackAfterEachRecord) { ExpectRandomRunImports(1, 1); }
 
 }  // namespace
 }  // namespace smprof

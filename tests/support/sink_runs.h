@@ -1,8 +1,8 @@
 // Test helper: synthetic runs delivered to a trace::TraceSink, the way the
 // trace builder delivers them (tests/unit/perfetto_sink_test.cc,
-// tests/e2e/perfetto_sink_import_test.cc): a small run with every kind of
+// tests/e2e/perfetto_import_test.cc): a small run with every kind of
 // record, a warp whose records go back in time, and random nesting on two
-// lanes that reports the slices it sent.
+// lanes, warp after warp or interleaved, that reports the slices it sent.
 #pragma once
 
 #include <algorithm>
@@ -86,8 +86,8 @@ inline trace::ProcessRecord SinkProcess() {
 inline constexpr const char* kSinkGpuTrack =
     "GPU 0 | NVIDIA H100 | 0000:19:00.0 | GPU-01234567-89ab-cdef-0123-456789abcdef";
 
-// One GPU, one process, two launches (the second after the first ended, so
-// its warp reuses a sequence id), every kind of record, two harvests, a
+// One GPU, one process, two launches, warps one after another (each reusing
+// the sequence id of the one before), every kind of record, two harvests, a
 // notice, a lost process. Launch 7 on GPU 0:
 //   SM 012 / block (1,0,0) / warp 0: mainloop[1100,5000] > {load[1100,1500],
 //     mma[1500,4000]}, tick@2000, epilogue[5000,6000]; lane 1: copy[1800,5500]
@@ -239,11 +239,12 @@ inline void Tree(std::mt19937& rng, uint64_t begin, uint64_t end, uint32_t depth
 
 }  // namespace internal
 
-// `launches` launches one after the other (warps of a later one reuse the
-// earlier one's sequence ids), `warps` warps each, random nesting on lanes
-// 0 and 1, "tick" instants; warps interleaved in chunks of 7 records, as
-// the collector delivers messages.
-inline SentRun WriteRandomRun(trace::TraceSink& sink, uint32_t seed, int launches, int warps) {
+// `launches` launches one after the other, `warps` warps each, random
+// nesting on lanes 0 and 1 with ties everywhere, "tick" instants. With
+// `chunk` 0 the warps come one after another, each whole (as the collector
+// hands them); otherwise interleaved, `chunk` records of each in turn (so
+// every warp comes back after the others, again and again).
+inline SentRun WriteRandomRun(trace::TraceSink& sink, uint32_t seed, int launches, int warps, int chunk = 7) {
   std::mt19937 rng(seed);
   SentRun sent;
   for (int li = 0; li < launches; ++li) {
@@ -254,7 +255,7 @@ inline SentRun WriteRandomRun(trace::TraceSink& sink, uint32_t seed, int launche
     std::vector<std::vector<std::pair<uint32_t, internal::Node>>> records(warps);  // (lane, node), start order
     for (int wi = 0; wi < warps; ++wi) {
       warp_records.push_back(SinkWarp(wi, wi % 3, wi / 4, 0, wi % 4));
-      sink.OnWarp(l, warp_records.back());
+      if (chunk != 0) sink.OnWarp(l, warp_records.back());
       std::vector<internal::Node> lane0, lane1;
       internal::Tree(rng, 1000 * li, 1000 * li + 20000, 0, &lane0);
       internal::Tree(rng, 1000 * li + 50, 1000 * li + 15000, 0, &lane1);
@@ -274,7 +275,8 @@ inline SentRun WriteRandomRun(trace::TraceSink& sink, uint32_t seed, int launche
         const trace::WarpRecord& w = warp_records[wi];
         const std::string block = "block (" + std::to_string(w.block[0]) + ",0,0)";
         const std::string warp = "warp " + std::to_string(w.warp);
-        for (int k = 0; k < 7 && pos[wi] < records[wi].size(); ++k, ++pos[wi]) {
+        if (chunk == 0) sink.OnWarp(l, w);
+        for (int k = 0; (chunk == 0 || k < chunk) && pos[wi] < records[wi].size(); ++k, ++pos[wi]) {
           const auto& [lane, n] = records[wi][pos[wi]];
           if (rng() % 5 == 0) {
             sink.OnInstant(l, w, SinkInstant("tick", n.begin));

@@ -483,12 +483,12 @@ TEST_F(CollectorTest, EndMatchingAgreesWithALinearScan) {
       open.push_back(end);
     }
   }
-  std::stable_sort(expected.begin(), expected.end(), [](const Expected& a, const Expected& b) {
-    return a.ts != b.ts ? a.ts < b.ts : a.dur > b.dur;
+  std::stable_sort(expected.begin(), expected.end(), [](const Expected& l, const Expected& r) {
+    return l.ts != r.ts ? l.ts < r.ts : l.dur > r.dur;
   });
-  std::stable_sort(x.begin(), x.end(), [](const json& a, const json& b) {
-    return a["ts"].get<double>() != b["ts"].get<double>() ? a["ts"].get<double>() < b["ts"].get<double>()
-                                                          : a["dur"].get<double>() > b["dur"].get<double>();
+  std::stable_sort(x.begin(), x.end(), [](const json& l, const json& r) {
+    return l["ts"].get<double>() != r["ts"].get<double>() ? l["ts"].get<double>() < r["ts"].get<double>()
+                                                          : l["dur"].get<double>() > r["dur"].get<double>();
   });
   ASSERT_EQ(x.size(), expected.size());
   for (size_t i = 0; i < x.size(); ++i) {
@@ -497,7 +497,9 @@ TEST_F(CollectorTest, EndMatchingAgreesWithALinearScan) {
     ASSERT_DOUBLE_EQ(x[i]["dur"].get<double>(), expected[i].dur / 1000.0) << i;
     ASSERT_TRUE(x[i].contains("args")) << i << " " << x[i].dump();
     ASSERT_EQ(x[i]["args"].contains("unterminated"), expected[i].unterminated) << i;
-    if (!expected[i].unterminated) ASSERT_EQ(x[i]["args"].value("cycles", 0u), expected[i].dur) << i;
+    if (!expected[i].unterminated) {
+      ASSERT_EQ(x[i]["args"].value("cycles", 0u), expected[i].dur) << i;
+    }
   }
   EXPECT_EQ(s.unmatched_ends, unmatched);
   EXPECT_EQ(s.unterminated_ranges, stack.size());

@@ -2,10 +2,13 @@
 // ways: by smprof's checker (perfetto_check: sequences, interning, LIFO,
 // per-track counts) and by a decoder in this file that resolves every event
 // as Perfetto's trace processor does (sequence state, incremental and
-// absolute clocks, interned names, annotations, events sorted by time per
-// track), so tests compare what comes out with what went in: the track
-// tree, slices with their times, depths and args, instants, counters. Also:
-// the out-of-order case, write errors (a cut file is a prefix of whole
+// absolute clocks, interned names, annotations, extra counter values,
+// events sorted by time per track), so tests compare what comes out with
+// what went in: the track tree, slices with their times, depths, args and
+// exact cycles (paired with the "cycles" counter values as the header
+// says), instants, counters. Also: warps interleaved and warps that come
+// back after another (fresh sequences, ENDs left for later), the
+// out-of-order case, write errors (a cut file is a prefix of whole
 // packets), a killed writer's prefix.
 #include "collector/perfetto_sink.h"
 
@@ -54,6 +57,7 @@ struct DecodedEvent {
   std::string name;
   std::map<std::string, std::string> args;  // flattened: "a.b", "a[0]"
   int64_t value = 0;                        // counters
+  int64_t cycles = -1;                      // instants: the value paired from the "cycles" counter
   size_t order = 0;                         // file position
 };
 
@@ -62,6 +66,8 @@ struct DecodedSlice {
   uint64_t ts = 0, dur = 0;
   uint32_t depth = 0;
   std::map<std::string, std::string> args;
+  size_t order = 0;     // the BEGIN's file position
+  int64_t cycles = -1;  // paired from the track's "cycles" counter; -1: none
 };
 
 struct Decoded {
@@ -84,6 +90,15 @@ struct Decoded {
       if (t.name == name) return uuid;
     }
     return 0;
+  }
+  // The counter values of `track`'s "cycles" child.
+  std::vector<int64_t> Cycles(uint64_t track) const {
+    std::vector<int64_t> values;
+    const auto it = counters.find(Track("cycles", track));
+    if (it != counters.end()) {
+      for (const DecodedEvent& e : it->second) values.push_back(e.value);
+    }
+    return values;
   }
 };
 
@@ -108,7 +123,7 @@ class Decoder {
       auto& slices = d_.slices[e.track];
       if (e.type == 1) {
         stack.push_back(slices.size());
-        slices.push_back({e.name, e.ts, 0, static_cast<uint32_t>(stack.size() - 1), e.args});
+        slices.push_back({e.name, e.ts, 0, static_cast<uint32_t>(stack.size() - 1), e.args, e.order});
       } else if (e.type == 2) {
         if (stack.empty()) {
           d_.errors.push_back("END without BEGIN on " + d_.tracks[e.track].name);
@@ -121,6 +136,7 @@ class Decoder {
       } else if (e.type == 3) {
         d_.instants[e.track].push_back(e);
       } else if (e.type == 4) {
+        if (!d_.tracks[e.track].counter) d_.errors.push_back("counter value on " + d_.tracks[e.track].name);
         d_.counters[e.track].push_back(e);
       }
     }
@@ -130,13 +146,60 @@ class Decoder {
     for (auto it = d_.slices.begin(); it != d_.slices.end();) {
       it = it->second.empty() ? d_.slices.erase(it) : std::next(it);
     }
+    PairCycles();
     return std::move(d_);
+  }
+
+  // As the header's query: on each track with a "cycles" child, the slice
+  // rows the trace processor makes (closed slices and instants, by time,
+  // then BEGIN order) and the counter's values (by time, then file order)
+  // pair up time by time, in order; every row must get one.
+  void PairCycles() {
+    for (const auto& [uuid, t] : d_.tracks) {
+      if (!t.counter || t.name != "cycles") continue;
+      struct Row {
+        uint64_t ts;
+        size_t order;
+        int64_t* cycles;
+      };
+      std::vector<Row> rows;
+      for (DecodedSlice& s : d_.slices[t.parent]) {
+        if (s.args.count("unterminated") == 0) rows.push_back({s.ts, s.order, &s.cycles});
+      }
+      for (DecodedEvent& e : d_.instants[t.parent]) rows.push_back({e.ts, e.order, &e.cycles});
+      std::sort(rows.begin(), rows.end(),
+                [](const Row& a, const Row& b) { return std::tie(a.ts, a.order) < std::tie(b.ts, b.order); });
+      static const std::vector<DecodedEvent> kNone;
+      const auto found = d_.counters.find(uuid);
+      const std::vector<DecodedEvent>& values = found != d_.counters.end() ? found->second : kNone;
+      const std::string where = "cycles of " + d_.tracks[t.parent].name + ": ";
+      if (values.size() != rows.size()) {
+        d_.errors.push_back(where + std::to_string(values.size()) + " values for " + std::to_string(rows.size()) +
+                            " slices");
+        continue;
+      }
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (values[i].ts != rows[i].ts) {
+          d_.errors.push_back(where + "a value at " + std::to_string(values[i].ts) + " for a slice at " +
+                              std::to_string(rows[i].ts));
+          break;
+        }
+        *rows[i].cycles = values[i].value;
+      }
+    }
+    for (auto it = d_.slices.begin(); it != d_.slices.end();) {
+      it = it->second.empty() ? d_.slices.erase(it) : std::next(it);
+    }
+    for (auto it = d_.instants.begin(); it != d_.instants.end();) {
+      it = it->second.empty() ? d_.instants.erase(it) : std::next(it);
+    }
   }
 
  private:
   struct Sequence {
     std::map<uint64_t, std::string> names, annotation_names;
     uint64_t track = 0;
+    std::vector<uint64_t> counter_tracks;  // TrackEventDefaults.extra_counter_track_uuids
     uint32_t clock = 0;
     std::map<uint32_t, uint64_t> incremental;
   };
@@ -202,10 +265,13 @@ class Decoder {
     if (!defaults.empty()) {
       ForFields(defaults, [&](const Field& g) {
         if (g.number == 58) s.clock = static_cast<uint32_t>(g.value);
-        if (g.number == 11)
+        if (g.number == 11) {
+          s.counter_tracks.clear();
           ForFields(g.bytes, [&](const Field& h) {
             if (h.number == 11) s.track = h.value;
+            if (h.number == 31) s.counter_tracks.push_back(h.value);
           });
+        }
       });
     }
     if (!interned.empty()) {
@@ -233,6 +299,8 @@ class Decoder {
     e.ts = ts;
     e.track = s.track;
     e.order = d_.events.size();
+    std::vector<uint64_t> counter_tracks;
+    std::vector<int64_t> counter_values;
     ForFields(event, [&](const Field& g) {
       switch (g.number) {
         case 9:
@@ -254,11 +322,32 @@ class Decoder {
         case 4:
           Annotation(g.bytes, "", s, &e.args);
           break;
+        case 31:
+          counter_tracks.push_back(g.value);
+          break;
+        case 12:
+          counter_values.push_back(static_cast<int64_t>(g.value));
+          break;
         default:
           d_.errors.push_back("unexpected track event field " + std::to_string(g.number));
       }
     });
+    const size_t order = e.order;
     d_.events.push_back(std::move(e));
+    // Extra counter values: on the event's tracks, else the defaults'.
+    if (counter_tracks.empty()) counter_tracks = s.counter_tracks;
+    if (counter_values.size() > counter_tracks.size()) {
+      return d_.errors.push_back("extra counter values without their tracks");
+    }
+    for (size_t i = 0; i < counter_values.size(); ++i) {
+      DecodedEvent value;
+      value.type = 4;
+      value.ts = ts;
+      value.track = counter_tracks[i];
+      value.value = counter_values[i];
+      value.order = order;
+      d_.events.push_back(std::move(value));
+    }
   }
 
   void Descriptor(std::string_view bytes) {
@@ -375,6 +464,8 @@ class PerfettoSinkTest : public ::testing::Test {
     return sink;
   }
 
+  void RandomRunRoundTrips(int chunk);
+
   std::string path_;
 };
 
@@ -436,21 +527,29 @@ TEST_F(PerfettoSinkTest, WritesTheLaunchCentricTrackTree) {
   EXPECT_EQ(check.tracks.at(lane1).names, (std::map<std::string, uint64_t>{{"copy", 1}}));
   EXPECT_EQ(check.tracks.at(other).names, (std::map<std::string, uint64_t>{{"load", 2}}));
 
-  // Warp 0: times, durations, depths, cycles.
+  // Warp 0: times, durations, depths, cycles (from the warp's counter, not args).
   const auto& s0 = d.slices.at(warp0);
   ASSERT_EQ(s0.size(), 4u);
   const std::vector<std::tuple<std::string, uint64_t, uint64_t, uint32_t>> want = {
       {"mainloop", 1100, 3900, 0}, {"load", 1100, 400, 1}, {"mma", 1500, 2500, 1}, {"epilogue", 5000, 1000, 0}};
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(std::make_tuple(s0[i].name, s0[i].ts, s0[i].dur, s0[i].depth), want[i]);
-    EXPECT_EQ(s0[i].args.at("cycles"), std::to_string(2 * std::get<2>(want[i])));
+    EXPECT_EQ(s0[i].cycles, static_cast<int64_t>(2 * std::get<2>(want[i])));
+    EXPECT_EQ(s0[i].args.count("cycles"), 0u);
   }
+  // The counter: one value per slice row at its start (the tick's 0 among them).
+  EXPECT_TRUE(d.tracks.at(d.Track("cycles", warp0)).counter);
+  EXPECT_EQ(d.Cycles(warp0), (std::vector<int64_t>{7800, 800, 5000, 0, 2000}));
   ASSERT_EQ(d.slices.at(lane1).size(), 1u);
   EXPECT_EQ(d.slices.at(lane1)[0].name, "copy");
   EXPECT_EQ(d.slices.at(lane1)[0].dur, 3700u);
+  EXPECT_EQ(d.slices.at(lane1)[0].cycles, 7400);
+  EXPECT_EQ(d.Cycles(lane1), std::vector<int64_t>{7400});
+  EXPECT_EQ(d.Cycles(other), (std::vector<int64_t>{200, 400}));
   ASSERT_EQ(d.instants.at(warp0).size(), 1u);
   EXPECT_EQ(d.instants.at(warp0)[0].name, "tick");
   EXPECT_EQ(d.instants.at(warp0)[0].ts, 2000u);
+  EXPECT_EQ(d.instants.at(warp0)[0].cycles, 0);
 
   // Warp 1: the unmatched end and the unterminated slice.
   ASSERT_EQ(d.instants.at(warp1).size(), 1u);
@@ -460,7 +559,9 @@ TEST_F(PerfettoSinkTest, WritesTheLaunchCentricTrackTree) {
   EXPECT_EQ(open.dur, 9000u - 1300u);
   EXPECT_EQ(open.args.at("unterminated"), "true");
   EXPECT_EQ(open.args.at("note"), "the process ended without detaching");
+  EXPECT_EQ(open.cycles, -1);
   EXPECT_EQ(open.args.count("cycles"), 0u);
+  EXPECT_EQ(d.Cycles(warp1), std::vector<int64_t>{0});  // the unmatched end's, as an instant
 
   // The CUPTI slice and the stream's spans.
   const DecodedSlice& kernel = d.slices.at(launch).at(0);
@@ -512,8 +613,80 @@ TEST_F(PerfettoSinkTest, WritesTheLaunchCentricTrackTree) {
   EXPECT_EQ(d.counters.at(lost).size(), 2u);
   EXPECT_EQ(d.counters.at(lost)[1].value, 3);
 
-  // One sequence per warp, the second launch's warp reusing an ended one's id.
-  EXPECT_EQ(d.sequences, (std::set<uint32_t>{1, 2, 3, 4}));
+  // Warps one after another: each warp's sequence ends when the next warp's
+  // records come, and the next reuses its id.
+  EXPECT_EQ(d.sequences, (std::set<uint32_t>{1, 2}));
+}
+
+TEST_F(PerfettoSinkTest, CyclesAsAnnotationsWhenAsked) {
+  auto sink = OpenSink();
+  sink->set_cycles_encoding(PerfettoSink::CyclesEncoding::kAnnotation);
+  testing::WriteSmallRun(*sink);
+  ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
+  const std::string trace = ReadTrace();
+  const perfetto::TraceSummary check = perfetto::CheckTrace(trace);
+  EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
+  const Decoded d = Decode(trace);
+  ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
+  EXPECT_EQ(d.Track("cycles"), 0u);  // no counter tracks
+  const uint64_t block = d.Track("block (1,0,0)");
+  const auto& s0 = d.slices.at(d.Track("warp 0", block));
+  ASSERT_EQ(s0.size(), 4u);
+  for (const DecodedSlice& s : s0) EXPECT_EQ(s.args.at("cycles"), std::to_string(2 * s.dur)) << s.name;
+  EXPECT_EQ(d.slices.at(d.Track("warp 0 lane 1", block))[0].args.at("cycles"), "7400");
+  const DecodedSlice& open = d.slices.at(d.Track("warp 1", block)).at(0);
+  EXPECT_EQ(open.args.at("unterminated"), "true");
+  EXPECT_EQ(open.args.count("cycles"), 0u);
+}
+
+// Warp 1 of a launch comes back after warp 0 did, twice: first with a
+// zero-length slice and an instant at the very end of its open slice (which
+// must stay inside it), then with a slice after it; warp 0 comes back last
+// with nothing but an instant, its slice still open; a lane too.
+TEST_F(PerfettoSinkTest, WarpsThatComeBackGetFreshSequences) {
+  auto sink = OpenSink();
+  const trace::LaunchRecord l = testing::SinkLaunch(0, 1, -1, 0, 100000);
+  sink->OnLaunch(l);
+  const trace::WarpRecord w0 = testing::SinkWarp(0, 0, 0, 0, 0), w1 = testing::SinkWarp(1, 0, 0, 0, 1);
+  sink->OnWarp(l, w1);
+  sink->OnSlice(l, w1, testing::SinkSlice("outer", 1000, 5000, 0));
+  sink->OnSlice(l, w1, testing::SinkSlice("side", 1200, 6000, 0, 1));
+  sink->OnWarp(l, w0);
+  sink->OnSlice(l, w0, testing::SinkSlice("a", 100, 9000, 0));
+  sink->OnSlice(l, w0, testing::SinkSlice("b", 200, 300, 1));
+  sink->OnSlice(l, w1, testing::SinkSlice("inner", 5000, 5000, 1));
+  sink->OnInstant(l, w1, testing::SinkInstant("tick", 5000));
+  sink->OnSlice(l, w0, testing::SinkSlice("c", 8000, 9000, 1));
+  sink->OnSlice(l, w1, testing::SinkSlice("after", 6000, 7000, 0));
+  sink->OnInstant(l, w0, testing::SinkInstant("tick", 9000));
+  sink->OnLaunchEnd(l, nullptr, 0);
+  ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
+  const std::string trace = ReadTrace();
+  const perfetto::TraceSummary check = perfetto::CheckTrace(trace);
+  EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
+  const Decoded d = Decode(trace);
+  ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
+  EXPECT_EQ(d.sequences, (std::set<uint32_t>{1, 2}));
+  const auto slices = [&d](const std::string& name) {
+    std::vector<std::tuple<std::string, uint64_t, uint64_t, uint32_t, int64_t>> got;
+    for (const DecodedSlice& s : d.slices.at(d.Track(name))) got.emplace_back(s.name, s.ts, s.dur, s.depth, s.cycles);
+    return got;
+  };
+  using S = std::vector<std::tuple<std::string, uint64_t, uint64_t, uint32_t, int64_t>>;
+  EXPECT_EQ(slices("warp 1"), (S{{"outer", 1000, 4000, 0, 8000}, {"inner", 5000, 0, 1, 0}, {"after", 6000, 1000, 0, 2000}}));
+  EXPECT_EQ(slices("warp 1 lane 1"), (S{{"side", 1200, 4800, 0, 9600}}));
+  EXPECT_EQ(slices("warp 0"), (S{{"a", 100, 8900, 0, 17800}, {"b", 200, 100, 1, 200}, {"c", 8000, 1000, 1, 2000}}));
+  // The instants and their 0s among the values, in order.
+  EXPECT_EQ(d.Cycles(d.Track("warp 1")), (std::vector<int64_t>{8000, 0, 0, 2000}));
+  EXPECT_EQ(d.Cycles(d.Track("warp 0")), (std::vector<int64_t>{17800, 200, 2000, 0}));
+  // The tick at 5000 lies inside outer (ending at 5000): its END was left
+  // for warp 1's next sequence, after the tick, not written when warp 0 came.
+  const DecodedEvent& tick = d.instants.at(d.Track("warp 1")).at(0);
+  size_t outer_end = 0;
+  for (const DecodedEvent& e : d.events) {
+    if (e.track == d.Track("warp 1") && e.type == 2 && e.ts == 5000) outer_end = std::max(outer_end, e.order);
+  }
+  EXPECT_LT(tick.order, outer_end);
 }
 
 TEST_F(PerfettoSinkTest, ProcessNamedAfterItsFirstEventKeepsItsFirstTitle) {
@@ -554,20 +727,22 @@ TEST_F(PerfettoSinkTest, OutOfOrderRecordsKeepTheirTimes) {
   EXPECT_EQ(d.instants.at(warp).at(0).ts, 2500u);
 }
 
-// Random nesting on two lanes with ties everywhere, over launches whose
-// warps reuse sequence ids: every slice comes back with its name, time,
-// duration, depth and cycles, every instant with its time.
-TEST_F(PerfettoSinkTest, RandomNestedSlicesRoundTrip) {
+// Random nesting on two lanes with ties everywhere, warps one after another
+// (`chunk` 0) or interleaved, `chunk` records each in turn (every warp's
+// sequence ended and started again each turn, ENDs left for later): every
+// slice comes back with its name, time, duration, depth and exact cycles,
+// every instant with its time (and its 0 on the counter).
+void PerfettoSinkTest::RandomRunRoundTrips(int chunk) {
   auto sink = OpenSink();
   constexpr int kWarps = 40;
-  const testing::SentRun sent = testing::WriteRandomRun(*sink, 12345, 3, kWarps);
+  const testing::SentRun sent = testing::WriteRandomRun(*sink, 12345, 3, kWarps, chunk);
   ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
   const std::string trace = ReadTrace();
   const perfetto::TraceSummary check = perfetto::CheckTrace(trace);
   EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
   const Decoded d = Decode(trace);
   ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
-  EXPECT_EQ(d.sequences.size(), 1u + kWarps);  // ids reused by each launch
+  EXPECT_EQ(d.sequences, (std::set<uint32_t>{1, 2}));  // one open at a time, its id reused
 
   // Warp track -> (launch, block, warp) through the parents (block > SM > launch).
   const auto path = [&d](uint64_t warp) {
@@ -581,7 +756,7 @@ TEST_F(PerfettoSinkTest, RandomNestedSlicesRoundTrip) {
     const auto [launch, block, warp] = path(track);
     for (const DecodedSlice& s : slices) {
       got.push_back({launch, block, warp, s.ts, s.dur, s.depth, s.name});
-      EXPECT_EQ(s.args.at("cycles"), std::to_string(2 * s.dur));
+      EXPECT_EQ(s.cycles, static_cast<int64_t>(2 * s.dur));
     }
   }
   std::sort(got.begin(), got.end());
@@ -601,12 +776,17 @@ TEST_F(PerfettoSinkTest, RandomNestedSlicesRoundTrip) {
     const auto [launch, block, warp] = path(track);
     for (const DecodedEvent& e : events) {
       EXPECT_EQ(e.name, "tick");
+      EXPECT_EQ(e.cycles, 0);
       instants.push_back({launch, block, warp, e.ts});
     }
   }
   std::sort(instants.begin(), instants.end());
   EXPECT_EQ(instants, sent.instants);
 }
+
+TEST_F(PerfettoSinkTest, RandomNestedSlicesRoundTripWarpAfterWarp) { RandomRunRoundTrips(0); }
+TEST_F(PerfettoSinkTest, RandomNestedSlicesRoundTripInterleaved) { RandomRunRoundTrips(7); }
+TEST_F(PerfettoSinkTest, RandomNestedSlicesRoundTripComingBackOften) { RandomRunRoundTrips(1); }
 
 // The bytes of `trace` up to the last whole packet at or before `limit`.
 std::string WholePacketPrefix(const std::string& trace, size_t limit) {
