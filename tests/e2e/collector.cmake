@@ -10,3 +10,9 @@ smprof_add_test(perfetto_import_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/perfetto_import_test.cc
   LIBS smprof::collector
   LABELS e2e)
+
+# One run through the collector library in both formats, imported by the real trace processor.
+smprof_add_test(trace_import_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/trace_import_test.cc
+  LIBS smprof::collector
+  LABELS e2e)

@@ -1,0 +1,148 @@
+// One known run through the whole collector library (TraceBuilder and the
+// trace writers), written in both formats and imported by Perfetto's own
+// trace processor: no import error, the exact slices per track, names,
+// lanes for ranges that overlap without nesting, unmatched and unterminated
+// ranges, the loss counter. Skips visibly when the trace processor is absent.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collector/collector.h"
+#include "collector/perfetto_check.h"
+#include "tests/support/trace_processor.h"
+#include "tests/support/wire_builders.h"
+
+namespace smprof {
+namespace {
+
+using testing::Ev;
+using testing::Query;
+
+constexpr uint64_t kT0 = 5000000000ull;  // base = kT0 - 1 s, so trace time = 1e9 + t
+
+wire::WireEvent B(uint64_t t, uint32_t name) { return Ev(kT0 + t, name, wire::kEventBegin); }
+wire::WireEvent E(uint64_t t, uint32_t name) { return Ev(kT0 + t, name, wire::kEventEnd); }
+wire::WireEvent I(uint64_t t, uint32_t name) { return Ev(kT0 + t, name, wire::kEventInstant); }
+
+// Writes the run to `path` (the format follows the name) and returns it.
+std::string WriteRun(const std::string& path) {
+  unlink(path.c_str());
+  CollectorOptions options;
+  options.trace_path = path;
+  std::string error;
+  auto c = Collector::Create(options, &error);
+  EXPECT_NE(c, nullptr) << error;
+  if (!c) return path;
+  const transport::ProducerInfo p{0, 77};
+  const auto send = [&](const testing::Bytes& b) { c->HandleMessage(p, b.data(), static_cast<uint32_t>(b.size())); };
+  send(testing::Process(77, kT0, std::string("app\0--x", 7)));
+  send(testing::Device(0, "Test GPU", 1, 0x19));
+  for (const auto& [id, name] : std::vector<std::pair<uint32_t, std::string>>{
+           {1, "load"}, {2, "mma"}, {3, "tick"}, {4, "epilogue"}}) {
+    send(testing::Name(id, name));
+  }
+  send(testing::Launch(1, kT0 + 1000, kT0 + 100000, "gemm(float*)"));
+  // Warp A: load and mma overlap without nesting (mma goes to lane 1); a
+  // tick between; epilogue with a tick inside.
+  send(testing::Warp(1, 3, 0, 0, {B(2000, 1), B(2500, 2), E(3000, 1), I(3500, 3), E(4000, 2), B(5000, 4), I(5500, 3),
+                                   E(6000, 4)}));
+  // Warp B: an END without BEGIN, a BEGIN never ended (to the launch end).
+  send(testing::Warp(1, 5, 1, 2, {B(2000, 1), E(2600, 1), E(2700, 2), B(2800, 4)}));
+  send(testing::Launch(2, kT0 + 110000, kT0 + 120000, "gemm(float*)"));
+  send(testing::Warp(2, 3, 0, 0, {I(111000, 3)}));
+  send(testing::Harvest(kT0 + 200000, wire::kHarvestSync, 5));
+  c->HandleProducerEnd(p, /*clean=*/true);
+  const CollectorSummary s = c->Finish();
+  EXPECT_TRUE(s.trace_ok) << s.trace_error;
+  EXPECT_EQ(s.launches, 2u);
+  EXPECT_EQ(s.events, 13u);
+  EXPECT_EQ(s.unmatched_ends, 1u);
+  EXPECT_EQ(s.unterminated_ranges, 1u);
+  return path;
+}
+
+// name -> rows, from "select name, count(*) ... group by name".
+std::map<std::string, std::string> Counts(const std::vector<std::string>& rows) {
+  std::map<std::string, std::string> out;
+  for (const std::string& r : rows) {
+    const size_t comma = r.rfind(',');
+    std::string name = r.substr(0, comma);
+    if (name.size() >= 2 && name.front() == '"') name = name.substr(1, name.size() - 2);
+    out[name] = r.substr(comma + 1);
+  }
+  return out;
+}
+
+void ExpectCommon(const std::string& tp, const std::string& trace) {
+  EXPECT_TRUE(
+      Query(tp, trace, "select name, idx, value from stats where value > 0 and severity in ('error', 'data_loss')")
+          .empty())
+      << trace;
+  const auto by_name = Counts(Query(tp, trace, "select name, count(*) from slice group by name"));
+  EXPECT_EQ(by_name.at("load"), "2") << trace;
+  EXPECT_EQ(by_name.at("mma"), "1") << trace;
+  EXPECT_EQ(by_name.at("epilogue"), "2") << trace;
+  EXPECT_EQ(by_name.at("tick"), "3") << trace;
+  EXPECT_EQ(by_name.at("mma (end without begin)"), "1") << trace;
+  EXPECT_EQ(by_name.at("gemm(float*)"), "2") << trace;  // the CUPTI spans on the launches' tracks
+  EXPECT_EQ(by_name.at("gemm"), "2") << trace;  // and on the GPU's stream track
+  EXPECT_EQ(by_name.at("smprof run summary"), "1") << trace;
+  // Nesting: the tick inside epilogue is one level down; the unterminated
+  // epilogue runs to the launch end (97.2 us after its BEGIN at 2.8 us).
+  EXPECT_EQ(Query(tp, trace, "select count(*) from slice where name = 'tick' and depth = 1"),
+            std::vector<std::string>{"1"})
+      << trace;
+  EXPECT_EQ(Query(tp, trace, "select dur from slice where name = 'epilogue' order by ts limit 1"),
+            std::vector<std::string>{"97200"})
+      << trace;
+}
+
+TEST(TraceImport, JsonAndProtobufImportAlike) {
+  const std::string tp = testing::TraceProcessor();
+  if (tp.empty()) GTEST_SKIP() << "../shared/tools/perfetto/trace_processor_shell is absent: import check skipped";
+  const std::string base = "/tmp/smprof-trace-import-" + std::to_string(getpid());
+  const std::string json = WriteRun(base + ".json");
+  const std::string proto = WriteRun(base + ".pftrace");
+  ExpectCommon(tp, json);
+  ExpectCommon(tp, proto);
+  std::ifstream in(proto, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(perfetto::CheckTrace(bytes).errors.empty());
+
+  // JSON: one process per launch, one thread per warp and lane.
+  EXPECT_EQ(Query(tp, json,
+                  "select count(*) from slice s join thread_track tt on s.track_id = tt.id join thread t using(utid) "
+                  "where t.name = 'SM 003 | block (0,0,0) | warp 0 | lane 1' and s.name = 'mma'"),
+            std::vector<std::string>{"1"});
+  EXPECT_EQ(Query(tp, json, "select count(*) from process where name = 'smprof | app --x | pid 77'"),
+            std::vector<std::string>{"1"});
+  EXPECT_EQ(Query(tp, json,
+                  "select count(*) from process where name like '#1 gemm | GPU 0 (cuda:0) | stream 0 | "
+                  "grid(4,1,1) block(64,1,1) | pid 77'"),
+            std::vector<std::string>{"1"});
+  EXPECT_EQ(Query(tp, json,
+                  "select c.value from counter c join process_counter_track t on c.track_id = t.id "
+                  "where t.name = 'events lost (device buffer) lost'"),
+            std::vector<std::string>{"5.000000"});
+
+  // Protobuf: the same tree as named tracks; the lane beside its warp.
+  EXPECT_EQ(Query(tp, proto,
+                  "select count(*) from slice s join track t on s.track_id = t.id "
+                  "where t.name = 'warp 0 lane 1' and s.name = 'mma'"),
+            std::vector<std::string>{"1"});
+  EXPECT_EQ(Query(tp, proto, "select count(*) from track where name = 'smprof | app --x | pid 77'"),
+            std::vector<std::string>{"1"});
+  EXPECT_EQ(Query(tp, proto,
+                  "select c.value from counter c join counter_track t on c.track_id = t.id "
+                  "where t.name = 'events lost (device buffer)'"),
+            std::vector<std::string>{"5.000000"});
+  for (const std::string& f : {json, proto, json + ".stats.json", proto + ".stats.json"}) unlink(f.c_str());
+}
+
+}  // namespace
+}  // namespace smprof
