@@ -39,4 +39,83 @@ nlohmann::json CollectorSummary::ToJson() const {
   return j;
 }
 
+namespace {
+
+// Reads `key` of `j` into `out`; false + *error when present with another type.
+bool Get(const nlohmann::json& j, const char* key, uint64_t* out, std::string* error) {
+  auto it = j.find(key);
+  if (it == j.end()) {
+    *error = std::string("the summary has no \"") + key + "\"";
+    return false;
+  }
+  if (!it->is_number_unsigned()) {
+    *error = std::string("the summary's \"") + key + "\" is not a count";
+    return false;
+  }
+  *out = it->get<uint64_t>();
+  return true;
+}
+
+bool Get(const nlohmann::json& j, const char* key, std::string* out, std::string* error) {
+  auto it = j.find(key);
+  if (it == j.end()) return true;  // optional
+  if (!it->is_string()) {
+    *error = std::string("the summary's \"") + key + "\" is not a string";
+    return false;
+  }
+  *out = it->get<std::string>();
+  return true;
+}
+
+}  // namespace
+
+bool CollectorSummary::FromJson(const nlohmann::json& j, CollectorSummary* out, std::string* error) {
+  if (!j.is_object()) {
+    *error = "the summary is not a JSON object";
+    return false;
+  }
+  CollectorSummary s;
+  const nlohmann::json lost = j.value("lost", nlohmann::json::object());
+  if (!lost.is_object()) {
+    *error = "the summary's \"lost\" is not an object";
+    return false;
+  }
+  const bool ok =
+      Get(j, "trace", &s.trace, error) && Get(j, "processes", &s.processes, error) &&
+      Get(j, "launches", &s.launches, error) && Get(j, "events", &s.events, error) &&
+      Get(lost, "device_buffer", &s.lost_device_buffer, error) &&
+      Get(lost, "device_unplaced", &s.lost_device_unplaced, error) && Get(lost, "transport", &s.lost_transport, error) &&
+      Get(lost, "total", &s.lost_total, error) && Get(j, "filtered_events", &s.filtered_events, error) &&
+      Get(j, "unattributed_events", &s.unattributed_events, error) &&
+      Get(j, "malformed_messages", &s.malformed_messages, error) && Get(j, "orphan_events", &s.orphan_events, error) &&
+      Get(j, "unterminated_ranges", &s.unterminated_ranges, error) &&
+      Get(j, "unmatched_ends", &s.unmatched_ends, error) && Get(j, "forced_drains", &s.forced_drains, error) &&
+      Get(j, "harvests", &s.harvests, error) && Get(j, "framing_errors", &s.framing_errors, error) &&
+      Get(j, "producers_incomplete", &s.producers_incomplete, error) &&
+      Get(j, "registry_full", &s.registry_full, error) &&
+      Get(j, "transport_unread_messages", &s.transport_unread_messages, error) &&
+      Get(j, "launches_opted_in", &s.launches_opted_in, error) &&
+      Get(j, "launches_not_selected", &s.launches_not_selected, error) &&
+      Get(j, "trace_error", &s.trace_error, error);
+  if (!ok) return false;
+  s.gpus = j.value("gpus", nlohmann::json::array());
+  s.not_profiled = j.value("not_profiled", nlohmann::json::array());
+  if (!s.gpus.is_array() || !s.not_profiled.is_array()) {
+    *error = "the summary's \"gpus\" or \"not_profiled\" is not an array";
+    return false;
+  }
+  if (auto stats = j.find("stats"); stats != j.end()) {
+    if (!stats->is_object() || !Get(*stats, "json", &s.stats_json, error) || !Get(*stats, "csv", &s.stats_csv, error) ||
+        !Get(*stats, "error", &s.stats_error, error)) {
+      if (error->empty()) *error = "the summary's \"stats\" is not an object";
+      return false;
+    }
+  }
+  s.run = j.value("run", nlohmann::json());
+  s.exit = j.value("exit", nlohmann::json());
+  s.trace_ok = !j.contains("trace_error");
+  *out = std::move(s);
+  return true;
+}
+
 }  // namespace smprof

@@ -75,6 +75,9 @@ struct CollectorSummary {
   // failed (the trace then ends, still strict JSON, after the last event
   // written whole, and "trace" names where it is).
   nlohmann::json ToJson() const;
+  // The inverse of ToJson (smprof-run reads the collector's summary with
+  // it). False + *error naming the key on anything ToJson does not write.
+  static bool FromJson(const nlohmann::json& j, CollectorSummary* out, std::string* error);
 };
 
 }  // namespace smprof

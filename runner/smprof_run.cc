@@ -65,7 +65,9 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -570,7 +572,8 @@ std::string Text(const nlohmann::json& j, const char* key) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
-nlohmann::json ReadSummary(int fd) {
+// The collector's summary (run_summary.h), or nullopt with the reason said.
+std::optional<CollectorSummary> ReadSummary(int fd) {
   std::string text;
   char buf[64 << 10];
   off_t offset = 0;
@@ -581,16 +584,24 @@ nlohmann::json ReadSummary(int fd) {
     text.append(buf, static_cast<size_t>(n));
     offset += n;
   }
-  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  CollectorSummary summary;
+  std::string error;
+  if (j.is_discarded() || !CollectorSummary::FromJson(j, &summary, &error)) {
+    Error("the collector wrote no summary" + (error.empty() ? std::string() : " (" + error + ")") +
+          "; the trace may be incomplete");
+    return std::nullopt;
+  }
+  return summary;
 }
 
 bool HaveNvidiaDriver() { return access("/proc/driver/nvidia/version", F_OK) == 0; }
 
 // Why nothing was profiled, from what the run reported (one line), or "".
-std::string NothingProfiledHint(const nlohmann::json& summary, const RunOptions& options) {
-  if (Count(summary, "launches") != 0) return "";
-  const uint64_t processes = Count(summary, "processes");
-  const uint64_t not_profiled = Count(summary, "not_profiled");
+std::string NothingProfiledHint(const CollectorSummary& summary, const RunOptions& options) {
+  if (summary.launches != 0) return "";
+  const uint64_t processes = summary.processes;
+  const uint64_t not_profiled = summary.not_profiled.size();
   if (processes == 0) {
     return HaveNvidiaDriver()
                ? "no process of the run started CUDA, so there was nothing to profile"
@@ -598,12 +609,12 @@ std::string NothingProfiledHint(const nlohmann::json& summary, const RunOptions&
                  "(/proc/driver/nvidia/version is missing): CUDA programs need an NVIDIA GPU and its driver";
   }
   if (not_profiled >= processes) return "";  // each said why, above
-  const uint64_t opted_in = Count(summary, "launches_opted_in");
+  const uint64_t opted_in = summary.launches_opted_in;
   if (opted_in == 0) {
     return "no kernel that opts in was launched: kernels opt in by including <smprof/smprof.cuh> and "
            "marking regions";
   }
-  if (Count(summary, "launches_not_selected") >= opted_in) {
+  if (summary.launches_not_selected >= opted_in) {
     return "SMPROF_KERNELS (now \"" + options.settings.kernels_spec + "\") selected none of the " +
            std::to_string(opted_in) +
            " launches of opted-in kernels: check the patterns against the kernel "
@@ -625,70 +636,65 @@ void WarnIfTooLarge(const std::string& trace, const stats::RunStats& run) {
 // The run's statistics table (collector/stats_report.h), read back from the
 // file the collector wrote, and where the files are; then whether the trace
 // is too large to open.
-void PrintStats(const nlohmann::json& summary, const std::string& trace) {
-  const nlohmann::json stats = summary.value("stats", nlohmann::json::object());
-  if (!stats.is_object() || stats.empty()) return;
-  if (stats.contains("error")) {
-    std::fprintf(stderr, "smprof: warning: writing the statistics failed: %s\n", Text(stats, "error").c_str());
+void PrintStats(const CollectorSummary& summary, const std::string& trace) {
+  if (!summary.stats_error.empty()) {
+    std::fprintf(stderr, "smprof: warning: writing the statistics failed: %s\n", summary.stats_error.c_str());
     return;
   }
-  if (Count(summary, "launches") == 0) return;  // nothing to tell; the files say the same
+  if (summary.stats_json.empty() || summary.launches == 0) return;  // nothing to tell; the files say the same
   stats::RunStats run;
   std::string error;
-  if (!stats::ReadStatsFile(Text(stats, "json"), &run, &error)) {
+  if (!stats::ReadStatsFile(summary.stats_json, &run, &error)) {
     std::fprintf(stderr, "smprof: warning: cannot read the statistics back: %s\n", error.c_str());
     WarnIfTooLarge(trace, stats::RunStats{});
     return;
   }
   std::fputs(stats::RenderText(run).c_str(), stderr);
-  std::fprintf(stderr, "smprof: statistics: %s, %s\n", Absolute(Text(stats, "json")).c_str(),
-               Absolute(Text(stats, "csv")).c_str());
+  std::fprintf(stderr, "smprof: statistics: %s, %s\n", Absolute(summary.stats_json).c_str(),
+               Absolute(summary.stats_csv).c_str());
   WarnIfTooLarge(trace, run);
 }
 
-void PrintSummary(const nlohmann::json& summary, const std::string& output, const RunOptions& options) {
-  if (summary.is_discarded() || !summary.is_object()) {
-    Error("the collector wrote no summary; the trace may be incomplete");
-    return;
-  }
-  const std::string trace = Text(summary, "trace").empty() ? output : Absolute(Text(summary, "trace"));
+void PrintSummary(const std::optional<CollectorSummary>& read, const std::string& output, const RunOptions& options) {
+  if (!read) return;  // ReadSummary said why
+  const CollectorSummary& summary = *read;
+  const std::string trace = summary.trace.empty() ? output : Absolute(summary.trace);
   if (options.quiet) return;
-  const nlohmann::json lost = summary.value("lost", nlohmann::json::object());
-  const uint64_t orphan = Count(lost, "orphan");
+  const uint64_t orphan = summary.orphan_events;
   const std::string orphan_text = orphan == 0 ? "" : ", orphan " + std::to_string(orphan);  // events of a lost launch
   std::fprintf(stderr,
                "smprof: profiled %llu launches, %llu events from %llu process(es); lost %llu events "
                "(device buffer %llu, unplaced %llu, transport %llu%s)\n",
-               static_cast<unsigned long long>(Count(summary, "launches")),
-               static_cast<unsigned long long>(Count(summary, "events")),
-               static_cast<unsigned long long>(Count(summary, "processes")),
-               static_cast<unsigned long long>(Count(lost, "total")),
-               static_cast<unsigned long long>(Count(lost, "device_buffer")),
-               static_cast<unsigned long long>(Count(lost, "device_unplaced")),
-               static_cast<unsigned long long>(Count(lost, "transport")), orphan_text.c_str());
+               static_cast<unsigned long long>(summary.launches), static_cast<unsigned long long>(summary.events),
+               static_cast<unsigned long long>(summary.processes), static_cast<unsigned long long>(summary.lost_total),
+               static_cast<unsigned long long>(summary.lost_device_buffer),
+               static_cast<unsigned long long>(summary.lost_device_unplaced),
+               static_cast<unsigned long long>(summary.lost_transport), orphan_text.c_str());
   // Losses that are not counted in events: each is named when non-zero.
   std::string problems;
-  for (const char* key : {"producers_incomplete", "framing_errors", "malformed_messages", "orphan_events",
-                          "registry_full", "transport_unread_messages"}) {
-    const uint64_t n = Count(summary, key);
+  for (const auto& [key, n] : std::initializer_list<std::pair<const char*, uint64_t>>{
+           {"producers_incomplete", summary.producers_incomplete},
+           {"framing_errors", summary.framing_errors},
+           {"malformed_messages", summary.malformed_messages},
+           {"orphan_events", summary.orphan_events},
+           {"registry_full", summary.registry_full},
+           {"transport_unread_messages", summary.transport_unread_messages}}) {
     if (n != 0) problems += (problems.empty() ? "" : ", ") + std::string(key) + " " + std::to_string(n);
   }
   if (!problems.empty()) {
     std::fprintf(stderr, "smprof: warning: %s; the trace may be missing data\n", problems.c_str());
   }
-  if (auto it = summary.find("not_profiled"); it != summary.end() && it->is_array()) {
-    for (const nlohmann::json& n : *it) {
-      const std::string reason = Text(n, "reason");
-      const std::string detail = Text(n, "detail");
-      const std::string why = reason == "cupti_unavailable" ? detail + " holds CUPTI"
-                              : reason == "stepped_aside"   ? detail + " injects into it; smprof stepped aside"
-                                                            : detail;
-      std::fprintf(stderr, "smprof: pid %llu was not profiled: %s\n", static_cast<unsigned long long>(Count(n, "pid")),
-                   why.c_str());
-    }
+  for (const nlohmann::json& n : summary.not_profiled) {
+    const std::string reason = Text(n, "reason");
+    const std::string detail = Text(n, "detail");
+    const std::string why = reason == "cupti_unavailable" ? detail + " holds CUPTI"
+                            : reason == "stepped_aside"   ? detail + " injects into it; smprof stepped aside"
+                                                          : detail;
+    std::fprintf(stderr, "smprof: pid %llu was not profiled: %s\n", static_cast<unsigned long long>(Count(n, "pid")),
+                 why.c_str());
   }
-  if (auto it = summary.find("trace_error"); it != summary.end() && it->is_string()) {
-    std::fprintf(stderr, "smprof: warning: writing the trace failed: %s\n", it->get<std::string>().c_str());
+  if (!summary.trace_ok) {
+    std::fprintf(stderr, "smprof: warning: writing the trace failed: %s\n", summary.trace_error.c_str());
   }
   if (trace != output && trace != PartialPath(output)) {
     std::fprintf(stderr, "smprof: %s appeared during the run, so the trace was written beside it\n", output.c_str());
@@ -833,13 +839,10 @@ int Main(int argc, char** argv) {
         exit_code = program.exec_error == ENOENT ? kExitNotFound : kExitNotExecutable;
         SendControl(&collector, {{"exit", {{"status", "not_started"}, {"error", std::strerror(program.exec_error)}}}});
         if (StopCollector(&collector, output)) {
-          const nlohmann::json summary = ReadSummary(summary_fd);
-          const std::string trace = Text(summary, "trace");
-          if (!trace.empty() && Count(summary, "processes") == 0) {
-            unlink(trace.c_str());
-            const nlohmann::json stats = summary.value("stats", nlohmann::json::object());
-            for (const char* file : {"json", "csv"}) {
-              if (!Text(stats, file).empty()) unlink(Text(stats, file).c_str());
+          const std::optional<CollectorSummary> summary = ReadSummary(summary_fd);
+          if (summary && summary->processes == 0) {
+            for (const std::string& file : {summary->trace, summary->stats_json, summary->stats_csv}) {
+              if (!file.empty()) unlink(file.c_str());
             }
           }
         }

@@ -344,6 +344,47 @@ TEST_F(CollectorTest, EndClosesMostRecentOpenBeginOfTheSameName) {
   EXPECT_EQ(s.events, 5u);
 }
 
+// What the collector writes, smprof-run reads back into the same structure.
+TEST(CollectorSummaryTest, FromJsonReadsWhatToJsonWrites) {
+  CollectorSummary a;
+  a.trace = "/t/x.pftrace";
+  a.processes = 2;
+  a.launches = 3;
+  a.events = 4;
+  a.lost_device_buffer = 5;
+  a.lost_device_unplaced = 6;
+  a.lost_transport = 7;
+  a.orphan_events = 8;
+  a.lost_total = 26;
+  a.malformed_messages = 9;
+  a.producers_incomplete = 10;
+  a.launches_opted_in = 11;
+  a.launches_not_selected = 12;
+  a.transport_unread_messages = 13;
+  a.not_profiled = json::array({{{"pid", 1}, {"reason", "stepped_aside"}, {"detail", "ncu"}}});
+  a.stats_json = "/t/x.pftrace.stats.json";
+  a.stats_csv = "/t/x.pftrace.stats.csv";
+  a.exit = {{"status", "exited"}, {"code", 0}};
+  a.trace_ok = false;
+  a.trace_error = "disk full";
+  CollectorSummary b;
+  std::string error;
+  ASSERT_TRUE(CollectorSummary::FromJson(a.ToJson(), &b, &error)) << error;
+  EXPECT_EQ(b.ToJson(), a.ToJson());
+  EXPECT_FALSE(b.trace_ok);
+  EXPECT_EQ(b.stats_csv, a.stats_csv);
+  // Broken input names the key.
+  json bad = a.ToJson();
+  bad["launches"] = "three";
+  EXPECT_FALSE(CollectorSummary::FromJson(bad, &b, &error));
+  EXPECT_NE(error.find("\"launches\""), std::string::npos) << error;
+  bad = a.ToJson();
+  bad["lost"].erase("total");
+  EXPECT_FALSE(CollectorSummary::FromJson(bad, &b, &error));
+  EXPECT_NE(error.find("\"total\""), std::string::npos) << error;
+  EXPECT_FALSE(CollectorSummary::FromJson(json::array(), &b, &error));
+}
+
 TEST_F(CollectorTest, SummaryJsonHasExactlyTheDocumentedKeys) {
   const CollectorSummary s = collector_->Finish();
   const json j = s.ToJson();
