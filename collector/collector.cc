@@ -30,7 +30,14 @@ std::unique_ptr<Collector> Collector::Create(const CollectorOptions& options, st
     auto writer = TraceWriter::Open(written, error, exclusive);
     if (writer) sink = std::make_unique<JsonSink>(std::move(writer));
   } else {
-    sink = PerfettoSink::Open(written, exclusive, error);
+    TraceLayout layout = TraceLayout::kAuto;
+    if (!ParseTraceLayout(options.layout, &layout)) {
+      *error = "unknown trace layout '" + options.layout + "': use launch, hardware or auto";
+      return nullptr;
+    }
+    auto proto = PerfettoSink::Open(written, exclusive, error);
+    if (proto) proto->set_layout(layout);
+    sink = std::move(proto);
   }
   if (!sink) return nullptr;
   return std::unique_ptr<Collector>(new Collector(options, std::move(sink), written));
@@ -112,6 +119,11 @@ CollectorSummary Collector::Finish() {
   finished_ = true;
   builder_->Finish(transport_stats_, &summary_);
   CollectorSummary& s = summary_;
+  if (const auto* proto = dynamic_cast<const PerfettoSink*>(trace_.get())) {
+    s.layout = proto->layout_description();
+  } else {
+    s.layout = "launch-centric (JSON)";
+  }
   s.trace_ok = trace_->Finish(s);
   s.trace_error = trace_->error();
   s.trace = trace_written_;

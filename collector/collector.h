@@ -52,6 +52,9 @@ struct CollectorOptions {
   // Also write the run's statistics beside the trace where it is finally
   // placed: <trace>.stats.json and .stats.csv (stats_sink.h, StatsBase).
   bool stats = false;
+  // The protobuf trace's track layout: "launch", "hardware" or "auto"
+  // (perfetto_sink.h); the JSON trace is always launch-centric.
+  std::string layout = "auto";
 };
 
 class Collector {

@@ -54,6 +54,7 @@ constexpr char kUsage[] =
     "  --drain-timeout-ms N    after the stop signal, wait at most this long for\n"
     "                          producers to finish (default 5000)\n"
     "  --log-level L           trace|debug|info|warn|error|critical|off (default warn)\n"
+    "  --layout L              protobuf track layout: launch|hardware|auto (default auto)\n"
     "  --help                  show this help\n";
 
 int Usage(const std::string& problem) {
@@ -72,6 +73,7 @@ struct Args {
   std::string output;
   std::string summary;
   bool stats = false;
+  std::string layout = "auto";
   int summary_fd = -1;
   int control_fd = -1;
   bool force = false;
@@ -131,6 +133,11 @@ int ParseArgs(int argc, char** argv, Args* args) {
       args->drain_timeout_ms = n;
     } else if (arg == "--log-level") {
       args->log_level = value;
+    } else if (arg == "--layout") {
+      if (value != "launch" && value != "hardware" && value != "auto") {
+        return Usage("bad --layout '" + value + "': use launch, hardware or auto");
+      }
+      args->layout = value;
     } else {
       return Usage("unknown option '" + arg + "'");
     }
@@ -196,6 +203,7 @@ int main(int argc, char** argv) {
   options.overwrite = args.force;
   options.logger = logger;
   options.stats = args.stats;
+  options.layout = args.layout;
   auto collector = smprof::Collector::Create(options, &error);
   if (!collector) {
     std::fprintf(stderr, "smprof-collector: %s\n", error.c_str());

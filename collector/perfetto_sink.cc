@@ -87,6 +87,8 @@ constexpr uint32_t kUnitCount = 2;      // CounterDescriptor.Unit
 constexpr size_t kWriteThreshold = 1u << 20;
 constexpr size_t kMaxFastPacket = 64;  // see FastEvent
 constexpr uint32_t kNoWarp = UINT32_MAX;
+constexpr uint32_t kUnknownGpu = UINT32_MAX;  // kHardware: launches of an undescribed GPU
+constexpr uint32_t kOverlapSlots = 16;        // ranks of a slot's overlap tracks
 
 // Debug annotation names of warp events, interned on each warp sequence with
 // these iids the first time it uses them.
@@ -260,13 +262,34 @@ struct PerfettoSink::Lane {
   uint64_t cycles = 0;  // 0: CyclesEncoding::kAnnotation
 };
 
+// kHardware: a track of a warp slot ("slot 05", or one of its overlap
+// siblings) with its lanes, and the warp whose slice is open on it.
+struct PerfettoSink::Slot {
+  uint64_t parent = 0;  // the SM's track
+  uint64_t track = 0, cycles = 0;
+  std::string name;
+  int64_t rank = 0;
+  std::vector<Lane> lanes;  // lane n at n - 1
+  bool used = false;
+  uint64_t busy_until = 0;  // the latest end of its warps' records
+  uint64_t launch = 0;      // the open warp slice's launch index and warp (kNoWarp: none)
+  uint32_t warp = kNoWarp;
+};
+
 // A warp of an open launch: its tracks, its sequence while it has one.
 struct PerfettoSink::Warp {
-  uint64_t track = 0;  // 0: not described yet
+  bool described = false;
+  uint64_t track = 0;  // launch-centric: its track; hardware: its slot track's (0: not placed yet)
   uint64_t block_track = 0;
   uint64_t cycles = 0;  // the "cycles" counter track (0: CyclesEncoding::kAnnotation)
   uint16_t warp = 0;
-  std::vector<Lane> lanes;  // lane n at n - 1
+  std::vector<Lane> lanes;  // lane n at n - 1 (launch-centric)
+  // kHardware: where it is and its warp slice.
+  uint16_t sm = 0, hw_warp = 0;
+  uint32_t block[3] = {0, 0, 0};
+  Slot* slot = nullptr;
+  bool span_open = false;
+  uint64_t span_begin = 0;
   // Pending ENDs, the next to write at the back. Slices on a lane nest, so
   // a new END almost always goes at the back: kept sorted by insertion.
   // They outlive the sequence (see the header).
@@ -279,6 +302,12 @@ struct PerfettoSink::Warp {
 };
 
 struct PerfettoSink::Launch {
+  uint64_t index = 0;     // LaunchRecord::index
+  bool hardware = false;  // TraceLayout of this launch
+  Gpu* gpu = nullptr;     // kHardware: where its slots are
+  std::string title;      // kHardware: its warp slices' name, "#id label"
+  uint64_t launch_id = 0;
+  uint32_t pid = 0;
   uint64_t track = 0;
   uint32_t process = 0;
   uint32_t grid[3] = {0, 0, 0};
@@ -293,6 +322,9 @@ struct PerfettoSink::Gpu {
   uint64_t track = 0;
   std::string name, uuid, pci_bus_id;
   std::map<std::pair<uint32_t, uint64_t>, uint64_t> streams;  // (pid, stream) -> track
+  // kHardware
+  std::unordered_map<uint32_t, uint64_t> sms;  // SM -> track
+  std::unordered_map<uint32_t, std::vector<std::unique_ptr<Slot>>> slots;  // (sm << 16 | slot) -> its tracks
 };
 
 struct PerfettoSink::Process {
@@ -547,11 +579,20 @@ void PerfettoSink::OnLaunch(const trace::LaunchRecord& launch) {
   last_launch_index_ = launch.index;
   l.process = launch.process;
   std::copy(launch.grid, launch.grid + 3, l.grid);
+  l.index = launch.index;
+  l.hardware = ChooseHardware(launch);
+  l.launch_id = launch.launch_id;
+  l.pid = launch.pid;
 
   const auto git = launch.gpu >= 0 ? gpus_.find(static_cast<uint32_t>(launch.gpu)) : gpus_.end();
   Gpu* gpu = git != gpus_.end() ? git->second.get() : nullptr;
-  l.track = NewTrack(gpu != nullptr ? gpu->track : 0, internal::LaunchTitle(launch),
-                     static_cast<int64_t>(launch.start_ns / 1000), true);
+  if (l.hardware) {
+    l.gpu = &HardwareGpu(launch);
+    l.title = "#" + std::to_string(launch.launch_id) + " " + launch.label;
+  } else {
+    l.track = NewTrack(gpu != nullptr ? gpu->track : 0, internal::LaunchTitle(launch),
+                       static_cast<int64_t>(launch.start_ns / 1000), true);
+  }
 
   Annotations args;
   args.Uint("launch_id", launch.launch_id)
@@ -579,11 +620,16 @@ void PerfettoSink::OnLaunch(const trace::LaunchRecord& launch) {
                 "its recorded events");
   }
   const uint64_t end = std::max(launch.start_ns, launch.end_ns);
-  MainEvent(l.track, kSliceBegin, launch.kernel, launch.start_ns, &args);
-  MainEvent(l.track, kSliceEnd, {}, end, nullptr);
+  if (!l.hardware) {
+    MainEvent(l.track, kSliceBegin, launch.kernel, launch.start_ns, &args);
+    MainEvent(l.track, kSliceEnd, {}, end, nullptr);
+  } else {
+    gpu = l.gpu;  // an undescribed GPU's streams too
+  }
 
   // The same span on the GPU's track of the process's stream (a stream runs
-  // one kernel at a time, so its spans never overlap).
+  // one kernel at a time, so its spans never overlap); with the launch's
+  // args when it has no track of its own.
   if (gpu != nullptr) {
     auto [it, inserted] = gpu->streams.try_emplace({launch.pid, launch.stream}, 0);
     if (inserted) {
@@ -593,8 +639,12 @@ void PerfettoSink::OnLaunch(const trace::LaunchRecord& launch) {
                             INT32_MIN + static_cast<int64_t>(gpu->streams.size()), false);
     }
     Annotations span;
-    span.Uint("launch_id", launch.launch_id).Uint("pid", launch.pid);
-    MainEvent(it->second, kSliceBegin, launch.label, launch.start_ns, &span);
+    if (l.hardware) {
+      args.String("kernel", launch.kernel);
+    } else {
+      span.Uint("launch_id", launch.launch_id).Uint("pid", launch.pid);
+    }
+    MainEvent(it->second, kSliceBegin, launch.label, launch.start_ns, l.hardware ? &args : &span);
     MainEvent(it->second, kSliceEnd, {}, end, nullptr);
   }
 }
@@ -620,6 +670,13 @@ void PerfettoSink::DescribeWarp(Launch& l, const trace::WarpRecord& warp) {
   if (warp.index >= l.warps.size()) l.warps.resize(static_cast<size_t>(warp.index) + 1);
   Warp& w = l.warps[warp.index];
   w.warp = warp.warp;
+  w.described = true;
+  if (l.hardware) {  // placed at its first record
+    w.sm = warp.sm;
+    w.hw_warp = warp.hw_warp;
+    std::copy(warp.block, warp.block + 3, w.block);
+    return;
+  }
 
   auto [sm, new_sm] = l.sms.try_emplace(warp.sm, 0);
   if (new_sm) {
@@ -641,7 +698,7 @@ void PerfettoSink::DescribeWarp(Launch& l, const trace::WarpRecord& warp) {
 }
 
 inline PerfettoSink::Warp& PerfettoSink::DescribedWarp(Launch& l, const trace::WarpRecord& warp) {
-  if (warp.index >= l.warps.size() || l.warps[warp.index].track == 0) DescribeWarp(l, warp);
+  if (warp.index >= l.warps.size() || !l.warps[warp.index].described) DescribeWarp(l, warp);
   return l.warps[warp.index];
 }
 
@@ -653,8 +710,9 @@ inline PerfettoSink::Warp& PerfettoSink::ActiveWarp(Launch& l, const trace::Warp
 PerfettoSink::Warp& PerfettoSink::SwitchWarp(Launch& l, const trace::WarpRecord& warp) {
   if (l.current != kNoWarp) EndSequence(l.warps[l.current]);
   Warp& w = DescribedWarp(l, warp);
-  StartSequence(w);
   l.current = warp.index;
+  // A warp without a slice yet gets its sequence when placed (PlaceRecord).
+  if (!l.hardware || w.span_open) StartSequence(w);
   return w;
 }
 
@@ -698,15 +756,198 @@ void PerfettoSink::EndSequence(Warp& w) {
   w.names.clear();
 }
 
+inline std::vector<PerfettoSink::Lane>& PerfettoSink::LanesOf(Warp& w) {
+  return w.slot != nullptr ? w.slot->lanes : w.lanes;
+}
+
 const PerfettoSink::Lane& PerfettoSink::LaneOf(Warp& w, uint32_t lane) {
-  if (w.lanes.size() < lane) w.lanes.resize(lane);
-  Lane& l = w.lanes[lane - 1];
-  if (l.track == 0) {
+  std::vector<Lane>& lanes = LanesOf(w);
+  if (lanes.size() < lane) lanes.resize(lane);
+  Lane& l = lanes[lane - 1];
+  if (l.track == 0 && w.slot != nullptr) {
+    l.track = NewTrack(w.slot->parent, w.slot->name + " lane " + std::to_string(lane),
+                       w.slot->rank + std::min(lane, kLaneSlots - 1), false);
+    if (counters_) l.cycles = NewCounterTrack(l.track, "cycles");
+  } else if (l.track == 0) {
     l.track = NewTrack(w.block_track, "warp " + std::to_string(w.warp) + " lane " + std::to_string(lane),
                        static_cast<int64_t>(w.warp) * kLaneSlots + std::min(lane, kLaneSlots - 1), false);
     if (counters_) l.cycles = NewCounterTrack(l.track, "cycles");
   }
   return l;
+}
+
+// --- the hardware-centric layout -------------------------------------------
+
+const char* TraceLayoutName(TraceLayout layout) {
+  switch (layout) {
+    case TraceLayout::kLaunch:
+      return "launch";
+    case TraceLayout::kHardware:
+      return "hardware";
+    case TraceLayout::kAuto:
+      return "auto";
+  }
+  return nullptr;
+}
+
+bool ParseTraceLayout(std::string_view word, TraceLayout* layout) {
+  for (const TraceLayout l : {TraceLayout::kLaunch, TraceLayout::kHardware, TraceLayout::kAuto}) {
+    if (word == TraceLayoutName(l)) {
+      *layout = l;
+      return true;
+    }
+  }
+  return false;
+}
+
+TraceLayout PerfettoSink::layout_used() const {
+  if (last_hardware_ >= 0) return last_hardware_ == 1 ? TraceLayout::kHardware : TraceLayout::kLaunch;
+  return layout_ == TraceLayout::kHardware ? TraceLayout::kHardware : TraceLayout::kLaunch;
+}
+
+std::string PerfettoSink::layout_description() const {
+  const char* used = layout_used() == TraceLayout::kHardware ? "hardware-centric" : "launch-centric";
+  if (last_hardware_ < 0) return std::string(used) + " (" + TraceLayoutName(layout_) + "; no launch)";
+  if (switched_at_ > 1) {
+    return std::string(used) + " from launch " + std::to_string(switched_at_) + " on (" + switch_reason_ +
+           "); launch-centric before";
+  }
+  return std::string(used) + " (" + switch_reason_ + ")";
+}
+
+bool PerfettoSink::ChooseHardware(const trace::LaunchRecord& launch) {
+  ++launches_seen_;
+  bool hardware = false;
+  std::string reason;
+  switch (layout_) {
+    case TraceLayout::kLaunch:
+      reason = "asked for";
+      break;
+    case TraceLayout::kHardware:
+      hardware = true;
+      reason = "asked for";
+      break;
+    case TraceLayout::kAuto:
+      if (last_hardware_ == 1) {
+        hardware = true;  // once switched, for the rest of the run
+      } else if (launches_seen_ > kAutoLaunchLimit) {
+        hardware = true;
+        reason = "auto: more than " + std::to_string(kAutoLaunchLimit) + " launches";
+      } else if (tracks() >= kAutoTrackLimit) {
+        hardware = true;
+        reason = "auto: more than " + std::to_string(kAutoTrackLimit) + " tracks";
+      } else {
+        reason = "auto: launch-centric up to " + std::to_string(kAutoLaunchLimit) + " launches and " +
+                 std::to_string(kAutoTrackLimit) + " tracks, hardware-centric beyond";
+      }
+      break;
+  }
+  if (last_hardware_ != (hardware ? 1 : 0)) {
+    last_hardware_ = hardware ? 1 : 0;
+    switched_at_ = launches_seen_;
+    switch_reason_ = reason;
+    Annotations args;
+    args.String("layout", hardware ? "hardware" : "launch")
+        .String("requested", TraceLayoutName(layout_))
+        .Uint("from_launch", launches_seen_)
+        .Uint("launch_id", launch.launch_id)
+        .Uint("pid", launch.pid)
+        .String("reason", reason);
+    MainEvent(run_track_, kInstant, hardware ? "layout: hardware-centric" : "layout: launch-centric",
+              launch.start_ns, &args);
+  }
+  return hardware;
+}
+
+PerfettoSink::Gpu& PerfettoSink::HardwareGpu(const trace::LaunchRecord& launch) {
+  if (launch.gpu >= 0) {
+    const auto it = gpus_.find(static_cast<uint32_t>(launch.gpu));
+    if (it != gpus_.end()) return *it->second;
+  }
+  auto& g = gpus_[kUnknownGpu];
+  if (!g) {
+    g = std::make_unique<Gpu>();
+    g->track = NewTrack(0, "GPU ? | not described by its process", -1, true);
+  }
+  return *g;
+}
+
+inline void PerfettoSink::PlaceRecord(Launch& l, uint32_t index, Warp& w, uint64_t begin, uint64_t end) {
+  if (!l.hardware) return;
+  if (!w.span_open || begin < w.span_begin) OpenSpan(l, index, w, begin);
+  if (end > w.slot->busy_until) w.slot->busy_until = end;
+}
+
+void PerfettoSink::OpenSpan(Launch& l, uint32_t index, Warp& w, uint64_t t) {
+  if (w.span_open) CloseSpan(w);
+  Gpu& g = *l.gpu;
+  auto& list = g.slots[(static_cast<uint32_t>(w.sm) << 16) | w.hw_warp];
+  Slot* slot = nullptr;
+  for (size_t i = 0; slot == nullptr; ++i) {
+    if (i == list.size()) {
+      auto [sm, new_sm] = g.sms.try_emplace(w.sm, 0);
+      if (new_sm) {
+        char name[16];
+        std::snprintf(name, sizeof(name), "SM %03u", static_cast<unsigned>(w.sm));
+        sm->second = NewTrack(g.track, name, w.sm, true);
+      }
+      auto s = std::make_unique<Slot>();
+      char name[48];
+      if (i == 0) {
+        std::snprintf(name, sizeof(name), "slot %02u", static_cast<unsigned>(w.hw_warp));
+      } else if (i == 1) {
+        std::snprintf(name, sizeof(name), "slot %02u overlap", static_cast<unsigned>(w.hw_warp));
+      } else {
+        std::snprintf(name, sizeof(name), "slot %02u overlap %zu", static_cast<unsigned>(w.hw_warp), i);
+      }
+      s->parent = sm->second;
+      s->name = name;
+      s->rank = (static_cast<int64_t>(w.hw_warp) * kOverlapSlots + std::min<size_t>(i, kOverlapSlots - 1)) *
+                kLaneSlots;
+      s->track = NewTrack(s->parent, s->name, s->rank, false);
+      if (counters_) s->cycles = NewCounterTrack(s->track, "cycles");
+      list.push_back(std::move(s));
+    }
+    Slot& c = *list[i];
+    if (c.used && t < c.busy_until) continue;  // taken at t
+    if (c.warp != kNoWarp) {  // its warp's records all end by t: its slice ends
+      const auto it = launches_.find(c.launch);
+      if (it != launches_.end() && c.warp < it->second->warps.size()) {
+        Warp& o = it->second->warps[c.warp];
+        if (o.span_open && o.slot == &c) CloseSpan(o);
+      }
+      c.warp = kNoWarp;
+    }
+    slot = &c;
+    if (i > 0) ++overlap_spans_;
+  }
+  slot->used = true;
+  slot->launch = l.index;
+  slot->warp = index;
+  slot->busy_until = std::max(slot->busy_until, t);
+  w.slot = slot;
+  w.track = slot->track;
+  w.cycles = slot->cycles;
+  w.span_open = true;
+  w.span_begin = t;
+  // A sequence whose defaults are the slot's track (PlaceRecord follows
+  // ActiveWarp: `w` has the launch's sequence, or none yet).
+  if (w.seq != 0) EndSequence(w);
+  StartSequence(w);
+
+  Annotations args;
+  args.Uint("launch_id", l.launch_id)
+      .Uint("pid", l.pid)
+      .Json("block", {w.block[0], w.block[1], w.block[2]})
+      .Uint("warp", w.warp);
+  const auto p = BeginWarpPacket(w, t);
+  const auto te = packet_.BeginNested(kTrackEvent);
+  packet_.Varint(kType, kSliceBegin);
+  packet_.Bytes(kEventName, l.title);
+  args.WriteTo(packet_);
+  if (counters_) packet_.Varint(kExtraCounterValues, 0);  // one value per slice row (see the header)
+  packet_.EndNested(te);
+  EndPacket(p);
 }
 
 // --- names -----------------------------------------------------------------
@@ -849,7 +1090,7 @@ void PerfettoSink::EventCycles(const Lane* lane, uint32_t type, uint32_t cycles)
 }
 
 inline void PerfettoSink::WriteEnd(Warp& w, const PendingEnd& end) {
-  FastEvent(w, end.end_ns, kSliceEnd, 0, end.lane != 0 ? &w.lanes[end.lane - 1] : nullptr, false, 0);
+  FastEvent(w, end.end_ns, kSliceEnd, 0, end.lane != 0 ? &LanesOf(w)[end.lane - 1] : nullptr, false, 0);
 }
 
 inline void PerfettoSink::PushEnd(Warp& w, const PendingEnd& end) {
@@ -886,6 +1127,7 @@ void PerfettoSink::OnSlice(const trace::LaunchRecord& launch, const trace::WarpR
   if (failed() || finished_) return;
   Launch& l = LaunchOf(launch);
   Warp& w = ActiveWarp(l, warp);
+  PlaceRecord(l, warp.index, w, slice.begin_ns, std::max(slice.begin_ns, slice.end_ns));
   const Lane* const lane = slice.lane != 0 ? &LaneOf(w, slice.lane) : nullptr;
   bool fresh = false;
   const uint32_t iid = NameIid(w, NameId(slice.name), &fresh);
@@ -929,6 +1171,7 @@ void PerfettoSink::OnInstant(const trace::LaunchRecord& launch, const trace::War
   if (failed() || finished_) return;
   Launch& l = LaunchOf(launch);
   Warp& w = ActiveWarp(l, warp);
+  PlaceRecord(l, warp.index, w, instant.ts_ns, instant.ts_ns);
   std::string_view name = instant.name;
   if (instant.unmatched_end) {
     scratch_.assign(instant.name);
@@ -975,6 +1218,11 @@ void PerfettoSink::EndLaunch(uint64_t index) {
   if (it == launches_.end()) return;
   Launch& l = *it->second;
   for (Warp& w : l.warps) {
+    if (l.hardware) {
+      if (w.span_open) CloseSpan(w);
+      if (w.seq != 0) EndSequence(w);
+      continue;
+    }
     if (w.seq != 0) {
       for (auto end = w.ends.rbegin(); end != w.ends.rend(); ++end) WriteEnd(w, *end);
       EndSequence(w);
@@ -989,6 +1237,24 @@ void PerfettoSink::EndLaunch(uint64_t index) {
   if (p != processes_.end()) p->second->events += l.events;
   if (last_launch_ == &l) last_launch_ = nullptr;
   launches_.erase(it);
+}
+
+// Writes out: after FastEvent, which it inlines.
+void PerfettoSink::CloseSpan(Warp& w) {
+  Slot& s = *w.slot;
+  const uint64_t end = std::max(s.busy_until, w.span_begin);
+  if (w.seq != 0) {
+    for (auto e = w.ends.rbegin(); e != w.ends.rend(); ++e) WriteEnd(w, *e);
+    FastEvent(w, end, kSliceEnd, 0, nullptr, false, 0);
+  } else {
+    for (auto e = w.ends.rbegin(); e != w.ends.rend(); ++e) {
+      MainEvent(e->lane != 0 ? s.lanes[e->lane - 1].track : s.track, kSliceEnd, {}, e->end_ns, nullptr);
+    }
+    MainEvent(s.track, kSliceEnd, {}, end, nullptr);
+  }
+  w.ends.clear();
+  w.span_open = false;
+  s.warp = kNoWarp;
 }
 
 // --- the end ---------------------------------------------------------------

@@ -33,6 +33,7 @@ nlohmann::json CollectorSummary::ToJson() const {
     j["stats"] = {{"json", stats_json}, {"csv", stats_csv}};
     if (!stats_error.empty()) j["stats"]["error"] = stats_error;
   }
+  j["layout"] = layout;
   j["run"] = run;
   j["exit"] = exit;
   if (!trace_ok) j["trace_error"] = trace_error;
@@ -96,7 +97,7 @@ bool CollectorSummary::FromJson(const nlohmann::json& j, CollectorSummary* out, 
       Get(j, "transport_unread_messages", &s.transport_unread_messages, error) &&
       Get(j, "launches_opted_in", &s.launches_opted_in, error) &&
       Get(j, "launches_not_selected", &s.launches_not_selected, error) &&
-      Get(j, "trace_error", &s.trace_error, error);
+      Get(j, "trace_error", &s.trace_error, error) && Get(j, "layout", &s.layout, error);
   if (!ok) return false;
   s.gpus = j.value("gpus", nlohmann::json::array());
   s.not_profiled = j.value("not_profiled", nlohmann::json::array());

@@ -56,6 +56,9 @@ struct CollectorSummary {
   std::string stats_json;
   std::string stats_csv;
   std::string stats_error;
+  // How the trace lays out warps (perfetto_sink.h: which layout, from which
+  // launch on, and why).
+  std::string layout;
   nlohmann::json run;   // the run's metadata from smprof-run (null if none came)
   nlohmann::json exit;  // how the program ended, from smprof-run (null if not told)
   // In the trace's summary instant only (not in ToJson):
@@ -71,7 +74,7 @@ struct CollectorSummary {
   // "device_unplaced", "transport", "orphan", "total"}, "filtered_events",
   // ..., "producers_incomplete", "registry_full", "transport_unread_messages",
   // "launches_opted_in", "launches_not_selected", "gpus", "not_profiled",
-  // "run", "exit"}, plus "trace_error" when writing or placing the trace
+  // "layout", "run", "exit"}, "stats" when statistics were written, plus "trace_error" when writing or placing the trace
   // failed (the trace then ends, still strict JSON, after the last event
   // written whole, and "trace" names where it is).
   nlohmann::json ToJson() const;

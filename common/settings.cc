@@ -23,6 +23,11 @@ const std::vector<SettingSpec> kSettings = {
     {Setting::kShmMb, "SMPROF_SHM_MB", "shm-mb", 0, "N", "32",
      "shared-memory transport ring per process in MiB, 1-4096"},
     {Setting::kLogLevel, "SMPROF_LOG_LEVEL", "log-level", 0, "LEVEL", "warn", "trace, debug, info, warn, error or off"},
+    {Setting::kLayout, "SMPROF_LAYOUT", "layout", 0, "WHICH", "auto",
+     "protobuf trace layout: launch (a track tree per launch: SM > block >\n"
+     "warp), hardware (GPU > SM > warp slot, each launch's warps as slices\n"
+     "on the slots: tracks bounded by the hardware) or auto (launch, then\n"
+     "hardware once a run has many launches; the trace says when)"},
     {Setting::kChunkBytes, "SMPROF_CHUNK_BYTES", nullptr, 0, "N", "1024",
      "device chunk size in bytes, a power of two 256-65536"},
     {Setting::kHighWater, "SMPROF_HIGH_WATER", nullptr, 0, "N", "75",
@@ -192,6 +197,13 @@ bool ParseSetting(Setting setting, std::string_view text, std::string_view sourc
     case Setting::kShmMb:
       ok = ParseBounded(text, kMinShmMb, kMaxShmMb, &s.shm_mb, &why);
       break;
+    case Setting::kLayout:
+      if ((ok = text == "launch" || text == "hardware" || text == "auto")) {
+        s.layout = std::string(text);
+      } else {
+        why = "unknown layout \"" + std::string(text) + "\": use launch, hardware or auto";
+      }
+      break;
     case Setting::kLogLevel:
       if ((ok = IsLogLevel(text))) {
         s.log_level = std::string(text);
@@ -224,6 +236,8 @@ std::string SettingText(Setting setting, const Settings& s) {
       return std::to_string(s.shm_mb);
     case Setting::kLogLevel:
       return s.log_level;
+    case Setting::kLayout:
+      return s.layout;
   }
   return "";
 }

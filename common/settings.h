@@ -31,6 +31,7 @@ enum class Setting {
   kHighWater,
   kShmMb,
   kLogLevel,
+  kLayout,
 };
 
 struct SettingSpec {
@@ -61,6 +62,7 @@ struct Settings {
   uint32_t high_water_percent = 75;
   uint32_t shm_mb = 32;
   std::string log_level = "warn";
+  std::string layout = "auto";  // trace layout: "launch", "hardware" or "auto"
 };
 
 // Parses `text` as the value of `setting` into *settings. On a bad value

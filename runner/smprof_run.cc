@@ -250,7 +250,7 @@ struct Collector {
 // Starts the collector and waits for "ready\n". Returns false after printing
 // why (the collector prints its own error to our stderr).
 bool StartCollector(const std::string& path, const std::string& run_id, const std::string& output, bool force,
-                    int summary_fd, const std::string& log_level, Collector* collector) {
+                    int summary_fd, const Settings& settings, Collector* collector) {
   int ready[2];
   int control[2];
   if (pipe2(ready, O_CLOEXEC) != 0 || pipe2(control, O_CLOEXEC) != 0) {
@@ -287,7 +287,9 @@ bool StartCollector(const std::string& path, const std::string& run_id, const st
                                      "--ready-fd",
                                      std::to_string(ready[1]),
                                      "--log-level",
-                                     log_level};
+                                     settings.log_level,
+                                     "--layout",
+                                     settings.layout};
     if (force) args.push_back("--force");
     if (!StatsBase(output).empty()) args.push_back("--stats");
     std::vector<char*> argv;
@@ -700,7 +702,8 @@ void PrintSummary(const std::optional<CollectorSummary>& read, const std::string
     std::fprintf(stderr, "smprof: %s appeared during the run, so the trace was written beside it\n", output.c_str());
   }
   PrintStats(summary, trace);
-  std::fprintf(stderr, "smprof: trace: %s (open it at https://ui.perfetto.dev)\n", trace.c_str());
+  std::fprintf(stderr, "smprof: trace: %s (open it at https://ui.perfetto.dev)%s\n", trace.c_str(),
+               summary.layout.empty() || summary.launches == 0 ? "" : ("; layout: " + summary.layout).c_str());
   const std::string hint = NothingProfiledHint(summary, options);
   if (!hint.empty()) std::fprintf(stderr, "smprof: %s\n", hint.c_str());
 }
@@ -817,7 +820,7 @@ int Main(int argc, char** argv) {
   const std::string run_id = MakeRunId();
   Collector collector;
   int exit_code = kExitCollectorFailed;
-  if (StartCollector(collector_path, run_id, output, options.force, summary_fd, options.settings.log_level,
+  if (StartCollector(collector_path, run_id, output, options.force, summary_fd, options.settings,
                      &collector)) {
     const auto vars = AppEnvironment(options, run_id, helpers, preload);
     RunContext context;

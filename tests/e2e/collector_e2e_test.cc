@@ -415,6 +415,7 @@ TEST(CollectorCliTest, BadArgumentsExit2) {
   EXPECT_EQ(WaitExit(Spawn({"--run-id", "bad/id", "--output", "/tmp/x.json"}, nullptr, log)), 2);
   EXPECT_EQ(WaitExit(Spawn({"--run-id", "ok", "--output", "/tmp/x.json", "--bogus", "1"}, nullptr, log)), 2);
   EXPECT_EQ(WaitExit(Spawn({"--run-id", "ok", "--output", "/tmp/x.json", "--drain-timeout-ms", "x"}, nullptr, log)), 2);
+  EXPECT_EQ(WaitExit(Spawn({"--run-id", "ok", "--output", "/tmp/x.json", "--layout", "sm"}, nullptr, log)), 2);
   // The transport's registry holds at most 65536 entries.
   for (const char* n : {"0", "65537", "1048576"}) {
     EXPECT_EQ(WaitExit(Spawn({"--run-id", "ok", "--output", "/tmp/x.json", "--max-producers", n}, nullptr, log)), 2)

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -190,7 +191,7 @@ TEST(PerfettoImport, SinkSmallRunImportsAsWritten) {
                   "select t.name, count(*), sum(s.dur = 0) from slice s join track t on s.track_id = t.id "
                   "group by t.name order by t.name"),
             (std::vector<std::string>{launch7 + ",1,0", launch8 + ",1,0", gpu + ",1,1",
-                                      "\"pid 4242 | cuda:1 | stream 7\",2,0", "\"smprof run\",2,2",
+                                      "\"pid 4242 | cuda:1 | stream 7\",2,0", "\"smprof run\",3,3",
                                       "\"smprof | ./app --n 3 | pid 4242\",4,4", "\"warp 0\",8,1",
                                       "\"warp 0 lane 1\",1,0", "\"warp 1\",2,1"}));
   // The tree: launch under its GPU, SM > block > warp, a lane beside its warp.
@@ -247,7 +248,8 @@ TEST(PerfettoImport, SinkSmallRunImportsAsWritten) {
                   "select s.name, s.ts from slice s join track t on s.track_id = t.id "
                   "where t.name in ('smprof run', 'smprof | ./app --n 3 | pid 4242') or s.name like 'GPU %' "
                   "order by s.ts, s.name"),
-            (std::vector<std::string>{"\"GPU 0 identity\",0", "\"smprof run\",0", "\"harvest: sync\",9500",
+            (std::vector<std::string>{"\"GPU 0 identity\",0", "\"smprof run\",0", "\"layout: launch-centric\",1000",
+                                      "\"harvest: sync\",9500",
                                       "\"forced drain: buffer high-water\",12500", "\"not profiled\",12600",
                                       "\"process lost\",12700", "\"smprof run summary\",12700"}));
   EXPECT_EQ(Query(tp, trace,
@@ -343,6 +345,114 @@ TEST(PerfettoImport, SinkRandomNestingWarpAfterWarp) { ExpectRandomRunImports(0,
 TEST(PerfettoImport, SinkRandomNestingInterleaved) { ExpectRandomRunImports(7, 3); }
 // A sequence per record: ties between sequences everywhere.
 TEST(PerfettoImport, SinkRandomNestingComingBackAfterEachRecord) { ExpectRandomRunImports(1, 1); }
+
+// --- 100,000 small launches: the hardware-centric layout --------------------
+
+// Writes WriteManyLaunchesRun(100,000 launches, 8 SMs x 4 slots, 4 streams)
+// with `layout`; returns the path.
+std::string WriteManyLaunches(TraceLayout layout, uint64_t launches, PerfettoSink** keep = nullptr) {
+  char templ[] = "/tmp/smprof-many-XXXXXX";
+  const int fd = mkstemp(templ);
+  close(fd);
+  std::string error;
+  auto sink = PerfettoSink::Open(templ, false, &error);
+  EXPECT_NE(sink, nullptr) << error;
+  if (!sink) return templ;
+  sink->set_layout(layout);
+  testing::WriteManyLaunchesRun(*sink, launches);
+  EXPECT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
+  std::printf("[ layout   ] %s: %s, %llu tracks, %llu bytes\n", TraceLayoutName(layout),
+              sink->layout_description().c_str(), static_cast<unsigned long long>(sink->tracks()),
+              static_cast<unsigned long long>(sink->bytes_written()));
+  (void)keep;
+  return templ;
+}
+
+// Runs one query, timed (import included: the trace processor imports the
+// whole trace before it answers). -1 s when it failed or ran past `limit`.
+double TimedQuery(const std::string& tp, const std::string& trace, const std::string& sql, int limit_s,
+                  std::vector<std::string>* rows) {
+  char templ[] = "/tmp/smprof-tp-XXXXXX";
+  const int fd = mkstemp(templ);
+  close(fd);
+  testing::ProcessSpec spec;
+  spec.argv = {tp, "-Q", sql, trace};
+  spec.stdout_path = templ;
+  spec.stderr_path = "/dev/null";
+  const auto start = std::chrono::steady_clock::now();
+  const int rc = testing::RunProcess(spec, std::chrono::seconds(limit_s));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::ifstream in(templ);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) rows->push_back(line);
+  unlink(templ);
+  return rc == 0 ? s : -1;
+}
+
+constexpr uint64_t kManyLaunches = 100000;
+constexpr double kImportLimitS = 10;
+
+// Every count in one query (each query is a whole import).
+const char* const kManyCounts =
+    "select (select count(*) from slice where name = 'work'), (select count(*) from slice where name = 'load'), "
+    "(select count(*) from slice where name = 'tick' and dur = 0), "
+    "(select count(*) from slice where name = 'step'), "
+    "(select count(*) from slice where name glob '#* step' and depth = 0), "
+    "(select count(*) from slice where name = 'work' and depth = 1), "
+    "(select count(*) from slice where name = 'load' and depth = 2), "
+    "(select count(*) from slice where name = '_Z4stepv'), "
+    "(select count(*) from track), "
+    "(select count(*) from stats where value > 0 and severity in ('error', 'data_loss'))";
+
+double ExpectManyLaunchesImport(const std::string& tp, TraceLayout layout, uint64_t launch_centric) {
+  const std::string trace = WriteManyLaunches(layout, kManyLaunches);
+  std::vector<std::string> rows;
+  const double s = TimedQuery(tp, trace, kManyCounts, 120, &rows);
+  std::printf("[ import   ] %s layout, %llu launches: %.2f s\n", TraceLayoutName(layout),
+              static_cast<unsigned long long>(kManyLaunches), s);
+  EXPECT_GE(s, 0) << "the trace processor failed or took more than 120 s";
+  const uint64_t n = kManyLaunches, hw = n - launch_centric;
+  const std::string want = std::to_string(n) + "," + std::to_string(n) + "," + std::to_string(n) + "," +
+                           std::to_string(n) + "," + std::to_string(hw) + "," + std::to_string(hw) + "," +
+                           std::to_string(hw) + "," + std::to_string(launch_centric) + ",";
+  EXPECT_EQ(rows.size(), 1u);
+  if (rows.size() == 1) {
+    EXPECT_EQ(rows[0].substr(0, want.size()), want) << rows[0];
+    const std::string tail = rows[0].substr(rows[0].rfind(',') + 1);
+    EXPECT_EQ(tail, "0") << "errors or data losses: " << rows[0];
+  }
+  rows.clear();
+  EXPECT_EQ(Query(tp, trace, "select name, idx, severity, value from stats where value > 0 and severity != 'info'"),
+            std::vector<std::string>{});
+  unlink(trace.c_str());
+  return s;
+}
+
+TEST(PerfettoImport, HundredThousandLaunchesHardwareLayoutImportsFast) {
+  const std::string tp = TraceProcessor();
+  if (tp.empty()) GTEST_SKIP() << "../shared/tools/perfetto/trace_processor_shell is absent: import check skipped";
+  const double s = ExpectManyLaunchesImport(tp, TraceLayout::kHardware, 0);
+  EXPECT_LE(s, kImportLimitS);
+}
+
+TEST(PerfettoImport, HundredThousandLaunchesAutoLayoutImportsFast) {
+  const std::string tp = TraceProcessor();
+  if (tp.empty()) GTEST_SKIP() << "../shared/tools/perfetto/trace_processor_shell is absent: import check skipped";
+  const double s = ExpectManyLaunchesImport(tp, TraceLayout::kAuto, PerfettoSink::kAutoLaunchLimit);
+  EXPECT_LE(s, kImportLimitS);
+}
+
+// For comparison only: the launch-centric layout of the same run (a track
+// per launch, SM, block, warp and counter: 500,000 tracks).
+TEST(PerfettoImport, HundredThousandLaunchesLaunchLayoutForComparison) {
+  const std::string tp = TraceProcessor();
+  if (tp.empty()) GTEST_SKIP() << "../shared/tools/perfetto/trace_processor_shell is absent: import check skipped";
+  if (std::getenv("SMPROF_SLOW_IMPORT") == nullptr) {
+    GTEST_SKIP() << "set SMPROF_SLOW_IMPORT=1 to time the launch-centric import of 100,000 launches";
+  }
+  ExpectManyLaunchesImport(tp, TraceLayout::kLaunch, kManyLaunches);
+}
 
 }  // namespace
 }  // namespace smprof

@@ -296,4 +296,40 @@ inline SentRun WriteRandomRun(trace::TraceSink& sink, uint32_t seed, int launche
   return sent;
 }
 
+// Many small launches (the hardware-centric layout's case): launch i, id
+// i + 1, "step" on stream i % 4, [1000 + 250 i, + 800] ns, one block of one
+// warp on SM i % sms, slot (i / sms) % slots: work[s+100, s+600] >
+// load[s+100, s+300] (depth 1), tick@s+400. A slot is reused every
+// sms * slots launches (250 ns apart each): no two warps of a slot overlap
+// when sms * slots >= 4. `gpu` -1: no OnGpu (an undescribed GPU).
+inline void WriteManyLaunchesRun(trace::TraceSink& sink, uint64_t launches, uint16_t sms = 8, uint16_t slots = 4,
+                                 int32_t gpu = 0) {
+  if (gpu >= 0) {
+    trace::GpuRecord g;
+    g.index = static_cast<uint32_t>(gpu);
+    g.name = "NVIDIA H100";
+    g.sm_count = 132;
+    g.facts = {{"index", gpu}, {"name", g.name}};
+    sink.OnGpu(g);
+  }
+  sink.OnProcess(SinkProcess());
+  for (uint64_t i = 0; i < launches; ++i) {
+    const uint64_t s = 1000 + 250 * i;
+    trace::LaunchRecord l = SinkLaunch(i, i + 1, gpu, s, s + 800);
+    l.label = "step";
+    l.kernel = "_Z4stepv";
+    l.stream = 7 + i % 4;
+    l.grid[0] = l.grid[1] = 1;
+    sink.OnLaunch(l);
+    trace::WarpRecord w = SinkWarp(0, static_cast<uint16_t>(i % sms), 0, 0, 0);
+    w.hw_warp = static_cast<uint16_t>((i / sms) % slots);
+    sink.OnWarp(l, w);
+    sink.OnSlice(l, w, SinkSlice("work", s + 100, s + 600, 0));
+    sink.OnSlice(l, w, SinkSlice("load", s + 100, s + 300, 1));
+    sink.OnInstant(l, w, SinkInstant("tick", s + 400));
+    const uint32_t order[] = {0};
+    sink.OnLaunchEnd(l, order, 1);
+  }
+}
+
 }  // namespace smprof::testing

@@ -411,8 +411,10 @@ TEST_F(CollectorTest, SummaryJsonHasExactlyTheDocumentedKeys) {
                                          "launches_not_selected",
                                          "gpus",
                                          "not_profiled",
+                                         "layout",
                                          "run",
                                          "exit"}));
+  EXPECT_EQ(j["layout"], "launch-centric (JSON)");
   std::set<std::string> lost_keys;
   for (auto& [key, value] : j["lost"].items()) lost_keys.insert(key);
   EXPECT_EQ(lost_keys, (std::set<std::string>{"device_buffer", "device_unplaced", "transport", "orphan", "total"}));

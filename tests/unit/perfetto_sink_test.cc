@@ -491,7 +491,7 @@ TEST_F(PerfettoSinkTest, WritesTheLaunchCentricTrackTree) {
     std::get<2>(c) += t.open;
   }
   using C = std::tuple<uint64_t, uint64_t, uint64_t>;
-  EXPECT_EQ(counts["smprof run"], C(0, 2, 0));
+  EXPECT_EQ(counts["smprof run"], C(0, 3, 0));  // metadata, layout, summary
   EXPECT_EQ(counts[testing::kSinkGpuTrack], C(0, 1, 0));
   EXPECT_EQ(counts["pid 4242 | cuda:1 | stream 7"], C(2, 0, 0));
   EXPECT_EQ(counts["smprof | ./app --n 3 | pid 4242"], C(0, 4, 0));
@@ -580,16 +580,23 @@ TEST_F(PerfettoSinkTest, WritesTheLaunchCentricTrackTree) {
 
   // Run metadata, GPU facts (nested objects flattened), the summary at the end.
   const auto& run_instants = d.instants.at(run);
-  ASSERT_EQ(run_instants.size(), 2u);
+  ASSERT_EQ(run_instants.size(), 3u);
   EXPECT_EQ(run_instants[0].name, "smprof run");
   EXPECT_EQ(run_instants[0].ts, 0u);
   EXPECT_EQ(run_instants[0].args.at("command[1]"), "--n");
   EXPECT_EQ(run_instants[0].args.at("options.overwrite"), "true");
-  EXPECT_EQ(run_instants[1].name, "smprof run summary");
-  EXPECT_EQ(run_instants[1].ts, 12700u);
-  EXPECT_EQ(run_instants[1].args.at("launches"), "2");
-  EXPECT_EQ(run_instants[1].args.at("unknown_names"), "1");
-  EXPECT_EQ(run_instants[1].args.at("lost.total"), "0");
+  // kAuto: launch-centric for a small run, said at the first launch.
+  EXPECT_EQ(run_instants[1].name, "layout: launch-centric");
+  EXPECT_EQ(run_instants[1].ts, 1000u);
+  EXPECT_EQ(run_instants[1].args.at("requested"), "auto");
+  EXPECT_EQ(run_instants[1].args.at("from_launch"), "1");
+  EXPECT_EQ(sink->layout_used(), TraceLayout::kLaunch);
+  EXPECT_EQ(sink->layout_description().rfind("launch-centric (auto: ", 0), 0u) << sink->layout_description();
+  EXPECT_EQ(run_instants[2].name, "smprof run summary");
+  EXPECT_EQ(run_instants[2].ts, 12700u);
+  EXPECT_EQ(run_instants[2].args.at("launches"), "2");
+  EXPECT_EQ(run_instants[2].args.at("unknown_names"), "1");
+  EXPECT_EQ(run_instants[2].args.at("lost.total"), "0");
   const DecodedEvent& identity = d.instants.at(gpu).at(0);
   EXPECT_EQ(identity.name, "GPU 0 identity");
   EXPECT_EQ(identity.args.at("marker_cost_cycles.default"), "12.5");
@@ -892,6 +899,199 @@ TEST_F(PerfettoSinkTest, OpenNamesThePathAndHonoursExclusive) {
   EXPECT_NE(error.find("already exists"), std::string::npos) << error;
   EXPECT_EQ(PerfettoSink::Open("/nonexistent-dir/t.pftrace", false, &error), nullptr);
   EXPECT_NE(error.find("/nonexistent-dir/t.pftrace"), std::string::npos) << error;
+}
+
+
+// --- the hardware-centric layout --------------------------------------------
+
+using SliceRow = std::tuple<std::string, uint64_t, uint64_t, uint32_t>;  // name, ts, dur, depth
+std::vector<SliceRow> Rows(const Decoded& d, uint64_t track) {
+  std::vector<SliceRow> rows;
+  const auto it = d.slices.find(track);
+  if (it == d.slices.end()) return rows;
+  for (const DecodedSlice& s : it->second) rows.emplace_back(s.name, s.ts, s.dur, s.depth);
+  return rows;
+}
+
+TEST_F(PerfettoSinkTest, HardwareLayoutPutsWarpsOnTheirSlots) {
+  auto sink = OpenSink();
+  sink->set_layout(TraceLayout::kHardware);
+  testing::WriteSmallRun(*sink);
+  ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
+  const std::string trace = ReadTrace();
+  const perfetto::TraceSummary check = perfetto::CheckTrace(trace);
+  EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
+  const Decoded d = Decode(trace);
+  ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
+
+  const uint64_t gpu = d.Track(testing::kSinkGpuTrack, 0);
+  const uint64_t sm12 = d.Track("SM 012", gpu), sm3 = d.Track("SM 003", gpu), sm5 = d.Track("SM 005", gpu);
+  const uint64_t slot = d.Track("slot 00", sm12), overlap = d.Track("slot 00 overlap", sm12);
+  const uint64_t lane = d.Track("slot 00 lane 1", sm12);
+  for (uint64_t t : {gpu, sm12, sm3, sm5, slot, overlap, lane}) EXPECT_NE(t, 0u);
+  // No launch track: nothing named after the launch, no block or warp tracks.
+  EXPECT_EQ(d.Track(testing::SinkLaunchTrack(7, 0)), 0u);
+  EXPECT_EQ(d.Track("block (1,0,0)"), 0u);
+  EXPECT_EQ(d.Track("warp 0"), 0u);
+  EXPECT_LT(d.tracks.at(slot).rank, d.tracks.at(lane).rank);
+  EXPECT_LT(d.tracks.at(lane).rank, d.tracks.at(overlap).rank);
+
+  // Warp 0 of #7: its slice from its first record to its last, ranges inside.
+  EXPECT_EQ(Rows(d, slot), (std::vector<SliceRow>{{"#7 gemm<128>", 1100, 4900, 0},
+                                                  {"mainloop", 1100, 3900, 1},
+                                                  {"load", 1100, 400, 2},
+                                                  {"mma", 1500, 2500, 2},
+                                                  {"epilogue", 5000, 1000, 1}}));
+  const DecodedSlice& span = d.slices.at(slot).at(0);
+  EXPECT_EQ(span.args.at("launch_id"), "7");
+  EXPECT_EQ(span.args.at("pid"), "4242");
+  EXPECT_EQ(span.args.at("block[0]"), "1");
+  EXPECT_EQ(span.args.at("warp"), "0");
+  EXPECT_EQ(span.cycles, 0);  // one counter value per slice row
+  EXPECT_EQ(d.slices.at(slot).at(1).cycles, 2 * 3900);
+  EXPECT_EQ(Rows(d, lane), (std::vector<SliceRow>{{"copy", 1800, 3700, 0}}));
+  ASSERT_EQ(d.instants.at(slot).size(), 1u);
+  EXPECT_EQ(d.instants.at(slot)[0].name, "tick");
+  // Warp 1 of #7 has the same slot (hw_warp 0) while warp 0 runs: the overlap track.
+  EXPECT_EQ(Rows(d, overlap), (std::vector<SliceRow>{{"#7 gemm<128>", 1200, 7800, 0}, {"mainloop", 1300, 7700, 1}}));
+  EXPECT_EQ(d.slices.at(overlap).at(0).args.at("warp"), "1");
+  EXPECT_EQ(d.slices.at(overlap).at(1).args.at("unterminated"), "true");
+  EXPECT_EQ(sink->overlap_spans(), 1u);
+  EXPECT_EQ(Rows(d, d.Track("slot 00", sm3)),
+            (std::vector<SliceRow>{{"#7 gemm<128>", 2000, 300, 0}, {"load", 2000, 100, 1}, {"load", 2100, 200, 1}}));
+  EXPECT_EQ(Rows(d, d.Track("slot 00", sm5)), (std::vector<SliceRow>{{"#8 gemm<128>", 10100, 100, 0}, {"load", 10100, 100, 1}}));
+
+  // Each launch once as a whole, on its stream, with the launch's args.
+  const uint64_t stream = d.Track("pid 4242 | cuda:1 | stream 7", gpu);
+  ASSERT_EQ(d.slices.at(stream).size(), 2u);
+  EXPECT_EQ(d.slices.at(stream)[0].args.at("launch_id"), "7");
+  EXPECT_EQ(d.slices.at(stream)[0].args.at("registers"), "64");
+  EXPECT_EQ(d.slices.at(stream)[0].args.at("kernel"), "_Z4gemmILi128EEvPfS0_");
+  // Said once, at the first launch.
+  const auto& run = d.instants.at(d.Track("smprof run", 0));
+  ASSERT_GE(run.size(), 2u);
+  EXPECT_EQ(run[1].name, "layout: hardware-centric");
+  EXPECT_EQ(run[1].args.at("reason"), "asked for");
+  EXPECT_EQ(sink->layout_used(), TraceLayout::kHardware);
+  EXPECT_EQ(sink->layout_description(), "hardware-centric (asked for)");
+}
+
+// Two warps on one slot, one after the other: touching (same track, the
+// first closed before the second begins), overlapping by 5 ns (the overlap
+// track), the overlapping one handed first, a record that comes back after
+// its slot was taken (a new slice of its warp elsewhere), and a later warp
+// back on the slot.
+TEST_F(PerfettoSinkTest, HardwareSlotsStayStrictlyNested) {
+  auto sink = OpenSink();
+  sink->set_layout(TraceLayout::kHardware);
+  trace::GpuRecord g;
+  g.index = 0;
+  sink->OnGpu(g);
+  const trace::WarpRecord w = [] {
+    trace::WarpRecord r = testing::SinkWarp(0, 2, 0, 0, 0);
+    r.hw_warp = 5;
+    return r;
+  }();
+  auto run = [&](uint64_t index, uint64_t begin, uint64_t end, bool end_launch = true) {
+    const trace::LaunchRecord l = testing::SinkLaunch(index, index + 1, 0, begin, end);
+    sink->OnSlice(l, w, testing::SinkSlice("r", begin, end, 0));
+    if (end_launch) sink->OnLaunchEnd(l, nullptr, 0);
+    return l;
+  };
+  run(0, 1000, 2000);
+  run(1, 2000, 3000);  // touches #1
+  run(3, 3995, 5000);  // handed before #3, which it overlaps by 5 ns
+  run(2, 3000, 4000);
+  const trace::LaunchRecord open = run(4, 6000, 7000, false);
+  run(5, 7000, 8000);  // takes the slot: #5's slice ends at 7000
+  sink->OnSlice(open, w, testing::SinkSlice("late", 7500, 7600, 0));  // #5 comes back
+  sink->OnLaunchEnd(open, nullptr, 0);
+  ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
+  const std::string trace = ReadTrace();
+  const perfetto::TraceSummary check = perfetto::CheckTrace(trace);
+  EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
+  const Decoded d = Decode(trace);
+  ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
+  const uint64_t sm = d.Track("SM 002");
+  EXPECT_EQ(Rows(d, d.Track("slot 05", sm)), (std::vector<SliceRow>{{"#1 gemm<128>", 1000, 1000, 0},
+                                                                     {"r", 1000, 1000, 1},
+                                                                     {"#2 gemm<128>", 2000, 1000, 0},
+                                                                     {"r", 2000, 1000, 1},
+                                                                     {"#4 gemm<128>", 3995, 1005, 0},
+                                                                     {"r", 3995, 1005, 1},
+                                                                     {"#5 gemm<128>", 6000, 1000, 0},
+                                                                     {"r", 6000, 1000, 1},
+                                                                     {"#6 gemm<128>", 7000, 1000, 0},
+                                                                     {"r", 7000, 1000, 1}}));
+  EXPECT_EQ(Rows(d, d.Track("slot 05 overlap", sm)), (std::vector<SliceRow>{{"#3 gemm<128>", 3000, 1000, 0},
+                                                                             {"r", 3000, 1000, 1},
+                                                                             {"#5 gemm<128>", 7500, 100, 0},
+                                                                             {"late", 7500, 100, 1}}));
+  EXPECT_EQ(sink->overlap_spans(), 2u);
+}
+
+// The track count is the hardware's: the same for 10 and 2,000 launches.
+TEST_F(PerfettoSinkTest, HardwareTrackCountIndependentOfLaunches) {
+  std::vector<uint64_t> tracks;
+  for (const uint64_t launches : {10u, 2000u}) {
+    auto sink = OpenSink();
+    sink->set_layout(TraceLayout::kHardware);
+    testing::WriteManyLaunchesRun(*sink, launches, 4, 2);
+    ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
+    const perfetto::TraceSummary check = perfetto::CheckTrace(ReadTrace());
+    EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
+    std::map<std::string, uint64_t> slices;
+    for (const auto& [uuid, t] : check.tracks) {
+      for (const auto& [name, n] : t.names) slices[name] += n;
+    }
+    EXPECT_EQ(slices["work"], launches);
+    EXPECT_EQ(slices["load"], launches);
+    EXPECT_EQ(slices["tick"], launches);
+    EXPECT_EQ(slices["step"], launches);  // the stream spans
+    EXPECT_EQ(sink->overlap_spans(), 0u);
+    tracks.push_back(check.descriptors);
+    EXPECT_EQ(check.descriptors, sink->tracks());
+  }
+  // run, GPU, 4 streams, process, 4 SMs, 8 slots with their counters.
+  EXPECT_EQ(tracks[0], 1u + 1 + 4 + 1 + 4 + 8 * 2);
+  EXPECT_EQ(tracks[1], tracks[0]);
+}
+
+TEST_F(PerfettoSinkTest, AutoLayoutSwitchesAfter256Launches) {
+  auto sink = OpenSink();
+  EXPECT_EQ(sink->layout_used(), TraceLayout::kLaunch);
+  testing::WriteManyLaunchesRun(*sink, 300, 4, 2);
+  ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
+  const Decoded d = Decode(ReadTrace());
+  ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
+  EXPECT_EQ(sink->layout_used(), TraceLayout::kHardware);
+  EXPECT_EQ(sink->layout_description(),
+            "hardware-centric from launch 257 on (auto: more than 256 launches); launch-centric before");
+  size_t launch_tracks = 0, warp_slices = 0;
+  for (const auto& [uuid, t] : d.tracks) launch_tracks += t.name.rfind("#", 0) == 0;
+  for (const auto& [track, slices] : d.slices) {
+    for (const DecodedSlice& s : slices) warp_slices += s.name.rfind("#", 0) == 0 && s.depth == 0;
+  }
+  EXPECT_EQ(launch_tracks, 256u);
+  EXPECT_EQ(warp_slices, 300u - 256u);
+  const auto& run = d.instants.at(d.Track("smprof run", 0));
+  ASSERT_GE(run.size(), 2u);
+  EXPECT_EQ(run[0].name, "layout: launch-centric");
+  EXPECT_EQ(run[1].name, "layout: hardware-centric");
+  EXPECT_EQ(run[1].ts, 1000u + 250 * 256);
+  EXPECT_EQ(run[1].args.at("from_launch"), "257");
+  EXPECT_EQ(run[1].args.at("launch_id"), "257");
+  EXPECT_EQ(run[1].args.at("reason"), "auto: more than 256 launches");
+}
+
+TEST_F(PerfettoSinkTest, LayoutNamesParse) {
+  TraceLayout l = TraceLayout::kAuto;
+  EXPECT_TRUE(ParseTraceLayout("hardware", &l));
+  EXPECT_EQ(l, TraceLayout::kHardware);
+  EXPECT_TRUE(ParseTraceLayout("launch", &l));
+  EXPECT_EQ(l, TraceLayout::kLaunch);
+  EXPECT_FALSE(ParseTraceLayout("slots", &l));
+  EXPECT_STREQ(TraceLayoutName(TraceLayout::kAuto), "auto");
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ TEST(SettingsTest, TableIsCompleteAndUnique) {
     EXPECT_NE(std::string(s.value_name), "") << s.variable;
     EXPECT_EQ(&SpecOf(s.id), &s);
   }
-  EXPECT_EQ(ids.size(), 7u) << "a Setting is missing from the table";
+  EXPECT_EQ(ids.size(), 8u) << "a Setting is missing from the table";
   EXPECT_EQ(FindSettingByOption("buffer-mb")->id, Setting::kBufferMb);
   EXPECT_EQ(FindSettingByShortOption('k')->id, Setting::kKernels);
   EXPECT_EQ(FindSettingByOption("nope"), nullptr);
@@ -87,6 +87,18 @@ TEST(SettingsTest, BadValueLeavesSettingsUnchanged) {
   EXPECT_EQ(s.warp_mask, 0xfu);
   EXPECT_FALSE(ParseSetting(Setting::kKernels, "a[", "-k", &s, &error));
   EXPECT_TRUE(s.kernels.selects_all());
+}
+
+TEST(SettingsTest, Layouts) {
+  Settings s;
+  std::string error;
+  for (const char* good : {"launch", "hardware", "auto"}) {
+    ASSERT_TRUE(ParseSetting(Setting::kLayout, good, "--layout", &s, &error)) << good << ": " << error;
+    EXPECT_EQ(SettingText(Setting::kLayout, s), good);
+  }
+  EXPECT_FALSE(ParseSetting(Setting::kLayout, "sm", "SMPROF_LAYOUT", &s, &error));
+  EXPECT_EQ(error, "SMPROF_LAYOUT: unknown layout \"sm\": use launch, hardware or auto");
+  EXPECT_EQ(s.layout, "auto");
 }
 
 TEST(SettingsTest, WholeNumbers) {
