@@ -464,6 +464,15 @@ class PerfettoSinkTest : public ::testing::Test {
     return sink;
   }
 
+  // Finishes `sink`; the trace must pass smprof's own checker. Decoded.
+  Decoded FinishAndDecode(PerfettoSink& sink) {
+    EXPECT_TRUE(sink.Finish(CollectorSummary())) << sink.error();
+    const std::string trace = ReadTrace();
+    const perfetto::TraceSummary check = perfetto::CheckTrace(trace);
+    EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
+    return Decode(trace);
+  }
+
   void RandomRunRoundTrips(int chunk);
 
   std::string path_;
@@ -629,11 +638,7 @@ TEST_F(PerfettoSinkTest, CyclesAsAnnotationsWhenAsked) {
   auto sink = OpenSink();
   sink->set_cycles_encoding(PerfettoSink::CyclesEncoding::kAnnotation);
   testing::WriteSmallRun(*sink);
-  ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
-  const std::string trace = ReadTrace();
-  const perfetto::TraceSummary check = perfetto::CheckTrace(trace);
-  EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
-  const Decoded d = Decode(trace);
+  const Decoded d = FinishAndDecode(*sink);
   ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
   EXPECT_EQ(d.Track("cycles"), 0u);  // no counter tracks
   const uint64_t block = d.Track("block (1,0,0)");
@@ -667,11 +672,7 @@ TEST_F(PerfettoSinkTest, WarpsThatComeBackGetFreshSequences) {
   sink->OnSlice(l, w1, testing::SinkSlice("after", 6000, 7000, 0));
   sink->OnInstant(l, w0, testing::SinkInstant("tick", 9000));
   sink->OnLaunchEnd(l, nullptr, 0);
-  ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
-  const std::string trace = ReadTrace();
-  const perfetto::TraceSummary check = perfetto::CheckTrace(trace);
-  EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
-  const Decoded d = Decode(trace);
+  const Decoded d = FinishAndDecode(*sink);
   ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
   EXPECT_EQ(d.sequences, (std::set<uint32_t>{1, 2}));
   const auto slices = [&d](const std::string& name) {
@@ -718,11 +719,7 @@ TEST_F(PerfettoSinkTest, ProcessNamedAfterItsFirstEventKeepsItsFirstTitle) {
 TEST_F(PerfettoSinkTest, OutOfOrderRecordsKeepTheirTimes) {
   auto sink = OpenSink();
   testing::WriteOutOfOrderRun(*sink);
-  ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
-  const std::string trace = ReadTrace();
-  const perfetto::TraceSummary check = perfetto::CheckTrace(trace);
-  EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
-  const Decoded d = Decode(trace);
+  const Decoded d = FinishAndDecode(*sink);
   ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
   const uint64_t warp = d.Track("warp 0");
   // The launch is a root track (its process never described its GPU).
@@ -743,11 +740,7 @@ void PerfettoSinkTest::RandomRunRoundTrips(int chunk) {
   auto sink = OpenSink();
   constexpr int kWarps = 40;
   const testing::SentRun sent = testing::WriteRandomRun(*sink, 12345, 3, kWarps, chunk);
-  ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
-  const std::string trace = ReadTrace();
-  const perfetto::TraceSummary check = perfetto::CheckTrace(trace);
-  EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
-  const Decoded d = Decode(trace);
+  const Decoded d = FinishAndDecode(*sink);
   ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
   EXPECT_EQ(d.sequences, (std::set<uint32_t>{1, 2}));  // one open at a time, its id reused
 
@@ -917,11 +910,7 @@ TEST_F(PerfettoSinkTest, HardwareLayoutPutsWarpsOnTheirSlots) {
   auto sink = OpenSink();
   sink->set_layout(TraceLayout::kHardware);
   testing::WriteSmallRun(*sink);
-  ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
-  const std::string trace = ReadTrace();
-  const perfetto::TraceSummary check = perfetto::CheckTrace(trace);
-  EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
-  const Decoded d = Decode(trace);
+  const Decoded d = FinishAndDecode(*sink);
   ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
 
   const uint64_t gpu = d.Track(testing::kSinkGpuTrack, 0);
@@ -1006,11 +995,7 @@ TEST_F(PerfettoSinkTest, HardwareSlotsStayStrictlyNested) {
   run(5, 7000, 8000);  // takes the slot: #5's slice ends at 7000
   sink->OnSlice(open, w, testing::SinkSlice("late", 7500, 7600, 0));  // #5 comes back
   sink->OnLaunchEnd(open, nullptr, 0);
-  ASSERT_TRUE(sink->Finish(CollectorSummary())) << sink->error();
-  const std::string trace = ReadTrace();
-  const perfetto::TraceSummary check = perfetto::CheckTrace(trace);
-  EXPECT_TRUE(check.errors.empty()) << Errors(check.errors);
-  const Decoded d = Decode(trace);
+  const Decoded d = FinishAndDecode(*sink);
   ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
   const uint64_t sm = d.Track("SM 002");
   EXPECT_EQ(Rows(d, d.Track("slot 05", sm)), (std::vector<SliceRow>{{"#1 gemm<128>", 1000, 1000, 0},
