@@ -82,6 +82,11 @@ void JsonSink::OnHarvest(const trace::ProcessRecord& process, const trace::Harve
   JsonArgs args;
   args.Uint("device", h.device).Uint("dropped_events", h.dropped_events).Uint("unplaced_events", h.unplaced_events);
   writer_->Instant(pid, 1, internal::HarvestReasonName(h.reason), h.ts_ns, &args);
+  if (h.chunks_total != 0) {
+    JsonArgs fill;
+    fill.Uint("percent", h.chunks_used * uint64_t{100} / h.chunks_total);
+    writer_->Counter(pid, "arena fill", h.ts_ns, fill);
+  }
   if (h.dropped_events != 0 || h.unplaced_events != 0) {
     JsonArgs lost;
     lost.Uint("lost", h.lost_so_far);

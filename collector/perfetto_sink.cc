@@ -330,7 +330,7 @@ struct PerfettoSink::Gpu {
 struct PerfettoSink::Process {
   trace::ProcessRecord record;  // as known so far
   uint64_t track = 0;           // 0: not described yet
-  uint64_t lost_track = 0, harvested_track = 0;
+  uint64_t lost_track = 0, harvested_track = 0, fill_track = 0;
   uint64_t events = 0;  // device events written since the previous harvest
 };
 
@@ -559,6 +559,10 @@ void PerfettoSink::OnHarvest(const trace::ProcessRecord& process, const trace::H
   Counter(p.lost_track, harvest.ts_ns, harvest.lost_so_far);
   Counter(p.harvested_track, harvest.ts_ns, p.events);
   p.events = 0;
+  if (harvest.chunks_total != 0) {
+    if (p.fill_track == 0) p.fill_track = NewCounterTrack(track, "arena fill (%)");
+    Counter(p.fill_track, harvest.ts_ns, harvest.chunks_used * uint64_t{100} / harvest.chunks_total);
+  }
 }
 
 void PerfettoSink::OnProcessLost(const trace::ProcessRecord& process, uint64_t ts_ns) {

@@ -438,6 +438,8 @@ void TraceBuilder::OnHarvest(Producer& p, const DecodedMessage& m) {
   h.dropped_events = msg.dropped_events;
   h.unplaced_events = msg.unplaced_events;
   h.lost_so_far = SatAdd(p.harvest_dropped, p.harvest_unplaced);
+  h.chunks_used = std::min(msg.chunks_used, msg.chunks_total);  // untrusted input
+  h.chunks_total = msg.chunks_total;
   Touch(h.ts_ns);
   for (trace::TraceSink* s : sinks_) s->OnHarvest(p.record, h);
   if (logger_ && (msg.dropped_events != 0 || msg.unplaced_events != 0)) {

@@ -109,6 +109,8 @@ struct HarvestRecord {
   uint64_t dropped_events = 0;   // in this harvest
   uint64_t unplaced_events = 0;  // in this harvest
   uint64_t lost_so_far = 0;      // the process's device losses up to and including it
+  uint32_t chunks_used = 0;      // how full the device arena was: chunks claimed ...
+  uint32_t chunks_total = 0;     // ... of its chunks (0: not known)
 };
 
 class TraceSink {

@@ -978,7 +978,8 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
       launches, reason == wire::kHarvestHighWater ? uint32_t{wire::kLaunchForcedDrain} : 0u,
       [&](uint64_t address) { return names[address]; },
       [](const std::string& mangled) { return mangled.empty() ? std::string("<unknown kernel>") : Demangle(mangled); });
-  shipper->SendHarvest(harvest_time, cs->device, reason, header.dropped_events, header.unplaced_events);
+  shipper->SendHarvest(harvest_time, cs->device, reason, header.dropped_events, header.unplaced_events, used,
+                       cs->ref.num_chunks);
   stats.harvests += 1;
   stats.forced_drains += reason == wire::kHarvestHighWater ? 1 : 0;
   stats.events_dropped_device += header.dropped_events;

@@ -146,13 +146,15 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
 }
 
 void Shipper::SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason reason, uint64_t dropped,
-                          uint64_t unplaced) {
+                          uint64_t unplaced, uint32_t chunks_used, uint32_t chunks_total) {
   auto m = Zeroed<wire::HarvestMsg>();
   m.time_ns = time_ns;
   m.device = device;
   m.reason = reason;
   m.dropped_events = dropped;
   m.unplaced_events = unplaced;
+  m.chunks_used = chunks_used;
+  m.chunks_total = chunks_total;
   Send(wire::kMsgHarvest, &m, sizeof(m), nullptr, 0, 0);
 }
 

@@ -74,7 +74,9 @@ class Shipper {
                     const std::function<std::string(uint64_t)>& name_of,
                     const std::function<std::string(const std::string&)>& kernel_name);
 
-  void SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason reason, uint64_t dropped, uint64_t unplaced);
+  // `chunks_used` of `chunks_total`: how full the arena was (its fill counter).
+  void SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason reason, uint64_t dropped, uint64_t unplaced,
+                   uint32_t chunks_used, uint32_t chunks_total);
   void SendStats(const wire::StatsMsg& stats);
 
   const ShipperCounters& counters() const { return counters_; }

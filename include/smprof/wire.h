@@ -183,7 +183,7 @@ static_assert(sizeof(ArenaRef) == 64 && offsetof(ArenaRef, num_chunks) == 16 && 
 // Transport messages (injector -> collector)
 // ---------------------------------------------------------------------------
 
-inline constexpr uint32_t kTransportVersion = 4;
+inline constexpr uint32_t kTransportVersion = 5;
 inline constexpr uint32_t kMaxMessageBytes = 1u << 20;  // collector rejects larger
 
 enum MsgType : uint32_t {
@@ -312,6 +312,8 @@ struct HarvestMsg {
   uint32_t reason;           // HarvestReason
   uint64_t dropped_events;   // device drops in this harvest (arena full)
   uint64_t unplaced_events;  // device drops in this harvest (slot table too small)
+  uint32_t chunks_used;      // arena chunks the harvest found claimed (at most chunks_total)
+  uint32_t chunks_total;     // the arena's chunks (0: not known)
 };
 
 // Cumulative counters of one process; the collector keeps the latest.
@@ -356,7 +358,7 @@ static_assert(sizeof(LaunchMsg) == 112 && offsetof(LaunchMsg, grid) == 72 && off
               "LaunchMsg layout");
 static_assert(sizeof(WireEvent) == 24 && offsetof(WireEvent, name_id) == 12, "WireEvent layout");
 static_assert(sizeof(WarpEventsMsg) == 40 && offsetof(WarpEventsMsg, count) == 32, "WarpEventsMsg layout");
-static_assert(sizeof(HarvestMsg) == 40, "HarvestMsg layout");
+static_assert(sizeof(HarvestMsg) == 48, "HarvestMsg layout");
 static_assert(sizeof(StatsMsg) == 112, "StatsMsg layout");
 static_assert(sizeof(NoticeMsg) == 16, "NoticeMsg layout");
 

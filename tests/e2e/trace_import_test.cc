@@ -2,7 +2,7 @@
 // trace writers), written in both formats and imported by Perfetto's own
 // trace processor: no import error, the exact slices per track, names,
 // lanes for ranges that overlap without nesting, unmatched and unterminated
-// ranges, the loss counter. Skips visibly when the trace processor is absent.
+// ranges, the loss and arena-fill counters. Skips visibly when the trace processor is absent.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -55,7 +55,7 @@ std::string WriteRun(const std::string& path) {
   send(testing::Warp(1, 5, 1, 2, {B(2000, 1), E(2600, 1), E(2700, 2), B(2800, 4)}));
   send(testing::Launch(2, kT0 + 110000, kT0 + 120000, "gemm(float*)"));
   send(testing::Warp(2, 3, 0, 0, {I(111000, 3)}));
-  send(testing::Harvest(kT0 + 200000, wire::kHarvestSync, 5));
+  send(testing::Harvest(kT0 + 200000, wire::kHarvestSync, 5, 0, 3, 12));
   c->HandleProducerEnd(p, /*clean=*/true);
   const CollectorSummary s = c->Finish();
   EXPECT_TRUE(s.trace_ok) << s.trace_error;
@@ -129,6 +129,10 @@ TEST(TraceImport, JsonAndProtobufImportAlike) {
                   "select c.value from counter c join process_counter_track t on c.track_id = t.id "
                   "where t.name = 'events lost (device buffer) lost'"),
             std::vector<std::string>{"5.000000"});
+  EXPECT_EQ(Query(tp, json,
+                  "select c.value from counter c join process_counter_track t on c.track_id = t.id "
+                  "where t.name = 'arena fill percent'"),
+            std::vector<std::string>{"25.000000"});
 
   // Protobuf: the same tree as named tracks; the lane beside its warp.
   EXPECT_EQ(Query(tp, proto,
@@ -141,6 +145,10 @@ TEST(TraceImport, JsonAndProtobufImportAlike) {
                   "select c.value from counter c join counter_track t on c.track_id = t.id "
                   "where t.name = 'events lost (device buffer)'"),
             std::vector<std::string>{"5.000000"});
+  EXPECT_EQ(Query(tp, proto,
+                  "select c.value from counter c join counter_track t on c.track_id = t.id "
+                  "where t.name = 'arena fill (%)'"),
+            std::vector<std::string>{"25.000000"});
   for (const std::string& f : {json, proto, json + ".stats.json", proto + ".stats.json"}) unlink(f.c_str());
 }
 

@@ -112,12 +112,15 @@ inline Bytes Notice(uint32_t kind, std::string_view text) {
 
 inline Bytes Stats(const wire::StatsMsg& fields) { return Frame(fields, wire::kMsgStats); }
 
-inline Bytes Harvest(uint64_t time_ns, uint32_t reason, uint64_t dropped, uint64_t unplaced = 0) {
+inline Bytes Harvest(uint64_t time_ns, uint32_t reason, uint64_t dropped, uint64_t unplaced = 0,
+                     uint32_t chunks_used = 0, uint32_t chunks_total = 0) {
   wire::HarvestMsg m{};
   m.time_ns = time_ns;
   m.reason = reason;
   m.dropped_events = dropped;
   m.unplaced_events = unplaced;
+  m.chunks_used = chunks_used;
+  m.chunks_total = chunks_total;
   return Frame(m, wire::kMsgHarvest);
 }
 

@@ -99,6 +99,23 @@ TEST(Shipper, FramesLaunchesNamesAndEvents) {
   EXPECT_EQ(sink.TypeAt(5), wire::kMsgWarpEvents);
 }
 
+TEST(Shipper, HarvestCarriesLossesAndArenaFill) {
+  RecordingSink sink;
+  Shipper s(&sink);
+  s.SendHarvest(123, 1, wire::kHarvestHighWater, 4, 5, 96, 128);
+  ASSERT_EQ(sink.messages.size(), 1u);
+  ASSERT_EQ(sink.TypeAt(0), wire::kMsgHarvest);
+  ASSERT_EQ(sink.messages[0].size(), sizeof(wire::HarvestMsg));
+  const auto h = sink.As<wire::HarvestMsg>(0);
+  EXPECT_EQ(h.time_ns, 123u);
+  EXPECT_EQ(h.device, 1u);
+  EXPECT_EQ(h.reason, wire::kHarvestHighWater);
+  EXPECT_EQ(h.dropped_events, 4u);
+  EXPECT_EQ(h.unplaced_events, 5u);
+  EXPECT_EQ(h.chunks_used, 96u);
+  EXPECT_EQ(h.chunks_total, 128u);
+}
+
 TEST(Shipper, SplitsLargeWarpsAndCountsDrops) {
   RecordingSink sink;
   Shipper s(&sink);
