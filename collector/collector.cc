@@ -7,6 +7,7 @@
 
 #include "collector/json_sink.h"
 #include "collector/perfetto_sink.h"
+#include "collector/stats_report.h"
 #include "collector/trace_placement.h"
 #include "collector/trace_writer.h"
 
@@ -119,6 +120,9 @@ CollectorSummary Collector::Finish() {
   finished_ = true;
   builder_->Finish(transport_stats_, &summary_);
   CollectorSummary& s = summary_;
+  if (stats_) {
+    s.statistics = stats::ToJson(stats_->Build(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
   if (const auto* proto = dynamic_cast<const PerfettoSink*>(trace_.get())) {
     s.layout = proto->layout_description();
   } else {

@@ -229,6 +229,7 @@ bool JsonSink::Finish(const CollectorSummary& summary) {
   args["clamped_timestamps"] = summary.clamped_timestamps;
   args["transport_messages_dropped"] = summary.transport_messages_dropped;
   args["transport_unread_bytes"] = summary.transport_unread_bytes;
+  if (!summary.statistics.empty()) args["statistics"] = summary.statistics;
   const JsonArgs summary_args = ArgsOf(args);
   writer_->Instant(kRunPid, 1, "smprof run summary", last_ns_, &summary_args);
   return writer_->Finish();

@@ -1277,6 +1277,7 @@ bool PerfettoSink::Finish(const CollectorSummary& summary) {
     all["transport_unread_bytes"] = summary.transport_unread_bytes;
     Annotations args;
     args.Members(all);
+    if (!summary.statistics.empty()) args.String("statistics", summary.statistics);
     MainEvent(run_track_, kInstant, "smprof run summary", last_ns_, &args);
   }
   finished_ = true;

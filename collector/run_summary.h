@@ -66,6 +66,9 @@ struct CollectorSummary {
   uint64_t clamped_timestamps = 0;  // timestamps before the base, written as 0
   uint64_t transport_messages_dropped = 0;  // ConsumerStats::producer_messages_dropped
   uint64_t transport_unread_bytes = 0;      // ConsumerStats::unread_bytes
+  // The run's statistics (stats_report.h ToJson, compact text), so that the
+  // trace answers `smprof stats` by itself; "" when none were computed.
+  std::string statistics;
   // In ToJson only when writing the trace failed:
   bool trace_ok = true;  // false if writing the trace failed
   std::string trace_error;

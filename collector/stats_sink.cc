@@ -32,9 +32,17 @@ void StatsSink::OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t*, 
   builder_.OnLaunchEnd(launch);
 }
 
+const RunStats& StatsSink::Build(const CollectorSummary& summary) {
+  if (!built_) {
+    stats_ = builder_.Build();
+    stats_.lost_events = summary.lost_total;
+    built_ = true;
+  }
+  return stats_;
+}
+
 bool StatsSink::Finish(const CollectorSummary& summary) {
-  stats_ = builder_.Build();
-  stats_.lost_events = summary.lost_total;
+  Build(summary);
   // Names are the program's bytes: invalid UTF-8 becomes U+FFFD, not an exception.
   Write(json_path(), ToJson(stats_).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   Write(csv_path(), ToCsv(stats_));

@@ -41,8 +41,11 @@ class StatsSink : public trace::TraceSink {
   void OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t* warps_in_order, size_t warp_count) override;
 
   bool Flush() override { return error_.empty(); }
-  // Builds the statistics (lost_events from the summary's lost_total) and
-  // writes both files, the second even if the first failed.
+  // Builds the statistics (lost_events from the summary's lost_total); the
+  // collector puts them into the trace before the trace is closed.
+  const RunStats& Build(const CollectorSummary& summary);
+  // Builds them unless Build did, and writes both files, the second even if
+  // the first failed.
   bool Finish(const CollectorSummary& summary) override;
   std::string error() const override { return error_; }
 
@@ -55,6 +58,7 @@ class StatsSink : public trace::TraceSink {
   std::string base_;
   StatsBuilder builder_;
   RunStats stats_;
+  bool built_ = false;
   std::string error_;
 };
 

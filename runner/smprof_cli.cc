@@ -3,8 +3,8 @@
 //   smprof stats RUN            the statistics of one run, as smprof-run printed them
 //   smprof diff BEFORE AFTER    region by region: speedup, change of p95
 //
-// RUN is a trace (the statistics beside it, <trace>.stats.json, are read) or
-// a .stats.json file itself. --json prints JSON instead of tables; --top N
+// RUN is a trace (the statistics beside it, <trace>.stats.json, are read,
+// else those the trace carries in its summary) or a .stats.json file itself. --json prints JSON instead of tables; --top N
 // shows the N regions with the most time per kernel (default 10).
 //
 // Exit codes: 0 done, 1 a file cannot be read (the message names it and the
@@ -19,6 +19,7 @@
 
 #include "collector/stats_report.h"
 #include "collector/trace_placement.h"
+#include "collector/trace_statistics.h"
 #include "common/settings.h"
 
 namespace {
@@ -33,7 +34,8 @@ constexpr char kUsage[] =
     "largest gaps on warps.\n"
     "\n"
     "  stats RUN       print the statistics of one run; RUN is a trace (.pftrace\n"
-    "                  or .json) or its .stats.json file\n"
+    "                  or .json: the file beside it, else the trace's own copy)\n"
+    "                  or its .stats.json file\n"
     "  diff A B        compare two runs region by region: speedup (mean A / mean B,\n"
     "                  above 1 means B is faster) and the change of p95\n"
     "  --json          print JSON instead of tables\n"
@@ -54,22 +56,27 @@ bool EndsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// The statistics file of `run`: itself if it is one, else the one beside it.
+// The statistics of `run`: a .stats.json file, the one beside a trace, or
+// the ones the trace itself carries (trace_statistics.h).
 bool Load(const std::string& run, smprof::stats::RunStats* stats) {
-  std::string path = run;
-  if (!EndsWith(run, ".stats.json")) {
-    path = smprof::StatsBase(run) + ".stats.json";
-    if (!IsFile(path)) {
-      std::fprintf(stderr,
-                   "smprof: no statistics for %s: %s does not exist (smprof-run writes it beside the trace; "
-                   "give the .stats.json file itself if it was moved)\n",
-                   run.c_str(), path.c_str());
+  std::string error;
+  const std::string beside = smprof::StatsBase(run) + ".stats.json";
+  if (EndsWith(run, ".stats.json") || IsFile(beside)) {
+    const std::string path = EndsWith(run, ".stats.json") ? run : beside;
+    if (!smprof::stats::ReadStatsFile(path, stats, &error)) {
+      std::fprintf(stderr, "smprof: %s\n", error.c_str());
       return false;
     }
+    return true;
   }
-  std::string error;
-  if (!smprof::stats::ReadStatsFile(path, stats, &error)) {
-    std::fprintf(stderr, "smprof: %s\n", error.c_str());
+  std::string text;
+  if (!smprof::ReadTraceStatistics(run, &text, &error)) {
+    std::fprintf(stderr, "smprof: no statistics for %s: %s\n", run.c_str(), error.c_str());
+    return false;
+  }
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!smprof::stats::FromJson(j, stats, &error)) {
+    std::fprintf(stderr, "smprof: the statistics in %s do not read: %s\n", run.c_str(), error.c_str());
     return false;
   }
   return true;

@@ -14,6 +14,8 @@
 
 #include "collector/collector.h"
 #include "collector/perfetto_check.h"
+#include "collector/stats_report.h"
+#include "collector/trace_statistics.h"
 #include "tests/support/trace_processor.h"
 #include "tests/support/wire_builders.h"
 
@@ -34,6 +36,7 @@ std::string WriteRun(const std::string& path) {
   unlink(path.c_str());
   CollectorOptions options;
   options.trace_path = path;
+  options.stats = true;
   std::string error;
   auto c = Collector::Create(options, &error);
   EXPECT_NE(c, nullptr) << error;
@@ -149,7 +152,23 @@ TEST(TraceImport, JsonAndProtobufImportAlike) {
                   "select c.value from counter c join counter_track t on c.track_id = t.id "
                   "where t.name = 'arena fill (%)'"),
             std::vector<std::string>{"25.000000"});
-  for (const std::string& f : {json, proto, json + ".stats.json", proto + ".stats.json"}) unlink(f.c_str());
+  // Each trace carries its own statistics, equal to the file beside it.
+  for (const std::string& trace : {json, proto}) {
+    std::string text, error;
+    ASSERT_TRUE(ReadTraceStatistics(trace, &text, &error)) << error;
+    stats::RunStats carried, beside;
+    ASSERT_TRUE(stats::FromJson(nlohmann::json::parse(text), &carried, &error)) << error;
+    ASSERT_TRUE(stats::ReadStatsFile(trace + ".stats.json", &beside, &error)) << error;
+    EXPECT_EQ(stats::ToJson(carried), stats::ToJson(beside)) << trace;
+    ASSERT_EQ(carried.kernels.size(), 1u) << trace;
+    EXPECT_EQ(carried.kernels[0].kernel, "gemm");
+    EXPECT_EQ(carried.launches, 2u);
+    EXPECT_EQ(carried.slices, 5u);  // load 2, mma 1, epilogue 2 (one unterminated)
+    EXPECT_EQ(carried.unterminated, 1u);
+  }
+  for (const std::string& f : {json, proto}) {
+    for (const char* suffix : {"", ".stats.json", ".stats.csv"}) unlink((f + suffix).c_str());
+  }
 }
 
 }  // namespace
