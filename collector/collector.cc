@@ -123,11 +123,7 @@ CollectorSummary Collector::Finish() {
   if (stats_) {
     s.statistics = stats::ToJson(stats_->Build(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
-  if (const auto* proto = dynamic_cast<const PerfettoSink*>(trace_.get())) {
-    s.layout = proto->layout_description();
-  } else {
-    s.layout = "launch-centric (JSON)";
-  }
+  s.layout = trace_->layout_description();
   s.trace_ok = trace_->Finish(s);
   s.trace_error = trace_->error();
   s.trace = trace_written_;

@@ -24,10 +24,8 @@
 
 #include "collector/control_channel.h"
 #include "collector/run_summary.h"
-#include "collector/message_decoder.h"
 #include "collector/stats_sink.h"
 #include "collector/trace_builder.h"
-#include "collector/trace_labels.h"
 #include "collector/trace_sink.h"
 #include "common/transport.h"
 

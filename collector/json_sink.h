@@ -53,6 +53,7 @@ class JsonSink : public trace::TraceSink {
   bool Flush() override;
   bool Finish(const CollectorSummary& summary) override;
   std::string error() const override { return writer_->error(); }
+  std::string layout_description() const override { return "launch-centric (JSON)"; }
 
   const std::string& path() const { return writer_->path(); }
 

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "collector/proto_reader.h"
 #include "collector/run_summary.h"
 #include "collector/trace_labels.h"
 #include "collector/trace_placement.h"
@@ -174,25 +175,6 @@ inline bool SameBytes(const char* known, std::string_view name) {
 
 // The one-byte key of a field numbered below 16.
 constexpr char Key(uint32_t field, uint32_t type) { return static_cast<char>((field << 3) | type); }
-
-// Length of the longest prefix of `bytes` made of whole Trace.packet fields.
-size_t WholePackets(std::string_view bytes) {
-  size_t pos = 0, whole = 0;
-  while (pos < bytes.size()) {
-    ++pos;  // the tag (0x0a): every top-level field is a packet
-    uint64_t len = 0;
-    for (int shift = 0;; shift += 7) {
-      if (pos >= bytes.size()) return whole;
-      const auto b = static_cast<unsigned char>(bytes[pos++]);
-      len |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if (b < 0x80) break;
-    }
-    if (len > bytes.size() - pos) return whole;
-    pos += len;
-    whole = pos;
-  }
-  return whole;
-}
 
 }  // namespace
 
@@ -400,7 +382,7 @@ void PerfettoSink::FailWrite(int err, std::string_view bytes, size_t done) {
   error_ = "writing trace file '" + path_ + "': " + std::strerror(err);
   // The buffer holds whole packets: the file ends inside one unless the
   // failed write began or ended at a packet boundary.
-  const size_t whole = WholePackets(bytes.substr(0, done));
+  const size_t whole = proto::WholePackets(bytes.substr(0, done));
   if (whole == done) {
     error_ += "; the trace ends after the last packet written whole";
   } else if (::ftruncate(fd_, static_cast<off_t>(written_ + whole)) == 0) {

@@ -200,7 +200,7 @@ class PerfettoSink : public trace::TraceSink {
   // Which layout was used, from which launch and why, in words: e.g.
   // "hardware-centric from launch 257 on (auto: more than 256 launches);
   // launch-centric before".
-  std::string layout_description() const;
+  std::string layout_description() const override;
   // Warp slices put on a "slot NN overlap" track (see above).
   uint64_t overlap_spans() const { return overlap_spans_; }
   // Tracks described so far.

@@ -59,4 +59,15 @@ bool ProtoReader::Next(Field* field) {
   return ok_;
 }
 
+size_t WholePackets(std::string_view trace, const std::function<void(std::string_view)>& each) {
+  ProtoReader r(trace);
+  Field f;
+  size_t whole = 0;
+  while (r.Next(&f) && f.number == 1 && f.type == kLengthDelimited) {
+    whole = static_cast<size_t>(f.bytes.data() + f.bytes.size() - trace.data());
+    if (each) each(f.bytes);
+  }
+  return whole;
+}
+
 }  // namespace smprof::proto

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string_view>
 
 namespace smprof::proto {
@@ -34,5 +35,10 @@ class ProtoReader {
   size_t pos_ = 0;
   bool ok_ = true;
 };
+
+// The length of the longest prefix of `trace` made of whole Trace.packet
+// fields (field 1, length-delimited): a trace cut anywhere keeps that much.
+// `each`, when given, sees every such packet's bytes in order.
+size_t WholePackets(std::string_view trace, const std::function<void(std::string_view)>& each = nullptr);
 
 }  // namespace smprof::proto

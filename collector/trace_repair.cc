@@ -8,36 +8,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "collector/proto_reader.h"
 #include "collector/trace_writer.h"
 
 namespace smprof {
-namespace internal {
-
-size_t WholePacketsPrefix(const std::string& data) {
-  size_t pos = 0;
-  while (pos < data.size()) {
-    if (static_cast<unsigned char>(data[pos]) != 0x0A) break;  // Trace.packet, length-delimited
-    size_t p = pos + 1;
-    uint64_t len = 0;
-    int shift = 0;
-    bool done = false;
-    while (p < data.size() && shift < 64) {
-      const auto byte = static_cast<unsigned char>(data[p++]);
-      len |= static_cast<uint64_t>(byte & 0x7f) << shift;
-      shift += 7;
-      if ((byte & 0x80) == 0) {
-        done = true;
-        break;
-      }
-    }
-    if (!done || len > data.size() - p) break;
-    pos = p + len;
-  }
-  return pos;
-}
-
-}  // namespace internal
-
 bool RepairAnyTraceFile(const std::string& path, bool* repaired, std::string* error) {
   *repaired = false;
   std::ifstream in(path, std::ios::binary);
@@ -61,7 +35,7 @@ bool RepairAnyTraceFile(const std::string& path, bool* repaired, std::string* er
   std::ostringstream all;
   all << first << in.rdbuf();
   const std::string data = all.str();
-  const size_t keep = internal::WholePacketsPrefix(data);
+  const size_t keep = proto::WholePackets(data);
   if (keep == data.size()) return true;
   if (truncate(path.c_str(), static_cast<off_t>(keep)) != 0) {
     *error = "cannot repair " + path + ": " + std::strerror(errno);

@@ -15,10 +15,4 @@ namespace smprof {
 
 bool RepairAnyTraceFile(const std::string& path, bool* repaired, std::string* error);
 
-namespace internal {
-// The length of the longest prefix of `data` made of whole Trace.packet
-// records (field 1, length-delimited).
-size_t WholePacketsPrefix(const std::string& data);
-}  // namespace internal
-
 }  // namespace smprof

@@ -144,6 +144,9 @@ class TraceSink {
   // every counter; the sink sets nothing in it. False on failure.
   virtual bool Finish(const CollectorSummary& /*summary*/) { return true; }
   virtual std::string error() const { return std::string(); }
+  // For a trace writer: how it lays out warps, for the run summary ("" for
+  // sinks that write no trace).
+  virtual std::string layout_description() const { return std::string(); }
 };
 
 }  // namespace trace

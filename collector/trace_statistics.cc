@@ -20,7 +20,7 @@ constexpr std::string_view kSummaryName = "smprof run summary";
 constexpr std::string_view kArgument = "statistics";
 
 // Perfetto field numbers (perfetto_sink.cc writes them).
-constexpr uint32_t kTracePacket = 1, kTrackEvent = 11;
+constexpr uint32_t kTrackEvent = 11;
 constexpr uint32_t kEventName = 23, kDebugAnnotations = 4;
 constexpr uint32_t kAnnotationName = 10, kStringValue = 6;
 
@@ -52,26 +52,10 @@ bool FromTrackEvent(std::string_view event, std::string* out) {
 // (the summary is the last event written).
 bool FromProto(std::string_view data, std::string* out) {
   std::deque<std::string_view> last;
-  size_t pos = 0;
-  while (pos < data.size() && static_cast<unsigned char>(data[pos]) == ((kTracePacket << 3) | 2)) {
-    size_t p = pos + 1;
-    uint64_t len = 0;
-    int shift = 0;
-    bool done = false;
-    while (p < data.size() && shift < 64) {
-      const auto byte = static_cast<unsigned char>(data[p++]);
-      len |= static_cast<uint64_t>(byte & 0x7f) << shift;
-      shift += 7;
-      if ((byte & 0x80) == 0) {
-        done = true;
-        break;
-      }
-    }
-    if (!done || len > data.size() - p) break;
-    last.push_back(data.substr(p, len));
+  proto::WholePackets(data, [&](std::string_view packet) {
+    last.push_back(packet);
     if (last.size() > 64) last.pop_front();
-    pos = p + len;
-  }
+  });
   for (auto it = last.rbegin(); it != last.rend(); ++it) {
     proto::ProtoReader r(*it);
     proto::Field f;

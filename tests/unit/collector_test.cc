@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "collector/trace_labels.h"
 #include "collector/trace_placement.h"
 #include "tests/support/wire_builders.h"
 

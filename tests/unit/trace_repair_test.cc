@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string>
 
+#include "collector/proto_reader.h"
+
 namespace smprof {
 namespace {
 
@@ -46,9 +48,9 @@ TEST(TraceRepairTest, ProtobufIsCutAfterItsLastWholePacket) {
 
 TEST(TraceRepairTest, ALengthCutInsideItsVarintIsDropped) {
   const std::string whole("\x0a\x01\x00", 3);
-  EXPECT_EQ(internal::WholePacketsPrefix(whole + "\x0a\x80"), whole.size());
-  EXPECT_EQ(internal::WholePacketsPrefix(whole + "\x0a"), whole.size());
-  EXPECT_EQ(internal::WholePacketsPrefix(""), 0u);
+  EXPECT_EQ(proto::WholePackets(whole + "\x0a\x80"), whole.size());
+  EXPECT_EQ(proto::WholePackets(whole + "\x0a"), whole.size());
+  EXPECT_EQ(proto::WholePackets(""), 0u);
 }
 
 TEST(TraceRepairTest, JsonIsClosedAndOtherFilesAreRefused) {
