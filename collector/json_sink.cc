@@ -12,6 +12,7 @@ namespace {
 
 constexpr uint32_t kRunPid = 1;
 constexpr uint32_t kLastProcessPid = 9;  // processes get 2..9 first
+constexpr uint32_t kInitThreadTid = 0xFFFFFFFEu;  // host tid 1, whose JSON tid is the "harvests" thread's
 
 // Each member of a JSON object as an arg (but `skip`), invalid UTF-8 replaced.
 JsonArgs ArgsOf(const nlohmann::json& object, std::string_view skip = {}) {
@@ -77,11 +78,33 @@ void JsonSink::OnNotice(const trace::ProcessRecord& process, uint64_t ts_ns, std
   Touch(ts_ns);
 }
 
+uint32_t JsonSink::HostTid(uint32_t process, uint32_t tid, std::string_view name) {
+  // Its own tid, but 1 (a container's init), which is the "harvests" thread.
+  const uint32_t json_tid = tid != 1 ? tid : kInitThreadTid;
+  if (host_tids_.insert({process, json_tid}).second) {
+    const uint32_t pid = process_pids_[process];
+    writer_->ThreadName(pid, json_tid, internal::HostThreadTitle(tid, name));
+    writer_->ThreadSortIndex(pid, json_tid, static_cast<int64_t>(host_tids_.size()) + 1);
+  }
+  return json_tid;
+}
+
 void JsonSink::OnHarvest(const trace::ProcessRecord& process, const trace::HarvestRecord& h) {
   const uint32_t pid = process_pids_[process.index];
   JsonArgs args;
   args.Uint("device", h.device).Uint("dropped_events", h.dropped_events).Uint("unplaced_events", h.unplaced_events);
   writer_->Instant(pid, 1, internal::HarvestReasonName(h.reason), h.ts_ns, &args);
+  if (h.tid != 0) {
+    const uint32_t tid = HostTid(process.index, h.tid, h.thread);
+    if (h.call.api != nullptr) {
+      writer_->Complete(pid, tid, h.call.api, h.call.begin_ns, h.call.end_ns - h.call.begin_ns, nullptr);
+    }
+    JsonArgs host;
+    host.Uint("device", h.device).Uint("chunks_used", h.chunks_used).Uint("chunks_total", h.chunks_total);
+    writer_->Complete(pid, tid, internal::HarvestReasonName(h.reason), h.host_begin_ns,
+                      h.host_end_ns - h.host_begin_ns, &host);
+    Touch(std::max(h.host_end_ns, h.call.end_ns));
+  }
   if (h.chunks_total != 0) {
     JsonArgs fill;
     fill.Uint("percent", h.chunks_used * uint64_t{100} / h.chunks_total);
@@ -137,7 +160,20 @@ void JsonSink::OnLaunch(const trace::LaunchRecord& l) {
                 "CUPTI reported no activity for this kernel: start and end are bounds taken from "
                 "its recorded events");
   }
-  writer_->Complete(t.pid, 1, l.kernel, l.start_ns, l.end_ns - l.start_ns, &args);
+  // The launch API call (once per call) and its flow arrow to this span.
+  JsonFlow flow;
+  if (l.call.api != nullptr) {
+    if (l.call_first) {
+      const uint32_t pid = process_pids_[l.process];
+      JsonArgs call;
+      call.Uint("correlation_id", l.correlation_id);
+      writer_->Complete(pid, HostTid(l.process, l.call.tid, l.call.thread), l.call.api, l.call.begin_ns,
+                        l.call.end_ns - l.call.begin_ns, &call, {l.call_key, false, true});
+      Touch(l.call.end_ns);
+    }
+    flow = {l.call_key, true, true};
+  }
+  writer_->Complete(t.pid, 1, l.kernel, l.start_ns, l.end_ns - l.start_ns, &args, flow);
   Touch(l.end_ns);
 
   // The same span on the physical GPU's track: one thread per process stream

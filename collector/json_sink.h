@@ -6,7 +6,16 @@
 //   pid 1          "smprof run": the run's metadata as an instant at time 0
 //                  and the summary as the last event.
 //   pid 2..9, ...  one per profiled process: "harvests" thread (harvest
-//                  instants, device-loss counter, notices, "process lost").
+//                  instants, device-loss counter, notices, "process lost"),
+//                  then one thread per application thread that launched
+//                  profiled kernels or ran a harvest ("<name> <tid>", on
+//                  its own tid; tid 1 is the "harvests" thread's, so a
+//                  thread 1 gets 0xFFFFFFFE): its launch API calls
+//                  (each with a flow arrow to its kernel's CUPTI slice; a
+//                  graph's kernels follow their cuGraphLaunch in one chain,
+//                  in start order), its harvests ("harvest: sync", "forced
+//                  drain: ...": the time the application spent in smprof)
+//                  inside the synchronising call that ran them.
 //                  The first 8 processes get 2..9; later ones share the
 //                  counter below.
 //   GPU processes  one per physical GPU: its facts as an instant at time 0 on
@@ -23,6 +32,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -72,11 +82,14 @@ class JsonSink : public trace::TraceSink {
   };
 
   uint32_t AllocatePid() { return next_launch_pid_++; }
+  // The JSON tid of a host thread of `process` (named on first use).
+  uint32_t HostTid(uint32_t process, uint32_t tid, std::string_view name);
   uint32_t WarpTid(LaunchTracks& t, const trace::WarpRecord& warp, uint32_t lane);
   void Touch(uint64_t ns) { last_ns_ = std::max(last_ns_, ns); }
 
   std::unique_ptr<TraceWriter> writer_;
   std::map<uint32_t, uint32_t> process_pids_;  // ProcessRecord::index -> pid
+  std::set<std::pair<uint32_t, uint32_t>> host_tids_;  // (process index, JSON tid) named so far
   std::map<uint32_t, GpuTracks> gpus_;         // GpuRecord::index -> tracks
   std::map<uint64_t, LaunchTracks> launches_;  // LaunchRecord::index -> tracks, until OnLaunchEnd
   uint32_t next_process_pid_ = 2;

@@ -23,6 +23,11 @@ DecodeStatus CheckTail(uint32_t size, uint32_t len) {
   return DecodeStatus::kOk;
 }
 
+bool ValidCall(const wire::HostCall& c) {
+  if (c.api == wire::kApiNone) return c.start_ns == 0 && c.end_ns == 0 && c.tid == 0;
+  return c.api <= wire::kApiLast && c.end_ns >= c.start_ns;
+}
+
 }  // namespace
 
 const char* DecodeStatusName(DecodeStatus status) {
@@ -46,7 +51,9 @@ const char* DecodeStatusName(DecodeStatus status) {
     case DecodeStatus::kBadEventKind:
       return "event kind not begin/end/instant";
     case DecodeStatus::kBadTimeRange:
-      return "launch ends before it starts";
+      return "launch or harvest ends before it starts";
+    case DecodeStatus::kBadHostCall:
+      return "host API call unknown or ending before it starts";
   }
   return "?";
 }
@@ -96,6 +103,7 @@ DecodeStatus MessageDecoder::Decode(const uint8_t* data, uint32_t size, DecodedM
       st = CheckTail<wire::LaunchMsg>(size, out->launch.name_len);
       if (st != DecodeStatus::kOk) return st;
       if (out->launch.end_ns < out->launch.start_ns) return DecodeStatus::kBadTimeRange;
+      if (!ValidCall(out->launch.call)) return DecodeStatus::kBadHostCall;
       out->text = {text_at + sizeof(wire::LaunchMsg), out->launch.name_len};
       break;
     case wire::kMsgWarpEvents: {
@@ -117,6 +125,8 @@ DecodeStatus MessageDecoder::Decode(const uint8_t* data, uint32_t size, DecodedM
     case wire::kMsgHarvest:
       if (size != sizeof(wire::HarvestMsg)) return DecodeStatus::kBadSize;
       std::memcpy(&out->harvest, data, sizeof(wire::HarvestMsg));
+      if (out->harvest.host_end_ns < out->harvest.host_begin_ns) return DecodeStatus::kBadTimeRange;
+      if (!ValidCall(out->harvest.call)) return DecodeStatus::kBadHostCall;
       break;
     case wire::kMsgStats:
       if (size != sizeof(wire::StatsMsg)) return DecodeStatus::kBadSize;
@@ -127,6 +137,12 @@ DecodeStatus MessageDecoder::Decode(const uint8_t* data, uint32_t size, DecodedM
       st = CheckTail<wire::NoticeMsg>(size, out->notice.text_len);
       if (st != DecodeStatus::kOk) return st;
       out->text = {text_at + sizeof(wire::NoticeMsg), out->notice.text_len};
+      break;
+    case wire::kMsgThread:
+      if (!CopyFixed(data, size, &out->thread)) return DecodeStatus::kBadSize;
+      st = CheckTail<wire::ThreadMsg>(size, out->thread.name_len);
+      if (st != DecodeStatus::kOk) return st;
+      out->text = {text_at + sizeof(wire::ThreadMsg), out->thread.name_len};
       break;
     default:
       return DecodeStatus::kUnknownType;

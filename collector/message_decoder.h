@@ -9,7 +9,10 @@
 //   - variable ones are exactly PaddedSize(struct + declared tail), string
 //     tails are <= kMaxStringBytes, WarpEventsMsg is exactly struct + count*16;
 //   - every WireEvent kind is Begin/End/Instant; a launch does not end before
-//     it starts.
+//     it starts;
+//   - a HostCall's api is kApiNone (and then all its fields are 0) or a
+//     known HostApi that does not end before it starts; a harvest's host
+//     span does not end before it starts.
 // Fixed parts are memcpy'd into the result (the input may be unaligned); the
 // text and event tails point into the caller's buffer and live as long as it.
 // Nothing is read before the size check that covers it.
@@ -34,9 +37,10 @@ enum class DecodeStatus : uint8_t {
   kBadSize,        // size disagrees with the struct plus its declared tail
   kStringTooLong,  // declared string tail above kMaxStringBytes
   kBadEventKind,   // a WireEvent kind outside {Begin, End, Instant}
-  kBadTimeRange,   // LaunchMsg end_ns < start_ns
+  kBadTimeRange,   // LaunchMsg end_ns < start_ns, or a harvest's host span ends before it starts
+  kBadHostCall,    // a HostCall with an unknown api, ending before it starts, or fields without an api
 };
-inline constexpr int kNumDecodeStatus = 10;
+inline constexpr int kNumDecodeStatus = 11;
 
 const char* DecodeStatusName(DecodeStatus status);
 
@@ -54,8 +58,10 @@ struct DecodedMessage {
     wire::HarvestMsg harvest;
     wire::StatsMsg stats;
     wire::NoticeMsg notice;
+    wire::ThreadMsg thread;
   };
-  // Command line / device name / marker name / kernel name / notice bytes.
+  // Command line / device name / marker name / kernel name / notice bytes /
+  // thread name.
   std::string_view text;
   // kMsgWarpEvents: `event_count` WireEvents, possibly unaligned.
   const uint8_t* events = nullptr;

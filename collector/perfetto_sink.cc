@@ -47,6 +47,8 @@ enum : uint32_t {
   // TrackDescriptor
   kUuid = 1,
   kTrackName = 2,
+  kProcessDescriptor = 3,
+  kThreadDescriptor = 4,
   kParentUuid = 5,
   kCounter = 8,
   kChildOrdering = 11,
@@ -61,6 +63,12 @@ enum : uint32_t {
   kExtraCounterValues = 12,
   kEventName = 23,
   kCounterValue = 30,
+  kFlowIds = 47,
+  // ProcessDescriptor / ThreadDescriptor
+  kDescriptorPid = 1,
+  kDescriptorTid = 2,
+  kThreadName = 5,
+  kProcessName = 6,
   // DebugAnnotation
   kAnnotationNameIid = 1,
   kBoolValue = 2,
@@ -314,6 +322,8 @@ struct PerfettoSink::Process {
   uint64_t track = 0;           // 0: not described yet
   uint64_t lost_track = 0, harvested_track = 0, fill_track = 0;
   uint64_t events = 0;  // device events written since the previous harvest
+  uint64_t host_track = 0;                           // its process descriptor (0: none yet)
+  std::unordered_map<uint32_t, uint64_t> threads;  // host tid -> thread track
 };
 
 // --- opening, writing out --------------------------------------------------
@@ -429,7 +439,7 @@ uint64_t PerfettoSink::NewCounterTrack(uint64_t parent, std::string_view name) {
 }
 
 void PerfettoSink::MainEvent(uint64_t track, uint32_t type, std::string_view name, uint64_t ts_ns,
-                             const Annotations* args) {
+                             const Annotations* args, uint64_t flow) {
   last_ns_ = std::max(last_ns_, ts_ns);
   const auto p = packet_.BeginNested(kTracePacket);
   packet_.Varint(kTimestamp, ts_ns);
@@ -439,6 +449,7 @@ void PerfettoSink::MainEvent(uint64_t track, uint32_t type, std::string_view nam
   packet_.Varint(kEventTrackUuid, track);
   if (type != kSliceEnd) packet_.Bytes(kEventName, name);
   if (args != nullptr) args->WriteTo(packet_);
+  if (flow != 0) packet_.Fixed64(kFlowIds, flow);
   packet_.EndNested(te);
   EndPacket(p);
 }
@@ -495,6 +506,43 @@ uint64_t PerfettoSink::ProcessTrack(Process& p) {
   return p.track;
 }
 
+uint64_t PerfettoSink::HostThreadTrack(Process& p, uint32_t tid, std::string_view name) {
+  auto [it, inserted] = p.threads.try_emplace(tid, 0);
+  if (!inserted) return it->second;
+  if (p.host_track == 0) {
+    p.host_track = next_uuid_++;
+    const auto packet = packet_.BeginNested(kTracePacket);
+    packet_.Varint(kSequenceId, kMainSequence);
+    const auto d = packet_.BeginNested(kTrackDescriptor);
+    packet_.Varint(kUuid, p.host_track);
+    const auto pd = packet_.BeginNested(kProcessDescriptor);
+    packet_.Varint(kDescriptorPid, p.record.pid);
+    packet_.Bytes(kProcessName, p.record.command);
+    packet_.EndNested(pd);
+    packet_.EndNested(d);
+    EndPacket(packet);
+  }
+  it->second = next_uuid_++;
+  const auto packet = packet_.BeginNested(kTracePacket);
+  packet_.Varint(kSequenceId, kMainSequence);
+  const auto d = packet_.BeginNested(kTrackDescriptor);
+  packet_.Varint(kUuid, it->second);
+  const auto td = packet_.BeginNested(kThreadDescriptor);
+  packet_.Varint(kDescriptorPid, p.record.pid);
+  packet_.Varint(kDescriptorTid, tid);
+  packet_.Bytes(kThreadName, internal::HostThreadTitle(tid, name));
+  packet_.EndNested(td);
+  packet_.EndNested(d);
+  EndPacket(packet);
+  return it->second;
+}
+
+void PerfettoSink::HostSlice(uint64_t track, std::string_view name, uint64_t begin_ns, uint64_t end_ns,
+                             const Annotations* args, uint64_t flow) {
+  MainEvent(track, kSliceBegin, name, begin_ns, args, flow);
+  MainEvent(track, kSliceEnd, {}, std::max(begin_ns, end_ns), nullptr);
+}
+
 void PerfettoSink::OnProcess(const trace::ProcessRecord& process) {
   if (failed() || finished_) return;
   Process& p = ProcessOf(process);
@@ -544,6 +592,20 @@ void PerfettoSink::OnHarvest(const trace::ProcessRecord& process, const trace::H
   if (harvest.chunks_total != 0) {
     if (p.fill_track == 0) p.fill_track = NewCounterTrack(track, "arena fill (%)");
     Counter(p.fill_track, harvest.ts_ns, harvest.chunks_used * uint64_t{100} / harvest.chunks_total);
+  }
+  // The harvest on the host: inside the synchronising call that ran it.
+  if (harvest.tid != 0) {
+    const uint64_t thread = HostThreadTrack(p, harvest.tid, harvest.thread);
+    if (harvest.call.api != nullptr) {
+      MainEvent(thread, kSliceBegin, harvest.call.api, harvest.call.begin_ns, nullptr);
+    }
+    Annotations host;
+    host.Uint("device", harvest.device)
+        .Uint("chunks_used", harvest.chunks_used)
+        .Uint("chunks_total", harvest.chunks_total);
+    HostSlice(thread, internal::HarvestReasonName(harvest.reason), harvest.host_begin_ns, harvest.host_end_ns,
+              &host);
+    if (harvest.call.api != nullptr) MainEvent(thread, kSliceEnd, {}, harvest.call.end_ns, nullptr);
   }
 }
 
@@ -606,8 +668,20 @@ void PerfettoSink::OnLaunch(const trace::LaunchRecord& launch) {
                 "its recorded events");
   }
   const uint64_t end = std::max(launch.start_ns, launch.end_ns);
+  // The launch API call (once per call), a flow arrow from it to the
+  // kernel's span: the launch's own track, else its stream's.
+  const uint64_t flow = launch.call.api != nullptr ? launch.call_key : 0;
+  if (flow != 0 && launch.call_first) {
+    auto pit = processes_.find(launch.process);
+    if (pit != processes_.end()) {
+      Annotations call;
+      call.Uint("correlation_id", launch.correlation_id);
+      HostSlice(HostThreadTrack(*pit->second, launch.call.tid, launch.call.thread), launch.call.api,
+                launch.call.begin_ns, launch.call.end_ns, &call, flow);
+    }
+  }
   if (!l.hardware) {
-    MainEvent(l.track, kSliceBegin, launch.kernel, launch.start_ns, &args);
+    MainEvent(l.track, kSliceBegin, launch.kernel, launch.start_ns, &args, flow);
     MainEvent(l.track, kSliceEnd, {}, end, nullptr);
   } else {
     gpu = l.gpu;  // an undescribed GPU's streams too
@@ -630,7 +704,8 @@ void PerfettoSink::OnLaunch(const trace::LaunchRecord& launch) {
     } else {
       span.Uint("launch_id", launch.launch_id).Uint("pid", launch.pid);
     }
-    MainEvent(it->second, kSliceBegin, launch.label, launch.start_ns, l.hardware ? &args : &span);
+    MainEvent(it->second, kSliceBegin, launch.label, launch.start_ns, l.hardware ? &args : &span,
+              l.hardware ? flow : 0);
     MainEvent(it->second, kSliceEnd, {}, end, nullptr);
   }
 }

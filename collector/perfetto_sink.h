@@ -52,6 +52,21 @@
 //   smprof | command | pid P          harvests, notices, "process lost"
 //     events lost (device buffer)     counter: the process's losses so far
 //     events harvested                counter: events written per harvest
+//     arena fill (%)                  counter: the device buffer at each harvest
+//   process P "command" > thread      the application's threads (process and
+//     "<name> <tid>"                  thread descriptors, in both layouts):
+//                                     each launch API call of a profiled
+//                                     kernel (once per call), its flow id on
+//                                     its BEGIN and on the kernel's span (the
+//                                     launch's track; hardware: its stream
+//                                     span), so Perfetto draws an arrow, and a
+//                                     graph's kernels follow their
+//                                     cuGraphLaunch in one chain, in start
+//                                     order; each harvest the thread ran ("harvest:
+//                                     sync", "forced drain: ...": the time the
+//                                     application spent in smprof) inside the
+//                                     synchronising call that ran it. Same
+//                                     clock as the kernel spans (CUPTI's).
 // A launch whose process never described its GPU is a root track. Children
 // are ordered explicitly (SMs ascending, blocks by (z,y,x), warps ascending,
 // a warp's lanes right after it; on a GPU its streams, then its launches by
@@ -229,8 +244,15 @@ class PerfettoSink : public trace::TraceSink {
   uint64_t NewTrack(uint64_t parent, std::string_view name, int64_t rank, bool ordered_children,
                     std::string_view description = {});
   uint64_t NewCounterTrack(uint64_t parent, std::string_view name);
-  // An event of sequence 1 at absolute `ts_ns` on `track`.
-  void MainEvent(uint64_t track, uint32_t type, std::string_view name, uint64_t ts_ns, const Annotations* args);
+  // An event of sequence 1 at absolute `ts_ns` on `track`; `flow` (0:
+  // none) as its flow id.
+  void MainEvent(uint64_t track, uint32_t type, std::string_view name, uint64_t ts_ns, const Annotations* args,
+                 uint64_t flow = 0);
+  // A host thread's track (and its process's descriptor), described on first use.
+  uint64_t HostThreadTrack(Process& p, uint32_t tid, std::string_view name);
+  // A whole slice on a host thread's track.
+  void HostSlice(uint64_t track, std::string_view name, uint64_t begin_ns, uint64_t end_ns, const Annotations* args,
+                 uint64_t flow = 0);
   void Counter(uint64_t track, uint64_t ts_ns, uint64_t value);
 
   Process& ProcessOf(const trace::ProcessRecord& process);

@@ -6,7 +6,9 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <tuple>
+#include <unordered_map>
 
 #include "collector/range_matcher.h"
 #include "collector/trace_labels.h"
@@ -90,6 +92,7 @@ struct TraceBuilder::Producer {
   bool named = false;
   uint64_t last_ns = 0;  // latest absolute timestamp seen from this producer
   std::map<uint32_t, std::string> names;
+  std::map<uint32_t, std::string> threads;  // host tid -> name (ThreadMsg)
   std::map<uint32_t, std::string> gpu_of_ordinal;  // CUDA ordinal in this process -> Gpu key
   std::map<uint64_t, Launch> launches;             // announced, not yet ended
   bool have_stats = false;
@@ -98,6 +101,10 @@ struct TraceBuilder::Producer {
   uint64_t harvest_unplaced = 0;
   uint64_t harvests = 0;
   uint64_t forced_drains = 0;
+  // Run-wide keys of this producer's latest API calls, by correlation id
+  // (the newest kCallKeysKept: a graph's kernels arrive in one harvest).
+  std::unordered_map<uint64_t, uint64_t> call_keys;
+  std::deque<uint64_t> call_key_order;
 
   // Device totals: the latest StatsMsg, unless the harvests seen since say more.
   uint64_t dropped() const { return std::max(have_stats ? stats.events_dropped_device : 0, harvest_dropped); }
@@ -210,7 +217,26 @@ void TraceBuilder::HandleMessage(const transport::ProducerInfo& info, const uint
     case wire::kMsgNotice:
       OnNotice(p, m);
       break;
+    case wire::kMsgThread:
+      p.threads[m.thread.tid] = std::string(m.text);
+      break;
   }
+}
+
+trace::HostCall TraceBuilder::Call(const Producer& p, const wire::HostCall& c) {
+  trace::HostCall r;
+  r.api = internal::HostApiName(c.api);  // the decoder let only known ones through
+  if (r.api == nullptr) return r;
+  r.begin_ns = Rel(c.start_ns);
+  r.end_ns = std::max(r.begin_ns, Rel(c.end_ns));
+  r.tid = c.tid;
+  r.thread = ThreadName(p, c.tid);
+  return r;
+}
+
+std::string TraceBuilder::ThreadName(const Producer& p, uint32_t tid) {
+  auto it = p.threads.find(tid);
+  return it != p.threads.end() ? it->second : std::string();
 }
 
 void TraceBuilder::OnNotice(Producer& p, const DecodedMessage& m) {
@@ -317,6 +343,21 @@ void TraceBuilder::OnLaunch(Producer& p, const DecodedMessage& m) {
   r.registers = msg.registers;
   r.dynamic_smem = msg.dynamic_smem;
   r.static_smem = msg.static_smem;
+  r.call = Call(p, msg.call);
+  if (r.call.api != nullptr) {
+    // One key per call of the producer: a graph's kernels share theirs.
+    auto [it, fresh] = p.call_keys.try_emplace(msg.correlation_id, next_call_key_);
+    if (fresh) {
+      ++next_call_key_;
+      p.call_key_order.push_back(msg.correlation_id);
+      if (p.call_key_order.size() > kCallKeysKept) {
+        p.call_keys.erase(p.call_key_order.front());
+        p.call_key_order.pop_front();
+      }
+    }
+    r.call_key = it->second;
+    r.call_first = fresh;
+  }
   Touch(r.end_ns);
   for (trace::TraceSink* s : sinks_) s->OnLaunch(r);
 }
@@ -440,6 +481,14 @@ void TraceBuilder::OnHarvest(Producer& p, const DecodedMessage& m) {
   h.lost_so_far = SatAdd(p.harvest_dropped, p.harvest_unplaced);
   h.chunks_used = std::min(msg.chunks_used, msg.chunks_total);  // untrusted input
   h.chunks_total = msg.chunks_total;
+  if (msg.host_tid != 0) {
+    h.tid = msg.host_tid;
+    h.thread = ThreadName(p, msg.host_tid);
+    h.host_begin_ns = Rel(msg.host_begin_ns);
+    h.host_end_ns = std::max(h.host_begin_ns, Rel(msg.host_end_ns));
+    h.call = Call(p, msg.call);
+    if (h.call.api != nullptr) h.call.end_ns = std::max(h.call.end_ns, h.host_end_ns);
+  }
   Touch(h.ts_ns);
   for (trace::TraceSink* s : sinks_) s->OnHarvest(p.record, h);
   if (logger_ && (msg.dropped_events != 0 || msg.unplaced_events != 0)) {

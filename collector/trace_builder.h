@@ -95,6 +95,8 @@ class TraceBuilder {
   void OnLaunch(Producer& p, const DecodedMessage& m);
   void OnWarpEvents(Producer& p, const DecodedMessage& m);
   void OnHarvest(Producer& p, const DecodedMessage& m);
+  trace::HostCall Call(const Producer& p, const wire::HostCall& c);
+  static std::string ThreadName(const Producer& p, uint32_t tid);
   // Hands the ranges `w` has ready to the sinks.
   void Emit(Producer& p, const Launch& l, Warp& w);
   void EndLaunch(Producer& p, Launch& l, bool producer_lost);
@@ -114,6 +116,8 @@ class TraceBuilder {
   uint64_t last_rel_ns_ = 0;  // latest timestamp (or slice end) handed on
   uint32_t next_process_ = 0;
   uint64_t next_launch_ = 0;
+  uint64_t next_call_key_ = 1;
+  static constexpr size_t kCallKeysKept = 65536;
   uint64_t malformed_logged_ = 0;
   std::string unknown_name_;  // NameOf's storage for "<unknown name #id>"
   bool finished_ = false;

@@ -96,6 +96,34 @@ std::string HarvestReasonName(uint32_t reason) {
   }
 }
 
+const char* HostApiName(uint32_t api) {
+  static constexpr const char* kNames[] = {
+      nullptr,
+      "cuLaunchKernel",
+      "cuLaunchKernel_ptsz",
+      "cuLaunchKernelEx",
+      "cuLaunchKernelEx_ptsz",
+      "cuLaunchCooperativeKernel",
+      "cuLaunchCooperativeKernel_ptsz",
+      "cuGraphLaunch",
+      "cuGraphLaunch_ptsz",
+      "cuCtxSynchronize",
+      "cuStreamSynchronize",
+      "cuStreamSynchronize_ptsz",
+      "cuEventSynchronize",
+      "cuMemcpyDtoH",
+      "cuMemcpyDtoH_ptds",
+      "cuMemcpy",
+      "cuMemcpy_ptds",
+  };
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == wire::kApiLast + 1, "a name per HostApi");
+  return api <= wire::kApiLast ? kNames[api] : nullptr;
+}
+
+std::string HostThreadTitle(uint32_t tid, std::string_view name) {
+  return (name.empty() ? std::string("thread") : std::string(name)) + " " + std::to_string(tid);
+}
+
 const char* NoticeReason(uint32_t kind) {
   switch (kind) {
     case wire::kNoticeCuptiUnavailable:

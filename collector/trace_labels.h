@@ -35,6 +35,11 @@ std::string HarvestReasonName(uint32_t reason);
 
 // wire::NoticeKind as a word: "cupti_unavailable", "stepped_aside", ...
 const char* NoticeReason(uint32_t kind);
+// The driver API function of a wire::HostApi ("cuLaunchKernel", ...);
+// nullptr for kApiNone and unknown values.
+const char* HostApiName(uint32_t api);
+// A host thread's track name: "<name> <tid>", or "thread <tid>" unnamed.
+std::string HostThreadTitle(uint32_t tid, std::string_view name);
 
 // Why a range has no END, for unterminated slices ("" when it simply never
 // ended before its launch did).

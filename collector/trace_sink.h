@@ -58,6 +58,15 @@ struct ProcessRecord {
   std::string command;  // a label: the command line, NULs as spaces, at most 80 bytes; "?" if unknown
 };
 
+// An application thread's driver API call (trace time; the CUPTI clock, like
+// the kernel spans).
+struct HostCall {
+  const char* api = nullptr;  // "cuLaunchKernel", ...; nullptr: no call known (nothing else set)
+  uint64_t begin_ns = 0, end_ns = 0;
+  uint32_t tid = 0;
+  std::string thread;  // the thread's name ("" when it was not reported)
+};
+
 // One kernel launch with its CUPTI record.
 struct LaunchRecord {
   uint64_t index = 0;     // run-wide, in order of arrival
@@ -75,6 +84,11 @@ struct LaunchRecord {
   uint32_t flags = 0;                 // wire::LaunchFlags
   uint64_t correlation_id = 0, grid_id = 0, graph_id = 0;
   uint32_t registers = 0, dynamic_smem = 0, static_smem = 0;
+  // The API call that launched it: for a graph's kernels, their cuGraphLaunch
+  // (shared by them; `call_key` is the same for every launch of one call).
+  HostCall call;
+  uint64_t call_key = 0;    // run-wide id of the call (0: none), e.g. for flow arrows
+  bool call_first = false;  // the first launch of its call to arrive: writers draw the call with it
 };
 
 // One warp of a launch that recorded events.
@@ -111,6 +125,14 @@ struct HarvestRecord {
   uint64_t lost_so_far = 0;      // the process's device losses up to and including it
   uint32_t chunks_used = 0;      // how full the device arena was: chunks claimed ...
   uint32_t chunks_total = 0;     // ... of its chunks (0: not known)
+  // On the host (tid 0: not reported): the harvest ran on thread `tid` from
+  // host_begin_ns to host_end_ns, inside `call`'s exit when a synchronising
+  // API call triggered it (call.api nullptr otherwise; call.end_ns is then
+  // the API's return: the harvest's end).
+  uint32_t tid = 0;
+  std::string thread;
+  uint64_t host_begin_ns = 0, host_end_ns = 0;
+  HostCall call;
 };
 
 class TraceSink {

@@ -452,7 +452,7 @@ void TraceWriter::ThreadSortIndex(uint32_t pid, uint32_t tid, int64_t index) {
 }
 
 void TraceWriter::Complete(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, uint64_t dur_ns,
-                           const JsonArgs* args) {
+                           const JsonArgs* args, JsonFlow flow) {
   if (finished_ || !error_.empty()) return;
   Begin('X', pid);
   buf_.append(",\"tid\":");
@@ -463,6 +463,12 @@ void TraceWriter::Complete(uint32_t pid, uint32_t tid, std::string_view name, ui
   AppendMicros(&buf_, ts_ns);
   buf_.append(",\"dur\":");
   AppendMicros(&buf_, dur_ns);
+  if (flow.id != 0) {
+    buf_.append(",\"bind_id\":");
+    AppendUint(&buf_, flow.id);
+    if (flow.in) buf_.append(",\"flow_in\":true");
+    if (flow.out) buf_.append(",\"flow_out\":true");
+  }
   if (args != nullptr) {
     buf_.append(",\"args\":");
     buf_.append(args->str());

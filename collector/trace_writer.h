@@ -73,6 +73,14 @@ namespace internal {
 int64_t CompleteTracePrefix(int fd, uint64_t size, bool* closed);
 }  // namespace internal
 
+// A flow arrow end on an "X" event (flow v2): `out` starts flow `id` at the
+// slice, `in` and `out` both continue it through the slice (the next slice
+// with `id` follows it), `in` alone ends it there.
+struct JsonFlow {
+  uint64_t id = 0;  // 0: none
+  bool in = false, out = false;
+};
+
 class TraceWriter {
  public:
   // Creates `path` (truncating it, or failing if it exists when `exclusive`)
@@ -89,7 +97,7 @@ class TraceWriter {
   void ThreadSortIndex(uint32_t pid, uint32_t tid, int64_t index);
   // "X" event. `args` may be null.
   void Complete(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, uint64_t dur_ns,
-                const JsonArgs* args);
+                const JsonArgs* args, JsonFlow flow = JsonFlow());
   // Thread-scoped instant ("i", s:"t"). `args` may be null.
   void Instant(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, const JsonArgs* args);
   // Process-scoped counter ("C"); every numeric arg becomes one series.

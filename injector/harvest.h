@@ -105,6 +105,7 @@ struct LaunchEvents {
 struct Launch {
   KernelRecord record;
   uint32_t flags = 0;  // wire::LaunchFlags
+  wire::HostCall call{};  // the API call that launched it (injector/host_calls.h); api kApiNone: unknown
   std::vector<LaunchEvents> warps;  // one per warp
   uint64_t event_count = 0;
 };

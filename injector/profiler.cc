@@ -26,6 +26,7 @@
 #include "injector/calibration.h"
 #include "injector/config.h"
 #include "injector/harvest.h"
+#include "injector/host_calls.h"
 #include "injector/log.h"
 #include "injector/shipper.h"
 #include "smprof/wire.h"
@@ -334,6 +335,8 @@ struct ContextState {
   // event cycles map to ns with it where an SM's anchors span too little time.
   double cycles_per_ns = 0;
   std::unordered_map<uint64_t, std::string> names;  // device address -> marker name
+  // Launch API calls of profiled kernels, until the harvest that ships them.
+  HostCalls host_calls;
 };
 
 // When a harvest may read the arena.
@@ -422,7 +425,8 @@ class Profiler {
   void NoteStreamDestroy(ContextState* cs, CUstream stream);
   bool Quiesce(ContextState* cs, HarvestMode mode, std::chrono::steady_clock::time_point deadline);
   std::vector<CUdeviceptr> PublishedGlobals(ContextState* cs);
-  void Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode mode);
+  // `call`: the synchronising API call whose exit runs it (api kApiNone: none).
+  void Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode mode, const wire::HostCall& call = {});
   std::string ReadName(ContextState* cs, uint64_t address);
   void EnableActivity();
   void SendStats();
@@ -841,12 +845,13 @@ std::vector<CUdeviceptr> Profiler::PublishedGlobals(ContextState* cs) {
 
 // Reads and resets the arena when no kernel of the context can be writing it
 // (see HarvestMode).
-void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode mode) {
+void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode mode, const wire::HostCall& call) {
   const bool force = mode == HarvestMode::kForce;
   {
     std::lock_guard<std::mutex> lock(cs->mu);
     if (cs->pending == 0 || cs->failed || cs->destroyed) return;
   }
+  const uint64_t host_begin = GpuNow();  // the application's thread is held from here
   // A harvest already running on another thread collects this work too.
   std::unique_lock<std::timed_mutex> serial(cs->harvest_mu, std::defer_lock);
   if (!(force ? serial.try_lock_for(std::chrono::seconds(10)) : serial.try_lock())) return;
@@ -949,6 +954,8 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
   MatchStats match;
   std::vector<Launch> launches = MatchLaunches(
       segments, records, [this](const std::string& n) { return Selected(n); }, cs->clock_offset, &match);
+  for (Launch& l : launches) l.call = cs->host_calls.Find(l.record.correlation_id);
+  cs->host_calls.EndHarvest();
 
   // Names are read from device memory, so before a module unload completes.
   std::unordered_map<uint64_t, std::string> names;
@@ -978,8 +985,14 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
       launches, reason == wire::kHarvestHighWater ? uint32_t{wire::kLaunchForcedDrain} : 0u,
       [&](uint64_t address) { return names[address]; },
       [](const std::string& mangled) { return mangled.empty() ? std::string("<unknown kernel>") : Demangle(mangled); });
+  NoteCurrentThread();
+  HarvestHost host;
+  host.begin_ns = host_begin;
+  host.tid = CurrentTid();
+  host.call = call;
+  host.end_ns = GpuNow();
   shipper->SendHarvest(harvest_time, cs->device, reason, header.dropped_events, header.unplaced_events, used,
-                       cs->ref.num_chunks);
+                       cs->ref.num_chunks, host);
   stats.harvests += 1;
   stats.forced_drains += reason == wire::kHarvestHighWater ? 1 : 0;
   stats.events_dropped_device += header.dropped_events;
@@ -1026,12 +1039,47 @@ bool IsCapturing(CUstream stream) {
   return cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+// The driver API call of a callback id, as the wire names it.
+wire::HostApi ApiOf(CUpti_CallbackId cbid) {
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel: return wire::kApiLaunchKernel;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: return wire::kApiLaunchKernelPtsz;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx: return wire::kApiLaunchKernelEx;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: return wire::kApiLaunchKernelExPtsz;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel: return wire::kApiLaunchCooperativeKernel;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: return wire::kApiLaunchCooperativeKernelPtsz;
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch: return wire::kApiGraphLaunch;
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz: return wire::kApiGraphLaunchPtsz;
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize:
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2: return wire::kApiCtxSynchronize;
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize: return wire::kApiStreamSynchronize;
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz: return wire::kApiStreamSynchronizePtsz;
+    case CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize: return wire::kApiEventSynchronize;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2: return wire::kApiMemcpyDtoH;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds: return wire::kApiMemcpyDtoHPtds;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy: return wire::kApiMemcpy;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds: return wire::kApiMemcpyPtds;
+    default: return wire::kApiNone;
+  }
+}
+
+// The API call in progress on this thread, from its enter callback to its
+// exit: a launch of profiled work (cs set), or a synchronising call.
+struct CallInProgress {
+  ContextState* cs = nullptr;
+  uint64_t correlation_id = 0;
+  uint64_t start_ns = 0;
+  wire::HostApi api = wire::kApiNone;
+};
+thread_local CallInProgress t_call;
+
 // Launch API enter: drain if the arena is nearly full, take the gate (held
 // until API exit), make the kernel's module see the arena, note the work.
 void OnLaunchEnter(Profiler& p, const CUpti_CallbackData* cb, CUpti_CallbackId cbid, CUfunction f, CUstream stream,
                    uint64_t warps) {
   ContextState* cs = nullptr;
   CUmodule module = nullptr;
+  t_call = CallInProgress{};
   if (f != nullptr) {
     const FunctionInfo info = p.LookupFunction(cb->context, f, cb->symbolName);
     if (!info.opted_in) return;
@@ -1051,6 +1099,7 @@ void OnLaunchEnter(Profiler& p, const CUpti_CallbackData* cb, CUpti_CallbackId c
                         : std::min(static_cast<double>(warps) * p.ChunksPerWarp(cb->symbolName),
                                    static_cast<double>(cs->ref.num_chunks));
   };
+  const uint64_t start_ns = GpuNow();
   const bool per_thread = IsPerThread(cbid, stream);
   const bool capturing = IsCapturing(per_thread ? CU_STREAM_PER_THREAD : stream);
   if (!capturing) {
@@ -1063,14 +1112,37 @@ void OnLaunchEnter(Profiler& p, const CUpti_CallbackData* cb, CUpti_CallbackId c
     t_gate_held = cs;
   }
   if (module != nullptr && !p.Publish(cs, module)) return;
-  if (!capturing) p.NoteLaunch(cs, stream, per_thread, chunks);
+  if (!capturing) {
+    p.NoteLaunch(cs, stream, per_thread, chunks);
+    t_call = CallInProgress{cs, cb->correlationId, start_ns, ApiOf(cbid)};
+  }
 }
 
-void OnLaunchExit() {
+// Launch API exit (`cb` null: leaving after an error): the call is noted
+// for the harvest that ships its kernel, the gate released.
+void OnLaunchExit(const CUpti_CallbackData* cb = nullptr) {
+  if (cb != nullptr && t_call.cs != nullptr && t_call.correlation_id == cb->correlationId) {
+    NoteCurrentThread();
+    t_call.cs->host_calls.Add(t_call.correlation_id,
+                              wire::HostCall{t_call.start_ns, GpuNow(), CurrentTid(), t_call.api});
+  }
+  t_call = CallInProgress{};
   if (t_gate_held != nullptr) {
     t_gate_held->gate.unlock_shared();
     t_gate_held = nullptr;
   }
+}
+
+// A synchronising call's enter: when it began. Its exit may harvest.
+void OnSyncEnter(CUpti_CallbackId cbid) { t_call = CallInProgress{nullptr, 0, GpuNow(), ApiOf(cbid)}; }
+
+// The call a synchronising API's exit harvests in.
+wire::HostCall SyncCall(CUpti_CallbackId cbid) {
+  const wire::HostApi api = ApiOf(cbid);
+  if (t_call.cs != nullptr || t_call.api != api || t_call.start_ns == 0) return wire::HostCall{};
+  const wire::HostCall call{t_call.start_ns, std::max(t_call.start_ns, GpuNow()), CurrentTid(), api};
+  t_call = CallInProgress{};
+  return call;
 }
 
 void Dispatch(Profiler* p, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data);
@@ -1131,7 +1203,7 @@ void Dispatch(Profiler* p, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, c
       const auto* a = static_cast<const cuLaunchKernel_params*>(cb->functionParams);
       enter ? OnLaunchEnter(*p, cb, cbid, a->f, a->hStream,
                             Warps(a->gridDimX, a->gridDimY, a->gridDimZ, a->blockDimX, a->blockDimY, a->blockDimZ))
-            : OnLaunchExit();
+            : OnLaunchExit(cb);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
@@ -1139,7 +1211,7 @@ void Dispatch(Profiler* p, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, c
       const auto* a = static_cast<const cuLaunchCooperativeKernel_params*>(cb->functionParams);
       enter ? OnLaunchEnter(*p, cb, cbid, a->f, a->hStream,
                             Warps(a->gridDimX, a->gridDimY, a->gridDimZ, a->blockDimX, a->blockDimY, a->blockDimZ))
-            : OnLaunchExit();
+            : OnLaunchExit(cb);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
@@ -1149,21 +1221,21 @@ void Dispatch(Profiler* p, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, c
       enter ? OnLaunchEnter(
                   *p, cb, cbid, a->f, c ? c->hStream : nullptr,
                   c ? Warps(c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ) : 0)
-            : OnLaunchExit();
+            : OnLaunchExit(cb);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz: {
       const auto* a = static_cast<const cuGraphLaunch_params*>(cb->functionParams);
-      enter ? OnLaunchEnter(*p, cb, cbid, nullptr, a->hStream, 0) : OnLaunchExit();
+      enter ? OnLaunchEnter(*p, cb, cbid, nullptr, a->hStream, 0) : OnLaunchExit(cb);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize:
     case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2:
-      if (!enter) {
-        if (ContextState* cs = p->FindContext(cb->context)) {
-          p->Harvest(cs, wire::kHarvestSync, HarvestMode::kContextSynced);
-        }
+      if (enter) {
+        OnSyncEnter(cbid);
+      } else if (ContextState* cs = p->FindContext(cb->context)) {
+        p->Harvest(cs, wire::kHarvestSync, HarvestMode::kContextSynced, SyncCall(cbid));
       }
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy:
@@ -1183,8 +1255,10 @@ void Dispatch(Profiler* p, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, c
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds:
-      if (!enter) {
-        if (ContextState* cs = p->FindContext(cb->context)) p->Harvest(cs, wire::kHarvestSync, HarvestMode::kIfIdle);
+      if (enter) {
+        OnSyncEnter(cbid);
+      } else if (ContextState* cs = p->FindContext(cb->context)) {
+        p->Harvest(cs, wire::kHarvestSync, HarvestMode::kIfIdle, SyncCall(cbid));
       }
       break;
     default:
@@ -1323,7 +1397,7 @@ bool StartOnce() {
     return false;
   }
   p->sink = std::make_unique<ProducerSink>(p->producer.get());
-  p->shipper = std::make_unique<Shipper>(p->sink.get());
+  p->shipper = std::make_unique<Shipper>(p->sink.get(), ThreadName);
   p->pid = getpid();
   const std::string tool = InjectingTool();
   // cuptiGetTimestamp would start CUPTI; a process smprof leaves alone gets

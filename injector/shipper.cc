@@ -89,6 +89,15 @@ uint32_t Shipper::InternName(const std::string& name) {
   return id;
 }
 
+void Shipper::AnnounceThread(uint32_t tid) {
+  if (tid == 0 || std::find(threads_sent_.begin(), threads_sent_.end(), tid) != threads_sent_.end()) return;
+  const std::string name = thread_name_ ? thread_name_(tid) : std::string();
+  auto m = Zeroed<wire::ThreadMsg>();
+  m.tid = tid;
+  m.name_len = ClampedLength(name);
+  if (Send(wire::kMsgThread, &m, sizeof(m), name.data(), m.name_len, 0)) threads_sent_.push_back(tid);
+}
+
 void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_flags,
                            const std::function<std::string(uint64_t)>& name_of,
                            const std::function<std::string(const std::string&)>& kernel_name) {
@@ -112,6 +121,10 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
     m.dynamic_smem = r.dynamic_smem;
     m.static_smem = r.static_smem;
     m.registers = r.registers;
+    if (launch.call.api != wire::kApiNone) {
+      m.call = launch.call;
+      AnnounceThread(launch.call.tid);
+    }
     const std::string display = (launch.flags & wire::kLaunchNoActivity) && r.name.empty()
                                     ? "<kernel of grid " + std::to_string(r.grid_id) + ", no CUPTI record>"
                                     : kernel_name(r.name);
@@ -146,7 +159,9 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
 }
 
 void Shipper::SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason reason, uint64_t dropped,
-                          uint64_t unplaced, uint32_t chunks_used, uint32_t chunks_total) {
+                          uint64_t unplaced, uint32_t chunks_used, uint32_t chunks_total,
+                          const HarvestHost& host) {
+  AnnounceThread(host.tid);
   auto m = Zeroed<wire::HarvestMsg>();
   m.time_ns = time_ns;
   m.device = device;
@@ -155,6 +170,12 @@ void Shipper::SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason
   m.unplaced_events = unplaced;
   m.chunks_used = chunks_used;
   m.chunks_total = chunks_total;
+  if (host.tid != 0) {
+    m.host_begin_ns = host.begin_ns;
+    m.host_end_ns = std::max(host.begin_ns, host.end_ns);
+    m.host_tid = host.tid;
+    if (host.call.api != wire::kApiNone) m.call = host.call;
+  }
   Send(wire::kMsgHarvest, &m, sizeof(m), nullptr, 0, 0);
 }
 

@@ -2,9 +2,11 @@
 //
 // Owns the process-wide message state: launch ids (increasing with start
 // time across harvests), the interned marker names (a NameMsg precedes the
-// first use of each id; a name or device whose message the transport dropped
-// is announced again at its next use), and the counters of what was shipped
-// or lost on the way. Not thread-safe: the injector calls it
+// first use of each id), the named host threads (a ThreadMsg precedes the
+// first launch or harvest naming a thread; `thread_name(tid)` says its name),
+// and the counters of what was shipped or lost on the way. A name, thread or
+// device whose message the transport dropped is announced again at its next
+// use. Not thread-safe: the injector calls it
 // under its ship mutex.
 #pragma once
 
@@ -58,9 +60,18 @@ struct DeviceInfo {
   std::string name;
 };
 
+// Where a harvest ran on the host (HarvestMsg's host fields; CUPTI clock).
+struct HarvestHost {
+  uint64_t begin_ns = 0, end_ns = 0;
+  uint32_t tid = 0;        // 0: not known
+  wire::HostCall call{};   // the synchronising call whose exit ran it, if any
+};
+
 class Shipper {
  public:
-  explicit Shipper(MessageSink* sink) : sink_(sink) {}
+  using ThreadNameFn = std::function<std::string(uint32_t)>;
+  explicit Shipper(MessageSink* sink, ThreadNameFn thread_name = nullptr)
+      : sink_(sink), thread_name_(std::move(thread_name)) {}
 
   void SendProcess(uint32_t pid, uint32_t ppid, uint64_t host_realtime_ns, uint64_t gpu_time_ns,
                    const std::string& cmdline);
@@ -76,7 +87,7 @@ class Shipper {
 
   // `chunks_used` of `chunks_total`: how full the arena was (its fill counter).
   void SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason reason, uint64_t dropped, uint64_t unplaced,
-                   uint32_t chunks_used, uint32_t chunks_total);
+                   uint32_t chunks_used, uint32_t chunks_total, const HarvestHost& host = HarvestHost());
   void SendStats(const wire::StatsMsg& stats);
 
   const ShipperCounters& counters() const { return counters_; }
@@ -86,6 +97,8 @@ class Shipper {
 
  private:
   uint32_t InternName(const std::string& name);
+  // Sends the ThreadMsg of `tid` unless it reached the collector already.
+  void AnnounceThread(uint32_t tid);
   bool Send(uint32_t type, const void* fixed, uint32_t fixed_size, const void* tail, uint32_t tail_size,
             uint64_t events);
 
@@ -96,6 +109,8 @@ class Shipper {
   std::unordered_map<std::string, uint32_t> name_ids_;
   std::unordered_map<uint64_t, uint32_t> address_ids_;  // name address -> id, per harvest
   std::vector<uint32_t> devices_sent_;
+  ThreadNameFn thread_name_;
+  std::vector<uint32_t> threads_sent_;
   std::vector<uint8_t> buffer_;
 };
 

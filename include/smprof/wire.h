@@ -183,7 +183,7 @@ static_assert(sizeof(ArenaRef) == 64 && offsetof(ArenaRef, num_chunks) == 16 && 
 // Transport messages (injector -> collector)
 // ---------------------------------------------------------------------------
 
-inline constexpr uint32_t kTransportVersion = 5;
+inline constexpr uint32_t kTransportVersion = 6;
 inline constexpr uint32_t kMaxMessageBytes = 1u << 20;  // collector rejects larger
 
 enum MsgType : uint32_t {
@@ -196,7 +196,8 @@ enum MsgType : uint32_t {
   kMsgHarvest = 6,     // HarvestMsg: every launch announced before it is complete
   kMsgStats = 7,       // StatsMsg: cumulative counters of the process
   kMsgNotice = 8,      // NoticeMsg + text: why the process is not (fully) profiled
-  kMsgLastType = kMsgNotice,
+  kMsgThread = 9,      // ThreadMsg + name: a host thread named by a HostCall
+  kMsgLastType = kMsgThread,
 };
 
 struct MsgHeader {
@@ -247,6 +248,46 @@ struct NameMsg {
   uint32_t name_len;
 };
 
+// The driver API call of a HostCall. The collector names them; a value
+// above kApiLast is malformed.
+enum HostApi : uint32_t {
+  kApiNone = 0,  // no call known: the HostCall's other fields are 0
+  kApiLaunchKernel = 1,
+  kApiLaunchKernelPtsz = 2,
+  kApiLaunchKernelEx = 3,
+  kApiLaunchKernelExPtsz = 4,
+  kApiLaunchCooperativeKernel = 5,
+  kApiLaunchCooperativeKernelPtsz = 6,
+  kApiGraphLaunch = 7,
+  kApiGraphLaunchPtsz = 8,
+  kApiCtxSynchronize = 9,
+  kApiStreamSynchronize = 10,
+  kApiStreamSynchronizePtsz = 11,
+  kApiEventSynchronize = 12,
+  kApiMemcpyDtoH = 13,
+  kApiMemcpyDtoHPtds = 14,
+  kApiMemcpy = 15,
+  kApiMemcpyPtds = 16,
+  kApiLast = kApiMemcpyPtds,
+};
+
+// An application thread's driver API call, on the CUPTI clock (the clock of
+// LaunchMsg's span): the host side of a launch, or the synchronising call
+// whose exit ran a harvest.
+struct HostCall {
+  uint64_t start_ns;  // API entry
+  uint64_t end_ns;    // API exit (>= start_ns)
+  uint32_t tid;       // the calling thread (gettid); a ThreadMsg names it first
+  uint32_t api;       // HostApi
+};
+
+// Names a host thread once, before the first HostCall or harvest on it.
+struct ThreadMsg {
+  MsgHeader h;
+  uint32_t tid;
+  uint32_t name_len;  // bytes following this struct (the thread's name; may be 0)
+};
+
 enum LaunchFlags : uint32_t {
   kLaunchNoActivity = 1u << 0,   // CUPTI never reported the kernel; times are bounds from events
   kLaunchFromGraph = 1u << 1,    // a kernel node of a CUDA graph replay
@@ -273,6 +314,7 @@ struct LaunchMsg {
   uint32_t static_smem;
   uint32_t registers;
   uint32_t name_len;  // demangled kernel name bytes following this struct
+  HostCall call;      // the API call that launched it (a graph's: its cuGraphLaunch); api kApiNone if unknown
 };
 
 struct WireEvent {
@@ -314,6 +356,15 @@ struct HarvestMsg {
   uint64_t unplaced_events;  // device drops in this harvest (slot table too small)
   uint32_t chunks_used;      // arena chunks the harvest found claimed (at most chunks_total)
   uint32_t chunks_total;     // the arena's chunks (0: not known)
+  // On the host, CUPTI clock: the harvest ran on thread `host_tid` from
+  // host_begin_ns (before it waited for the GPU) to host_end_ns, inside the
+  // exit of `call` when a synchronising API call triggered it (else api
+  // kApiNone; a forced drain runs inside the launch call of that thread).
+  uint64_t host_begin_ns;
+  uint64_t host_end_ns;  // >= host_begin_ns
+  uint32_t host_tid;
+  uint32_t reserved;
+  HostCall call;
 };
 
 // Cumulative counters of one process; the collector keeps the latest.
@@ -354,11 +405,15 @@ static_assert(sizeof(DeviceMsg) == 88 && offsetof(DeviceMsg, uuid) == 24 && offs
                   offsetof(DeviceMsg, sm_clock_measured_khz) == 60 && offsetof(DeviceMsg, name_len) == 80,
               "DeviceMsg layout");
 static_assert(sizeof(NameMsg) == 16, "NameMsg layout");
-static_assert(sizeof(LaunchMsg) == 112 && offsetof(LaunchMsg, grid) == 72 && offsetof(LaunchMsg, name_len) == 108,
+static_assert(sizeof(HostCall) == 24 && offsetof(HostCall, api) == 20, "HostCall layout");
+static_assert(sizeof(ThreadMsg) == 16, "ThreadMsg layout");
+static_assert(sizeof(LaunchMsg) == 136 && offsetof(LaunchMsg, grid) == 72 && offsetof(LaunchMsg, name_len) == 108 &&
+                  offsetof(LaunchMsg, call) == 112,
               "LaunchMsg layout");
 static_assert(sizeof(WireEvent) == 24 && offsetof(WireEvent, name_id) == 12, "WireEvent layout");
 static_assert(sizeof(WarpEventsMsg) == 40 && offsetof(WarpEventsMsg, count) == 32, "WarpEventsMsg layout");
-static_assert(sizeof(HarvestMsg) == 48, "HarvestMsg layout");
+static_assert(sizeof(HarvestMsg) == 96 && offsetof(HarvestMsg, host_begin_ns) == 48 && offsetof(HarvestMsg, call) == 72,
+              "HarvestMsg layout");
 static_assert(sizeof(StatsMsg) == 112, "StatsMsg layout");
 static_assert(sizeof(NoticeMsg) == 16, "NoticeMsg layout");
 

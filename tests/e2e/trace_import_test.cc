@@ -171,5 +171,87 @@ TEST(TraceImport, JsonAndProtobufImportAlike) {
   }
 }
 
+// The host side: launch API calls (one a graph launch of two kernels), a
+// synchronising call that ran a harvest, a forced drain inside a launch call,
+// a launch whose call is unknown; on two named threads.
+std::string WriteHostRun(const std::string& path) {
+  unlink(path.c_str());
+  CollectorOptions options;
+  options.trace_path = path;
+  std::string error;
+  auto c = Collector::Create(options, &error);
+  EXPECT_NE(c, nullptr) << error;
+  if (!c) return path;
+  const transport::ProducerInfo p{0, 77};
+  const auto send = [&](const testing::Bytes& b) { c->HandleMessage(p, b.data(), static_cast<uint32_t>(b.size())); };
+  const auto launch = [&](uint64_t id, uint64_t start, uint64_t end, const char* kernel, uint64_t correlation,
+                          wire::HostCall call) {
+    wire::LaunchMsg m = testing::LaunchFields(id, kT0 + start, kT0 + end);
+    m.correlation_id = correlation;
+    m.call = call;
+    send(testing::Launch(m, kernel));
+  };
+  send(testing::Process(77, kT0, std::string("app")));
+  send(testing::Device(0, "Test GPU", 1, 0x19));
+  send(testing::Thread(77, "app"));
+  send(testing::Thread(78, "worker"));
+  launch(1, 10000, 20000, "k1", 11, testing::Call(wire::kApiLaunchKernel, kT0 + 2000, kT0 + 3000, 77));
+  launch(2, 30000, 40000, "k2", 12, testing::Call(wire::kApiGraphLaunch, kT0 + 4000, kT0 + 4500, 78));
+  launch(3, 40000, 50000, "k3", 12, testing::Call(wire::kApiGraphLaunch, kT0 + 4000, kT0 + 4500, 78));
+  launch(4, 50000, 51000, "k4", 0, wire::HostCall{});
+  send(testing::HostHarvest(kT0 + 60000, wire::kHarvestSync, 77, kT0 + 55000, kT0 + 70000,
+                            testing::Call(wire::kApiStreamSynchronize, kT0 + 52000, kT0 + 55000, 77)));
+  send(testing::HostHarvest(kT0 + 85000, wire::kHarvestHighWater, 78, kT0 + 80000, kT0 + 90000));
+  launch(5, 95000, 96000, "k5", 13, testing::Call(wire::kApiLaunchKernel, kT0 + 79000, kT0 + 91000, 78));
+  send(testing::Harvest(kT0 + 100000, wire::kHarvestExit, 0));
+  c->HandleProducerEnd(p, /*clean=*/true);
+  const CollectorSummary s = c->Finish();
+  EXPECT_TRUE(s.trace_ok) << s.trace_error;
+  EXPECT_EQ(s.launches, 5u);
+  EXPECT_EQ(s.malformed_messages, 0u);
+  return path;
+}
+
+TEST(TraceImport, HostCallsOnTheirThreadsWithFlowsToTheKernels) {
+  const std::string tp = testing::TraceProcessor();
+  if (tp.empty()) GTEST_SKIP() << "../shared/tools/perfetto/trace_processor_shell is absent: import check skipped";
+  const std::string base = "/tmp/smprof-trace-host-" + std::to_string(getpid());
+  for (const std::string& trace : {WriteHostRun(base + ".json"), WriteHostRun(base + ".pftrace")}) {
+    EXPECT_TRUE(
+        Query(tp, trace, "select name, idx, value from stats where value > 0 and severity in ('error', 'data_loss')")
+            .empty())
+        << trace;
+    const std::string on_thread =
+        "select s.name, s.depth, s.ts - 1000000000, s.dur from slice s join thread_track tt on s.track_id = tt.id "
+        "join thread t using(utid) where t.name = '";
+    // Trace time = 1e9 + t (the base is kT0 - 1 s).
+    EXPECT_EQ(Query(tp, trace, on_thread + "app 77' order by s.ts, s.depth"),
+              (std::vector<std::string>{"\"cuLaunchKernel\",0,2000,1000", "\"cuStreamSynchronize\",0,52000,18000",
+                                        "\"harvest: sync\",1,55000,15000"}))
+        << trace;
+    EXPECT_EQ(Query(tp, trace, on_thread + "worker 78' order by s.ts, s.depth"),
+              (std::vector<std::string>{"\"cuGraphLaunch\",0,4000,500", "\"cuLaunchKernel\",0,79000,12000",
+                                        "\"forced drain: buffer high-water\",1,80000,10000"}))
+        << trace;
+    // The threads belong to the application's process (pid 77).
+    EXPECT_EQ(Query(tp, trace, "select count(*) from thread where tid in (77, 78) and name in ('app 77', 'worker 78')"),
+              std::vector<std::string>{"2"})
+        << trace;
+    // A flow from each call to its kernel; a graph's kernels in one chain.
+    EXPECT_EQ(Query(tp, trace,
+                    "select o.name, i.name from flow f join slice o on f.slice_out = o.id "
+                    "join slice i on f.slice_in = i.id order by o.ts, i.ts"),
+              (std::vector<std::string>{"\"cuLaunchKernel\",\"k1\"", "\"cuGraphLaunch\",\"k2\"",
+                                        "\"k2\",\"k3\"", "\"cuLaunchKernel\",\"k5\""}))
+        << trace;
+    if (trace.size() > 8 && trace.compare(trace.size() - 8, 8, ".pftrace") == 0) {
+      std::ifstream in(trace, std::ios::binary);
+      const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      EXPECT_TRUE(perfetto::CheckTrace(bytes).errors.empty());  // our own reader agrees
+    }
+    for (const char* suffix : {"", ".stats.json", ".stats.csv"}) unlink((trace + suffix).c_str());
+  }
+}
+
 }  // namespace
 }  // namespace smprof

@@ -30,6 +30,7 @@
 
 #include "collector/perfetto_check.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/trace_processor.h"
 
 namespace {
 
@@ -262,6 +263,67 @@ TEST(GpuScenarios, ProtobufTracesHoldTheExactEvents) {
     std::multiset<uint64_t> expected;  // 12 launches of 10..21 steps, 4 warps each
     for (uint64_t n = 10; n < 22; ++n) expected.insert({n, n, n, n});
     EXPECT_EQ(steps, expected);
+  }
+}
+
+// The host side in the protobuf trace, imported by Perfetto's trace
+// processor ($SMPROF_TRACE_PROCESSOR or the one beside the source tree): each
+// launch API call on its thread with a flow arrow to its kernel that starts
+// after the call began (one clock), a graph's kernels chained after their
+// cuGraphLaunch, harvests inside the synchronising call that ran them, a
+// forced drain inside the launch call it stalled.
+TEST(GpuScenarios, HostCallsAndHarvestsAreOnTheApplicationThreads) {
+  REQUIRE_GPU();
+  const std::string tp = smprof::testing::TraceProcessor();
+  SKIP_UNLESS(!tp.empty(), "no trace processor (set SMPROF_TRACE_PROCESSOR)");
+  const auto profile = [](const std::string& scenario, const std::string& args) {
+    char dir_template[] = "/tmp/smprof-gpu-host-XXXXXX";
+    const std::string trace = std::string(mkdtemp(dir_template)) + "/trace.pftrace";
+    const int rc = Shell(BuildDir() + "/bin/smprof-run -o " + trace + " " + args + " -- " + BuildDir() +
+                             "/bin/smprof_gpu_scenarios " + scenario,
+                         trace + ".out", trace + ".err");
+    EXPECT_EQ(rc, 0) << Slurp(trace + ".err");
+    return trace;
+  };
+  using smprof::testing::Query;
+  const auto one = [&](const std::string& trace, const std::string& sql) {
+    const auto rows = Query(tp, trace, sql);
+    return rows.size() == 1 ? rows[0] : std::string("rows: ") + std::to_string(rows.size());
+  };
+  const std::string errors =
+      "select count(*) from stats where value > 0 and severity in ('error', 'data_loss')";
+  const std::string flows =
+      "select count(*) from flow f join slice o on f.slice_out = o.id join slice i on f.slice_in = i.id ";
+  const std::string on_threads = "select count(*) from slice s join thread_track tt on s.track_id = tt.id ";
+  {
+    const std::string t = profile("basic", "");
+    EXPECT_EQ(one(t, errors), "0");
+    EXPECT_EQ(one(t, flows + "where o.name like 'cuLaunchKernel%' and i.name like '%marker_grid%'"), "1");
+    EXPECT_EQ(one(t, flows + "where o.ts > i.ts"), "0") << "a kernel starts before its launch call";
+    EXPECT_EQ(one(t, on_threads + "where s.name like 'harvest:%'"), one(t, "select count(*) from slice where name "
+                                                                           "like 'harvest:%' and depth = 0 and "
+                                                                           "track_id not in (select id from "
+                                                                           "thread_track)"));
+  }
+  {
+    const std::string t = profile("graph", "");
+    EXPECT_EQ(one(t, errors), "0");
+    EXPECT_EQ(one(t, on_threads + "where s.name like 'cuGraphLaunch%'"), "3");
+    EXPECT_EQ(one(t, flows + "where o.name like 'cuGraphLaunch%' and i.name like '%graph_k1%'"), "3");
+    EXPECT_EQ(one(t, flows + "where o.name like '%graph_k1%' and i.name like '%graph_k2%'"), "3");
+    EXPECT_EQ(one(t, flows + "where o.ts > i.ts"), "0");
+    // The run's synchronising calls that harvested, each around its harvest.
+    EXPECT_NE(one(t, on_threads + "join slice h on h.parent_id = s.id where h.name = 'harvest: sync' and "
+                                  "(s.name like 'cu%Synchronize%' or s.name like 'cuMemcpy%')"),
+              "0");
+  }
+  {
+    const std::string t = profile("highwater", "--buffer-mb 2");
+    EXPECT_EQ(one(t, errors), "0");
+    EXPECT_NE(one(t, on_threads + "join slice d on d.parent_id = s.id where "
+                                  "d.name = 'forced drain: buffer high-water' and s.name like 'cuLaunchKernel%'"),
+              "0");
+    EXPECT_EQ(one(t, flows + "where o.name like 'cuLaunchKernel%' and i.name like '%flood%'"), "12");
   }
 }
 

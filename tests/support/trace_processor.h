@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -14,9 +15,13 @@
 
 namespace smprof::testing {
 
-// Its path, or "" when it is not there.
+// Its path ($SMPROF_TRACE_PROCESSOR, else the one beside the source tree),
+// or "" when it is not there.
 inline std::string TraceProcessor() {
-  const std::string path = std::string(SMPROF_SOURCE_DIR) + "/../shared/tools/perfetto/trace_processor_shell";
+  const char* env = std::getenv("SMPROF_TRACE_PROCESSOR");
+  const std::string path = env != nullptr && env[0] != '\0'
+                               ? std::string(env)
+                               : std::string(SMPROF_SOURCE_DIR) + "/../shared/tools/perfetto/trace_processor_shell";
   return access(path.c_str(), X_OK) == 0 ? path : std::string();
 }
 

@@ -124,4 +124,29 @@ inline Bytes Harvest(uint64_t time_ns, uint32_t reason, uint64_t dropped, uint64
   return Frame(m, wire::kMsgHarvest);
 }
 
+inline Bytes Thread(uint32_t tid, std::string_view name) {
+  wire::ThreadMsg m{};
+  m.tid = tid;
+  m.name_len = static_cast<uint32_t>(name.size());
+  return Frame(m, wire::kMsgThread, name);
+}
+
+inline wire::HostCall Call(uint32_t api, uint64_t start, uint64_t end, uint32_t tid) {
+  return wire::HostCall{start, end, tid, api};
+}
+
+// A harvest that ran on host thread `tid` from `begin` to `end`, inside
+// `call` (api kApiNone: none).
+inline Bytes HostHarvest(uint64_t time_ns, uint32_t reason, uint32_t tid, uint64_t begin, uint64_t end,
+                         wire::HostCall call = {}) {
+  wire::HarvestMsg m{};
+  m.time_ns = time_ns;
+  m.reason = reason;
+  m.host_tid = tid;
+  m.host_begin_ns = begin;
+  m.host_end_ns = end;
+  m.call = call;
+  return Frame(m, wire::kMsgHarvest);
+}
+
 }  // namespace smprof::testing

@@ -255,6 +255,37 @@ TEST(MessageDecoderTest, RejectsLaunchEndingBeforeStart) {
   EXPECT_EQ(Decode(Launch(1, 100, 100, "k")), DecodeStatus::kOk);
 }
 
+TEST(MessageDecoderTest, ChecksHostCallsAndThreads) {
+  wire::LaunchMsg l = testing::LaunchFields(1, 100, 200);
+  l.call = testing::Call(wire::kApiGraphLaunch, 10, 20, 77);
+  EXPECT_EQ(Decode(Launch(l, "k")), DecodeStatus::kOk);
+  l.call.end_ns = 5;  // ends before it starts
+  EXPECT_EQ(Decode(Launch(l, "k")), DecodeStatus::kBadHostCall);
+  l.call = testing::Call(wire::kApiLast + 1, 10, 20, 77);
+  EXPECT_EQ(Decode(Launch(l, "k")), DecodeStatus::kBadHostCall);
+  l.call = testing::Call(wire::kApiNone, 10, 20, 77);  // fields without an api
+  EXPECT_EQ(Decode(Launch(l, "k")), DecodeStatus::kBadHostCall);
+
+  EXPECT_EQ(Decode(testing::HostHarvest(1, wire::kHarvestSync, 77, 10, 20,
+                                        testing::Call(wire::kApiCtxSynchronize, 5, 10, 77))),
+            DecodeStatus::kOk);
+  EXPECT_EQ(Decode(testing::HostHarvest(1, wire::kHarvestSync, 77, 20, 10)), DecodeStatus::kBadTimeRange);
+  EXPECT_EQ(Decode(testing::HostHarvest(1, wire::kHarvestSync, 77, 10, 20, testing::Call(99, 5, 10, 77))),
+            DecodeStatus::kBadHostCall);
+
+  DecodedMessage m;
+  ASSERT_EQ(Decode(testing::Thread(77, "main"), &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.type, wire::kMsgThread);
+  EXPECT_EQ(m.thread.tid, 77u);
+  EXPECT_EQ(m.text, "main");
+  testing::Bytes long_name = testing::Thread(77, "main");
+  wire::ThreadMsg t;
+  std::memcpy(&t, long_name.data(), sizeof(t));
+  t.name_len = 9;  // more than the message holds
+  std::memcpy(long_name.data(), &t, sizeof(t));
+  EXPECT_EQ(Decode(long_name), DecodeStatus::kBadSize);
+}
+
 TEST(MessageDecoderTest, EveryStatusHasAName) {
   for (int i = 0; i < kNumDecodeStatus; ++i) {
     EXPECT_STRNE(DecodeStatusName(static_cast<DecodeStatus>(i)), "?") << i;

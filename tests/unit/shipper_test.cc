@@ -116,6 +116,68 @@ TEST(Shipper, HarvestCarriesLossesAndArenaFill) {
   EXPECT_EQ(h.chunks_total, 128u);
 }
 
+TEST(Shipper, NamesAThreadOnceBeforeTheLaunchOrHarvestThatNamesIt) {
+  RecordingSink sink;
+  std::vector<uint32_t> asked;
+  Shipper s(&sink, [&](uint32_t tid) {
+    asked.push_back(tid);
+    return std::string(tid == 77 ? "main" : "worker");
+  });
+  WarpSegment seg;
+  std::vector<Launch> launches = {MakeLaunch(&seg, 10, 1), MakeLaunch(&seg, 20, 1)};
+  launches[0].call = wire::HostCall{1, 5, 77, wire::kApiLaunchKernel};
+  launches[1].call = wire::HostCall{6, 8, 77, wire::kApiLaunchKernel};
+  const auto name = [](uint64_t) { return std::string("x"); };
+  const auto kernel = [](const std::string& m) { return m; };
+  s.SendLaunches(launches, 0, name, kernel);
+  ASSERT_GE(sink.messages.size(), 2u);
+  ASSERT_EQ(sink.TypeAt(0), wire::kMsgThread);
+  const auto t = sink.As<wire::ThreadMsg>(0);
+  EXPECT_EQ(t.tid, 77u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(sink.messages[0].data()) + sizeof(t), t.name_len), "main");
+  ASSERT_EQ(sink.TypeAt(1), wire::kMsgLaunch);
+  const auto l = sink.As<wire::LaunchMsg>(1);
+  EXPECT_EQ(l.call.start_ns, 1u);
+  EXPECT_EQ(l.call.end_ns, 5u);
+  EXPECT_EQ(l.call.tid, 77u);
+  EXPECT_EQ(l.call.api, wire::kApiLaunchKernel);
+  size_t threads = 0;
+  for (size_t i = 0; i < sink.messages.size(); ++i) threads += sink.TypeAt(i) == wire::kMsgThread;
+  EXPECT_EQ(threads, 1u);
+
+  sink.messages.clear();
+  HarvestHost host;
+  host.begin_ns = 30;
+  host.end_ns = 50;
+  host.tid = 78;
+  host.call = wire::HostCall{25, 30, 78, wire::kApiStreamSynchronize};
+  s.SendHarvest(40, 0, wire::kHarvestSync, 0, 0, 1, 2, host);
+  ASSERT_EQ(sink.messages.size(), 2u);
+  EXPECT_EQ(sink.TypeAt(0), wire::kMsgThread);
+  EXPECT_EQ(sink.As<wire::ThreadMsg>(0).tid, 78u);
+  const auto h = sink.As<wire::HarvestMsg>(1);
+  EXPECT_EQ(h.host_begin_ns, 30u);
+  EXPECT_EQ(h.host_end_ns, 50u);
+  EXPECT_EQ(h.host_tid, 78u);
+  EXPECT_EQ(h.call.api, wire::kApiStreamSynchronize);
+  EXPECT_EQ(h.call.start_ns, 25u);
+  EXPECT_EQ(asked, (std::vector<uint32_t>{77, 78}));
+}
+
+TEST(Shipper, ThreadWhoseMessageWasDroppedIsNamedAgain) {
+  RecordingSink sink;
+  Shipper s(&sink, [](uint32_t) { return std::string("main"); });
+  HarvestHost host;
+  host.tid = 77;
+  sink.reject_all = true;
+  s.SendHarvest(40, 0, wire::kHarvestExit, 0, 0, 0, 0, host);
+  sink.reject_all = false;
+  s.SendHarvest(50, 0, wire::kHarvestExit, 0, 0, 0, 0, host);
+  ASSERT_EQ(sink.messages.size(), 2u);
+  EXPECT_EQ(sink.TypeAt(0), wire::kMsgThread);
+  EXPECT_EQ(sink.TypeAt(1), wire::kMsgHarvest);
+}
+
 TEST(Shipper, SplitsLargeWarpsAndCountsDrops) {
   RecordingSink sink;
   Shipper s(&sink);

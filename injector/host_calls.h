@@ -1,0 +1,51 @@
+// HostCalls: the application's driver API calls behind profiled work, and
+// the names of the threads that made them.
+//
+// A kernel's CUPTI record carries the correlation id of the API call that
+// launched it (for a graph's kernels, their cuGraphLaunch's). At that call's
+// exit the callback notes when it began and ended and on which thread (Add);
+// the harvest that ships the kernel attaches the call to its LaunchMsg
+// (Find), and the collector draws it on that thread's track with a flow
+// arrow to the kernel. A context keeps its calls for two harvests: those of
+// the harvest cycle in progress and of the one before (EndHarvest drops the
+// older), so memory is bounded by the launches between two harvests and a
+// kernel whose record comes a harvest late still finds its call.
+//
+// Thread-safe: the callbacks of many application threads add, a harvest
+// finds. The thread registry is process-wide: a thread notes its own name
+// once (NoteCurrentThread), and the shipper names each thread before its
+// first call or harvest reaches the collector (ThreadName).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "smprof/wire.h"
+
+namespace smprof::injector {
+
+class HostCalls {
+ public:
+  void Add(uint64_t correlation_id, const wire::HostCall& call);
+  // The call with that correlation id (api kApiNone and zeros when unknown).
+  wire::HostCall Find(uint64_t correlation_id) const;
+  // A harvest of the context shipped: forget the calls of the cycle before.
+  void EndHarvest();
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, wire::HostCall> current_, previous_;
+};
+
+// The calling thread's kernel thread id (gettid), cached per thread.
+uint32_t CurrentTid();
+// Records the calling thread's name (pthread_getname_np) the first time it
+// calls this; cheap afterwards.
+void NoteCurrentThread();
+// The name a thread noted ("" if it never did).
+std::string ThreadName(uint32_t tid);
+
+}  // namespace smprof::injector

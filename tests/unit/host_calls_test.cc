@@ -1,0 +1,48 @@
+// HostCalls: a context's launch API calls by correlation id, kept for the
+// harvest cycle in progress and the one before; the thread-name registry.
+#include "injector/host_calls.h"
+
+#include <gtest/gtest.h>
+#include <pthread.h>
+
+#include <string>
+#include <thread>
+
+namespace smprof::injector {
+namespace {
+
+TEST(HostCalls, KeepsACallForTwoHarvestCycles) {
+  HostCalls calls;
+  calls.Add(7, wire::HostCall{100, 200, 42, wire::kApiLaunchKernel});
+  EXPECT_EQ(calls.Find(7).end_ns, 200u);
+  EXPECT_EQ(calls.Find(8).api, wire::kApiNone);
+  EXPECT_EQ(calls.Find(8).tid, 0u);
+  calls.EndHarvest();  // its kernel may come a harvest late
+  EXPECT_EQ(calls.Find(7).api, wire::kApiLaunchKernel);
+  calls.Add(9, wire::HostCall{300, 400, 42, wire::kApiGraphLaunch});
+  calls.EndHarvest();
+  EXPECT_EQ(calls.Find(7).api, wire::kApiNone);
+  EXPECT_EQ(calls.Find(9).start_ns, 300u);
+  EXPECT_EQ(calls.size(), 1u);
+  calls.EndHarvest();
+  EXPECT_EQ(calls.size(), 0u);
+}
+
+TEST(HostCalls, ThreadsNoteTheirOwnNames) {
+  uint32_t tid = 0;
+  std::thread t([&] {
+    pthread_setname_np(pthread_self(), "smprof-worker");
+    NoteCurrentThread();
+    pthread_setname_np(pthread_self(), "renamed");
+    NoteCurrentThread();  // noted once: the first name stays
+    tid = CurrentTid();
+  });
+  t.join();
+  EXPECT_NE(tid, 0u);
+  EXPECT_NE(tid, CurrentTid());
+  EXPECT_EQ(ThreadName(tid), "smprof-worker");
+  EXPECT_EQ(ThreadName(0), "");
+}
+
+}  // namespace
+}  // namespace smprof::injector
