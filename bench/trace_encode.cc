@@ -233,6 +233,7 @@ int main(int argc, char** argv) {
   } rows[] = {
       {"PerfettoSink, warp after warp", Arrival::kWarpAfterWarp, Cycles::kCounter},
       {"  cycles as slice args instead", Arrival::kWarpAfterWarp, Cycles::kAnnotation},
+      {"  cycles left to the statistics", Arrival::kWarpAfterWarp, Cycles::kNone},
       {"PerfettoSink, interleaved warps", Arrival::kInterleaved, Cycles::kCounter},
       {"  cycles as slice args instead", Arrival::kInterleaved, Cycles::kAnnotation},
   };

@@ -36,8 +36,16 @@ std::unique_ptr<Collector> Collector::Create(const CollectorOptions& options, st
       *error = "unknown trace layout '" + options.layout + "': use launch, hardware or auto";
       return nullptr;
     }
+    PerfettoSink::CyclesEncoding cycles = PerfettoSink::CyclesEncoding::kNone;
+    if (!PerfettoSink::ParseCyclesEncoding(options.trace_cycles, &cycles)) {
+      *error = "unknown trace cycles '" + options.trace_cycles + "': use none, counter or args";
+      return nullptr;
+    }
     auto proto = PerfettoSink::Open(written, exclusive, error);
-    if (proto) proto->set_layout(layout);
+    if (proto) {
+      proto->set_layout(layout);
+      proto->set_cycles_encoding(cycles);
+    }
     sink = std::move(proto);
   }
   if (!sink) return nullptr;

@@ -53,6 +53,9 @@ struct CollectorOptions {
   // The protobuf trace's track layout: "launch", "hardware" or "auto"
   // (perfetto_sink.h); the JSON trace is always launch-centric.
   std::string layout = "auto";
+  // Per-range SM cycles in a protobuf trace: "none", "counter" or "args"
+  // (PerfettoSink::CyclesEncoding).
+  std::string trace_cycles = "none";
 };
 
 class Collector {

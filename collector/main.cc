@@ -19,6 +19,7 @@
 #include <string>
 
 #include "collector/collector.h"
+#include "collector/perfetto_sink.h"
 #include "common/settings.h"
 #include "common/transport.h"
 #include "common/transport_layout.h"
@@ -55,6 +56,7 @@ constexpr char kUsage[] =
     "                          producers to finish (default 5000)\n"
     "  --log-level L           trace|debug|info|warn|error|critical|off (default warn)\n"
     "  --layout L              protobuf track layout: launch|hardware|auto (default auto)\n"
+    "  --trace-cycles HOW      per-range SM cycles in a protobuf trace: none|counter|args (default none)\n"
     "  --help                  show this help\n";
 
 int Usage(const std::string& problem) {
@@ -74,6 +76,7 @@ struct Args {
   std::string summary;
   bool stats = false;
   std::string layout = "auto";
+  std::string trace_cycles = "none";
   int summary_fd = -1;
   int control_fd = -1;
   bool force = false;
@@ -138,6 +141,12 @@ int ParseArgs(int argc, char** argv, Args* args) {
         return Usage("bad --layout '" + value + "': use launch, hardware or auto");
       }
       args->layout = value;
+    } else if (arg == "--trace-cycles") {
+      smprof::PerfettoSink::CyclesEncoding encoding;
+      if (!smprof::PerfettoSink::ParseCyclesEncoding(value, &encoding)) {
+        return Usage("bad --trace-cycles '" + value + "': use none, counter or args");
+      }
+      args->trace_cycles = value;
     } else {
       return Usage("unknown option '" + arg + "'");
     }
@@ -204,6 +213,7 @@ int main(int argc, char** argv) {
   options.logger = logger;
   options.stats = args.stats;
   options.layout = args.layout;
+  options.trace_cycles = args.trace_cycles;
   auto collector = smprof::Collector::Create(options, &error);
   if (!collector) {
     std::fprintf(stderr, "smprof-collector: %s\n", error.c_str());

@@ -839,6 +839,19 @@ const PerfettoSink::Lane& PerfettoSink::LaneOf(Warp& w, uint32_t lane) {
 
 // --- the hardware-centric layout -------------------------------------------
 
+bool PerfettoSink::ParseCyclesEncoding(std::string_view word, CyclesEncoding* encoding) {
+  if (word == "none") {
+    *encoding = CyclesEncoding::kNone;
+  } else if (word == "counter") {
+    *encoding = CyclesEncoding::kCounter;
+  } else if (word == "args") {
+    *encoding = CyclesEncoding::kAnnotation;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 const char* TraceLayoutName(TraceLayout layout) {
   switch (layout) {
     case TraceLayout::kLaunch:
@@ -1122,7 +1135,7 @@ void PerfettoSink::Intern(Warp& w, uint32_t iid, std::string_view name, uint32_t
       }
       *p++ = Key(kExtraCounterValues, proto::kVarint);
       p = PutVarint(p, cycles);
-    } else {
+    } else if (annotate_cycles_) {
       *p++ = Key(kDebugAnnotations, proto::kLengthDelimited);
       char* const a_size = p++;
       *p++ = Key(kAnnotationNameIid, proto::kVarint);
@@ -1142,7 +1155,7 @@ void PerfettoSink::EventCycles(const Lane* lane, uint32_t type, uint32_t cycles)
   if (counters_) {
     if (lane != nullptr) packet_.Varint(kExtraCounterTrackUuids, lane->cycles);
     packet_.Varint(kExtraCounterValues, cycles);
-  } else if (type == kSliceBegin) {
+  } else if (annotate_cycles_ && type == kSliceBegin) {
     const auto a = packet_.BeginNested(kDebugAnnotations);
     packet_.Varint(kAnnotationNameIid, kCyclesIid);
     packet_.Varint(kUintValue, cycles);
@@ -1194,7 +1207,7 @@ void PerfettoSink::OnSlice(const trace::LaunchRecord& launch, const trace::WarpR
   const uint32_t iid = NameIid(w, NameId(slice.name), &fresh);
   const uint32_t want = slice.unterminated
                             ? (1u << (kUnterminatedIid - 1)) | (slice.note.empty() ? 0 : 1u << (kNoteIid - 1))
-                            : (counters_ ? 0 : 1u << (kCyclesIid - 1));
+                            : (annotate_cycles_ ? 1u << (kCyclesIid - 1) : 0);
   const uint32_t new_names = want & ~w.annotation_names;
   SettleEnds(w, slice.begin_ns, slice.lane, slice.depth);
   PushEnd(w, PendingEnd{std::max(slice.begin_ns, slice.end_ns), slice.lane, slice.depth});

@@ -170,6 +170,7 @@ class PerfettoSink : public trace::TraceSink {
   enum class CyclesEncoding {
     kCounter,     // the default: a value on the track's "cycles" counter
     kAnnotation,  // the BEGIN's debug annotation "cycles"
+    kNone,        // not in the trace (the statistics keep them)
   };
 
   // Creates `path` (truncating it, or failing if it exists when
@@ -199,8 +200,14 @@ class PerfettoSink : public trace::TraceSink {
   bool Finish(const CollectorSummary& summary) override;
   std::string error() const override { return error_; }
 
-  // Before the first warp record; the default is kCounter.
-  void set_cycles_encoding(CyclesEncoding encoding) { counters_ = encoding == CyclesEncoding::kCounter; }
+  // "none", "counter" or "args"; false for another word.
+  static bool ParseCyclesEncoding(std::string_view word, CyclesEncoding* encoding);
+  // Before the first warp record; the sink's default is kCounter (smprof-run's
+  // is kNone: see common/settings.cc).
+  void set_cycles_encoding(CyclesEncoding encoding) {
+    counters_ = encoding == CyclesEncoding::kCounter;
+    annotate_cycles_ = encoding == CyclesEncoding::kAnnotation;
+  }
 
   // Before the first launch; the default is kAuto.
   void set_layout(TraceLayout layout) { layout_ = layout; }
@@ -343,7 +350,8 @@ class PerfettoSink : public trace::TraceSink {
   uint64_t written_ = 0;
   bool finished_ = false;
 
-  bool counters_ = true;  // CyclesEncoding::kCounter
+  bool counters_ = true;          // CyclesEncoding::kCounter
+  bool annotate_cycles_ = false;  // CyclesEncoding::kAnnotation
   TraceLayout layout_ = TraceLayout::kAuto;
   uint64_t launches_seen_ = 0;
   int last_hardware_ = -1;          // layout of the latest launch: -1 none yet, 0 launch, 1 hardware

@@ -28,6 +28,10 @@ const std::vector<SettingSpec> kSettings = {
      "warp), hardware (GPU > SM > warp slot, each launch's warps as slices\n"
      "on the slots: tracks bounded by the hardware) or auto (launch, then\n"
      "hardware once a run has many launches; the trace says when)"},
+    {Setting::kTraceCycles, "SMPROF_TRACE_CYCLES", "trace-cycles", 0, "HOW", "none",
+     "each range's exact SM cycles in a protobuf trace: none (the statistics\n"
+     "have them; ~12 bytes an event), counter (a \"cycles\" counter value per\n"
+     "range; ~1.7 bytes an event more) or args (a slice argument; ~3.4 more)"},
     {Setting::kChunkBytes, "SMPROF_CHUNK_BYTES", nullptr, 0, "N", "1024",
      "device chunk size in bytes, a power of two 256-65536"},
     {Setting::kHighWater, "SMPROF_HIGH_WATER", nullptr, 0, "N", "75",
@@ -204,6 +208,13 @@ bool ParseSetting(Setting setting, std::string_view text, std::string_view sourc
         why = "unknown layout \"" + std::string(text) + "\": use launch, hardware or auto";
       }
       break;
+    case Setting::kTraceCycles:
+      if ((ok = text == "none" || text == "counter" || text == "args")) {
+        s.trace_cycles = std::string(text);
+      } else {
+        why = "unknown trace cycles \"" + std::string(text) + "\": use none, counter or args";
+      }
+      break;
     case Setting::kLogLevel:
       if ((ok = IsLogLevel(text))) {
         s.log_level = std::string(text);
@@ -238,6 +249,8 @@ std::string SettingText(Setting setting, const Settings& s) {
       return s.log_level;
     case Setting::kLayout:
       return s.layout;
+    case Setting::kTraceCycles:
+      return s.trace_cycles;
   }
   return "";
 }

@@ -32,6 +32,7 @@ enum class Setting {
   kShmMb,
   kLogLevel,
   kLayout,
+  kTraceCycles,
 };
 
 struct SettingSpec {
@@ -63,6 +64,7 @@ struct Settings {
   uint32_t shm_mb = 32;
   std::string log_level = "warn";
   std::string layout = "auto";  // trace layout: "launch", "hardware" or "auto"
+  std::string trace_cycles = "none";  // per-slice SM cycles in a protobuf trace: "none", "counter" or "args"
 };
 
 // Parses `text` as the value of `setting` into *settings. On a bad value

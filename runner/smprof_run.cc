@@ -289,7 +289,9 @@ bool StartCollector(const std::string& path, const std::string& run_id, const st
                                      "--log-level",
                                      settings.log_level,
                                      "--layout",
-                                     settings.layout};
+                                     settings.layout,
+                                     "--trace-cycles",
+                                     settings.trace_cycles};
     if (force) args.push_back("--force");
     if (!StatsBase(output).empty()) args.push_back("--stats");
     std::vector<char*> argv;

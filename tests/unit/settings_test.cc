@@ -30,7 +30,7 @@ TEST(SettingsTest, TableIsCompleteAndUnique) {
     EXPECT_NE(std::string(s.value_name), "") << s.variable;
     EXPECT_EQ(&SpecOf(s.id), &s);
   }
-  EXPECT_EQ(ids.size(), 8u) << "a Setting is missing from the table";
+  EXPECT_EQ(ids.size(), 9u) << "a Setting is missing from the table";
   EXPECT_EQ(FindSettingByOption("buffer-mb")->id, Setting::kBufferMb);
   EXPECT_EQ(FindSettingByShortOption('k')->id, Setting::kKernels);
   EXPECT_EQ(FindSettingByOption("nope"), nullptr);
@@ -99,6 +99,19 @@ TEST(SettingsTest, Layouts) {
   EXPECT_FALSE(ParseSetting(Setting::kLayout, "sm", "SMPROF_LAYOUT", &s, &error));
   EXPECT_EQ(error, "SMPROF_LAYOUT: unknown layout \"sm\": use launch, hardware or auto");
   EXPECT_EQ(s.layout, "auto");
+}
+
+TEST(SettingsTest, TraceCycles) {
+  Settings s;
+  EXPECT_EQ(s.trace_cycles, "none");
+  std::string error;
+  for (const char* good : {"counter", "args", "none"}) {
+    ASSERT_TRUE(ParseSetting(Setting::kTraceCycles, good, "--trace-cycles", &s, &error)) << good << ": " << error;
+    EXPECT_EQ(SettingText(Setting::kTraceCycles, s), good);
+  }
+  EXPECT_FALSE(ParseSetting(Setting::kTraceCycles, "all", "SMPROF_TRACE_CYCLES", &s, &error));
+  EXPECT_EQ(error, "SMPROF_TRACE_CYCLES: unknown trace cycles \"all\": use none, counter or args");
+  EXPECT_EQ(s.trace_cycles, "none");
 }
 
 TEST(SettingsTest, WholeNumbers) {
