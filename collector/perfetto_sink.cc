@@ -778,17 +778,27 @@ PerfettoSink::Warp& PerfettoSink::SwitchWarp(Launch& l, const trace::WarpRecord&
 }
 
 void PerfettoSink::StartSequence(Warp& w) {
+  bool clear = true;
   if (free_seqs_.empty()) {
     w.seq = next_seq_++;
   } else {
     w.seq = free_seqs_.back();
     free_seqs_.pop_back();
+    // A reused id keeps what its sequence interned (a few names, unless
+    // they have piled up): the warp takes them over.
+    SeqNames& kept = seq_names_[w.seq];
+    if (kept.names.size() <= kMaxKeptNames) {
+      clear = false;
+      w.names.swap(kept.names);
+      w.annotation_names = kept.annotation_names;
+    }
+    kept = SeqNames();
   }
-  // Clear the sequence (a reused id too), start clock 64 at BOOTTIME's 0,
-  // make the warp's track the default and its counter the extra one.
+  // Clear a new sequence, restart clock 64 at BOOTTIME's 0, make the warp's
+  // track the default and its counter the extra one.
   const auto p = packet_.BeginNested(kTracePacket);
   packet_.Varint(kSequenceId, w.seq);
-  packet_.Varint(kSequenceFlags, kSeqCleared | kSeqNeedsState);
+  packet_.Varint(kSequenceFlags, clear ? kSeqCleared | kSeqNeedsState : kSeqNeedsState);
   const auto snapshot = packet_.BeginNested(kClockSnapshot);
   for (const uint32_t id : {kIncrementalClock, kBoottime}) {
     const auto c = packet_.BeginNested(kClocks);
@@ -811,6 +821,9 @@ void PerfettoSink::StartSequence(Warp& w) {
 // The pending ENDs stay with the warp (see the header).
 void PerfettoSink::EndSequence(Warp& w) {
   free_seqs_.push_back(w.seq);
+  if (seq_names_.size() <= w.seq) seq_names_.resize(static_cast<size_t>(w.seq) + 1);
+  seq_names_[w.seq].names.swap(w.names);
+  seq_names_[w.seq].annotation_names = w.annotation_names;
   w.seq = 0;
   w.annotation_names = 0;
   w.last_ns = 0;

@@ -75,10 +75,15 @@
 // Packet sequences: sequence 1 carries every descriptor and every event
 // that is not a warp's, with absolute timestamps (trace time: the records'
 // ns as given) and inline names. A warp's events go on a sequence of its
-// own, started by a packet that clears its incremental state, defines the
-// sequence-scoped incremental clock 64 as BOOTTIME (6) through a snapshot
-// {64: 0, 6: 0} (so trace time is unchanged) and sets the defaults: the
-// warp's track, and its "cycles" counter track as the extra counter. Its
+// own, started by a packet that defines the sequence-scoped incremental
+// clock 64 as BOOTTIME (6) through a snapshot {64: 0, 6: 0} (so trace time
+// is unchanged; a snapshot restarts the clock) and sets the defaults: the
+// warp's track, and its "cycles" counter track as the extra counter. It
+// clears the incremental state on a new sequence id; a reused id keeps its
+// interned names (new defaults keep them: Perfetto's
+// PacketSequenceStateGeneration::OnNewTracePacketDefaults), unless more
+// than kMaxKeptNames piled up, so a warp interns only names its sequence
+// has not seen. Its
 // events are then timestamp delta + sequence id + type + interned name (+
 // cycles): ~11 bytes an END, ~15 a BEGIN or an instant (13.5 bytes an
 // event on bench/trace_encode.cc's large run, all packets counted). Names
@@ -89,9 +94,8 @@
 // warp that had the launch's open sequence is (almost always) complete: its
 // sequence ends there and its id is reused by the next sequence to start,
 // so ids stay as small as the number of open launches (one varint byte). A
-// warp whose records come back later gets a fresh sequence (the same
-// tracks; the new sequence clears the state, re-interns, restarts the
-// clock). An ended sequence's pending ENDs (below) are not written when it
+// warp whose records come back later gets a sequence again (the same
+// tracks; the sequence's start sets its defaults and restarts the clock). An ended sequence's pending ENDs (below) are not written when it
 // ends: a record of its warp may yet begin at such an END's time inside
 // that slice, and the trace processor orders equal times by file position.
 // They stay with the warp, written by its next sequence, or at the launch's
@@ -361,6 +365,13 @@ class PerfettoSink : public trace::TraceSink {
   uint64_t next_uuid_ = 1;
   uint32_t next_seq_ = 2;            // 1 is the main sequence
   std::vector<uint32_t> free_seqs_;  // ids of ended warp sequences, the last ended at the back
+  // What an ended sequence interned, by id: the next warp on that id keeps it.
+  struct SeqNames {
+    std::vector<uint32_t> names;  // run-wide name ids; iid = index + 1
+    uint32_t annotation_names = 0;
+  };
+  std::vector<SeqNames> seq_names_;
+  static constexpr size_t kMaxKeptNames = 64;  // more: the id starts cleared (NameIid scans them)
   uint64_t last_ns_ = 0;             // latest time written: the summary's time
   uint64_t run_track_ = 0;
 
