@@ -9,7 +9,9 @@
 // interface, written to /dev/null, the records arriving as the collector
 // hands them (a launch's warps one after another) and, as a worst case,
 // with every warp of a launch interleaved (8 iterations each in turn); each
-// with the cycles as a counter value (the default) and as slice args. An
+// as smprof-run writes it by default (the ranges' SM cycles left to the
+// statistics) and with the cycles in the trace (--trace-cycles counter or
+// args). An
 // event is a BEGIN or an END (2 per slice) or an instant, and bytes/event
 // counts the whole file (descriptors, sequence starts, interned names,
 // CUPTI slices included).
@@ -231,11 +233,11 @@ int main(int argc, char** argv) {
     Arrival arrival;
     Cycles cycles;
   } rows[] = {
-      {"PerfettoSink, warp after warp", Arrival::kWarpAfterWarp, Cycles::kCounter},
-      {"  cycles as slice args instead", Arrival::kWarpAfterWarp, Cycles::kAnnotation},
-      {"  cycles left to the statistics", Arrival::kWarpAfterWarp, Cycles::kNone},
-      {"PerfettoSink, interleaved warps", Arrival::kInterleaved, Cycles::kCounter},
-      {"  cycles as slice args instead", Arrival::kInterleaved, Cycles::kAnnotation},
+      {"PerfettoSink, warp after warp", Arrival::kWarpAfterWarp, Cycles::kNone},
+      {"  + cycles as a counter value", Arrival::kWarpAfterWarp, Cycles::kCounter},
+      {"  + cycles as slice args", Arrival::kWarpAfterWarp, Cycles::kAnnotation},
+      {"PerfettoSink, interleaved warps", Arrival::kInterleaved, Cycles::kNone},
+      {"  + cycles as a counter value", Arrival::kInterleaved, Cycles::kCounter},
   };
   uint64_t sink_events = 0;
   for (const auto& row : rows) {
@@ -246,8 +248,8 @@ int main(int argc, char** argv) {
     sink_events = sink.events;
   }
   std::printf("(PerfettoSink: %llu events each, %d launches x %d warps, through the TraceSink calls to /dev/null;\n"
-              " cycles as a counter value on each BEGIN by default; target <= 12 bytes/event at >= 50 M events/s\n"
-              " warp after warp)\n",
+              " by default the ranges' cycles are left to the statistics; --trace-cycles counter|args adds them;\n"
+              " target <= 12 bytes/event at >= 50 M events/s warp after warp, by default)\n",
               static_cast<unsigned long long>(sink_events), kSinkLaunches, kSinkWarps);
   return 0;
 }

@@ -85,9 +85,10 @@
 // than kMaxKeptNames piled up, so a warp interns only names its sequence
 // has not seen. Its
 // events are then timestamp delta + sequence id + type + interned name (+
-// cycles): ~11 bytes an END, ~15 a BEGIN or an instant (13.5 bytes an
-// event on bench/trace_encode.cc's large run, all packets counted). Names
-// are interned per sequence the first time it uses them.
+// cycles): ~11 bytes an END, ~13 a BEGIN or an instant, 3 more a BEGIN
+// with a cycles counter value (11.6 bytes an event on bench/trace_encode.cc's
+// large run without cycles, 13.3 with, all packets counted). Names are
+// interned per sequence the first time it uses them.
 //
 // Few sequences open at once: the collector hands a launch's warps one after
 // another, so when a record of another warp of the launch arrives, the
@@ -102,7 +103,8 @@
 // end on sequence 1 (absolute time, explicit track: ~18 bytes each, about
 // one per warp).
 //
-// Cycles, exact: every closed slice's SM-cycle count is the value of its
+// Cycles, exact, with CyclesEncoding::kCounter (the sink's default;
+// smprof-run's is kNone, --trace-cycles): every closed slice's SM-cycle count is the value of its
 // BEGIN on the "cycles" counter track child of the slice's track (the
 // warp's, or a lane's), as TrackEvent.extra_counter_values (3 bytes: one
 // key, a 2-byte varint below 16384 cycles); the warp's counter comes from
