@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,19 +32,30 @@ wire::WireEvent B(uint64_t t, uint32_t name) { return Ev(kT0 + t, name, wire::kE
 wire::WireEvent E(uint64_t t, uint32_t name) { return Ev(kT0 + t, name, wire::kEventEnd); }
 wire::WireEvent I(uint64_t t, uint32_t name) { return Ev(kT0 + t, name, wire::kEventInstant); }
 
+// A collector writing `options.trace_path` afresh (the format follows the
+// name), fed by producer pid 77.
+struct Feed {
+  explicit Feed(CollectorOptions options) {
+    unlink(options.trace_path.c_str());
+    std::string error;
+    c = Collector::Create(options, &error);
+    EXPECT_NE(c, nullptr) << error;
+  }
+  void operator()(const testing::Bytes& b) const { c->HandleMessage(p, b.data(), static_cast<uint32_t>(b.size())); }
+  std::unique_ptr<Collector> c;
+  transport::ProducerInfo p{0, 77};
+};
+
 // Writes the run to `path` (the format follows the name) and returns it.
 std::string WriteRun(const std::string& path, const std::string& trace_cycles = "none") {
-  unlink(path.c_str());
   CollectorOptions options;
   options.trace_path = path;
   options.stats = true;
   options.trace_cycles = trace_cycles;
-  std::string error;
-  auto c = Collector::Create(options, &error);
-  EXPECT_NE(c, nullptr) << error;
+  const Feed send(options);
+  const auto& c = send.c;
+  const auto& p = send.p;
   if (!c) return path;
-  const transport::ProducerInfo p{0, 77};
-  const auto send = [&](const testing::Bytes& b) { c->HandleMessage(p, b.data(), static_cast<uint32_t>(b.size())); };
   send(testing::Process(77, kT0, std::string("app\0--x", 7)));
   send(testing::Device(0, "Test GPU", 1, 0x19));
   for (const auto& [id, name] : std::vector<std::pair<uint32_t, std::string>>{
@@ -199,15 +211,12 @@ TEST(TraceImport, JsonAndProtobufImportAlike) {
 // synchronising call that ran a harvest, a forced drain inside a launch call,
 // a launch whose call is unknown; on two named threads.
 std::string WriteHostRun(const std::string& path) {
-  unlink(path.c_str());
   CollectorOptions options;
   options.trace_path = path;
-  std::string error;
-  auto c = Collector::Create(options, &error);
-  EXPECT_NE(c, nullptr) << error;
+  const Feed send(options);
+  const auto& c = send.c;
+  const auto& p = send.p;
   if (!c) return path;
-  const transport::ProducerInfo p{0, 77};
-  const auto send = [&](const testing::Bytes& b) { c->HandleMessage(p, b.data(), static_cast<uint32_t>(b.size())); };
   const auto launch = [&](uint64_t id, uint64_t start, uint64_t end, const char* kernel, uint64_t correlation,
                           wire::HostCall call) {
     wire::LaunchMsg m = testing::LaunchFields(id, kT0 + start, kT0 + end);

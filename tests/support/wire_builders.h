@@ -112,11 +112,16 @@ inline Bytes Notice(uint32_t kind, std::string_view text) {
 
 inline Bytes Stats(const wire::StatsMsg& fields) { return Frame(fields, wire::kMsgStats); }
 
-inline Bytes Harvest(uint64_t time_ns, uint32_t reason, uint64_t dropped, uint64_t unplaced = 0,
-                     uint32_t chunks_used = 0, uint32_t chunks_total = 0) {
+inline wire::HarvestMsg HarvestFields(uint64_t time_ns, uint32_t reason) {
   wire::HarvestMsg m{};
   m.time_ns = time_ns;
   m.reason = reason;
+  return m;
+}
+
+inline Bytes Harvest(uint64_t time_ns, uint32_t reason, uint64_t dropped, uint64_t unplaced = 0,
+                     uint32_t chunks_used = 0, uint32_t chunks_total = 0) {
+  wire::HarvestMsg m = HarvestFields(time_ns, reason);
   m.dropped_events = dropped;
   m.unplaced_events = unplaced;
   m.chunks_used = chunks_used;
@@ -139,9 +144,7 @@ inline wire::HostCall Call(uint32_t api, uint64_t start, uint64_t end, uint32_t 
 // `call` (api kApiNone: none).
 inline Bytes HostHarvest(uint64_t time_ns, uint32_t reason, uint32_t tid, uint64_t begin, uint64_t end,
                          wire::HostCall call = {}) {
-  wire::HarvestMsg m{};
-  m.time_ns = time_ns;
-  m.reason = reason;
+  wire::HarvestMsg m = HarvestFields(time_ns, reason);
   m.host_tid = tid;
   m.host_begin_ns = begin;
   m.host_end_ns = end;
