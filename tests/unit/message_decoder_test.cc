@@ -274,7 +274,8 @@ TEST(MessageDecoderTest, ChecksHostCallsAndThreads) {
             DecodeStatus::kBadHostCall);
 
   DecodedMessage m;
-  ASSERT_EQ(Decode(testing::Thread(77, "main"), &m), DecodeStatus::kOk);
+  const testing::Bytes thread = testing::Thread(77, "main");  // m.text points into it
+  ASSERT_EQ(Decode(thread, &m), DecodeStatus::kOk);
   EXPECT_EQ(m.type, wire::kMsgThread);
   EXPECT_EQ(m.thread.tid, 77u);
   EXPECT_EQ(m.text, "main");
