@@ -27,6 +27,7 @@ nlohmann::json CollectorSummary::ToJson() const {
   j["transport_unread_messages"] = transport_unread_messages;
   j["launches_opted_in"] = launches_opted_in;
   j["launches_not_selected"] = launches_not_selected;
+  j["host_calls_forgotten"] = host_calls_forgotten;
   j["gpus"] = gpus;
   j["not_profiled"] = not_profiled;
   if (!stats_json.empty() || !stats_error.empty()) {
@@ -99,6 +100,11 @@ bool CollectorSummary::FromJson(const nlohmann::json& j, CollectorSummary* out, 
       Get(j, "launches_not_selected", &s.launches_not_selected, error) &&
       Get(j, "trace_error", &s.trace_error, error) && Get(j, "layout", &s.layout, error);
   if (!ok) return false;
+  // Optional: summaries from before it was counted.
+  if (j.contains("host_calls_forgotten") &&
+      !Get(j, "host_calls_forgotten", &s.host_calls_forgotten, error)) {
+    return false;
+  }
   s.gpus = j.value("gpus", nlohmann::json::array());
   s.not_profiled = j.value("not_profiled", nlohmann::json::array());
   if (!s.gpus.is_array() || !s.not_profiled.is_array()) {

@@ -8,6 +8,10 @@ namespace smprof::injector {
 
 void HostCalls::Add(uint64_t correlation_id, const wire::HostCall& call) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (current_.size() >= kMaxCalls) {
+    forgotten_ += previous_.size();
+    EndCycle();
+  }
   current_[correlation_id] = call;
 }
 
@@ -22,8 +26,17 @@ wire::HostCall HostCalls::Find(uint64_t correlation_id) const {
 
 void HostCalls::EndHarvest() {
   std::lock_guard<std::mutex> lock(mu_);
+  EndCycle();
+}
+
+void HostCalls::EndCycle() {
   previous_.swap(current_);
   current_.clear();
+}
+
+uint64_t HostCalls::forgotten() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return forgotten_;
 }
 
 size_t HostCalls::size() const {

@@ -8,8 +8,12 @@
 // (Find), and the collector draws it on that thread's track with a flow
 // arrow to the kernel. A context keeps its calls for two harvests: those of
 // the harvest cycle in progress and of the one before (EndHarvest drops the
-// older), so memory is bounded by the launches between two harvests and a
-// kernel whose record comes a harvest late still finds its call.
+// older), so a kernel whose record comes a harvest late still finds its
+// call. Overflow policy: a cycle holds at most kMaxCalls calls; at the limit
+// (a program that launches without synchronising, its kernels recording
+// nothing, so no drain comes) the cycle ends early and the calls of the one
+// before are forgotten, counted in forgotten() (StatsMsg::host_calls_forgotten:
+// their launches show no call in the trace).
 //
 // Thread-safe: the callbacks of many application threads add, a harvest
 // finds. The thread registry is process-wide: a thread notes its own name
@@ -34,10 +38,17 @@ class HostCalls {
   // A harvest of the context shipped: forget the calls of the cycle before.
   void EndHarvest();
   size_t size() const;
+  // Calls forgotten at the limit before a harvest could ship them.
+  uint64_t forgotten() const;
+
+  static constexpr size_t kMaxCalls = size_t{1} << 18;  // per cycle: ~16 MiB at most for both
 
  private:
+  void EndCycle();  // mu_ held
+
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, wire::HostCall> current_, previous_;
+  uint64_t forgotten_ = 0;
 };
 
 // The calling thread's kernel thread id (gettid), cached per thread.

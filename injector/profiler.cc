@@ -378,6 +378,7 @@ class Profiler {
   std::atomic<bool> shutting_down{false};
   std::atomic<uint64_t> launches_opted_in{0};
   std::atomic<uint64_t> launches_not_selected{0};
+  uint64_t host_calls_forgotten_ended = 0;  // of destroyed contexts (under mu)
   std::atomic<bool> activity_enabled{false};
   CUpti_SubscriberHandle subscriber = nullptr;
   pid_t pid = 0;
@@ -1013,6 +1014,11 @@ void Profiler::SendStats() {
   stats.events_dropped_transport = c.events_dropped;
   stats.launches_opted_in = launches_opted_in.load(std::memory_order_relaxed);
   stats.launches_not_selected = launches_not_selected.load(std::memory_order_relaxed);
+  stats.host_calls_forgotten = host_calls_forgotten_ended;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [ctx, cs] : contexts) stats.host_calls_forgotten += cs->host_calls.forgotten();
+  }
   shipper->SendStats(stats);
 }
 
@@ -1190,6 +1196,7 @@ void Dispatch(Profiler* p, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, c
       for (auto it = p->functions.begin(); it != p->functions.end();) {
         it = it->first.ctx == rd->context ? p->functions.erase(it) : std::next(it);
       }
+      p->host_calls_forgotten_ended += cs->host_calls.forgotten();
       p->contexts.erase(rd->context);
     }
     return;

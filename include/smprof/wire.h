@@ -383,6 +383,7 @@ struct StatsMsg {
   uint64_t events_dropped_transport;
   uint64_t launches_opted_in;      // launch calls of kernels whose module includes the markers
   uint64_t launches_not_selected;  // of those, kernels SMPROF_KERNELS did not select
+  uint64_t host_calls_forgotten;   // launch API calls dropped before their kernel shipped (injector/host_calls.h)
 };
 
 enum NoticeKind : uint32_t {
@@ -414,7 +415,7 @@ static_assert(sizeof(WireEvent) == 24 && offsetof(WireEvent, name_id) == 12, "Wi
 static_assert(sizeof(WarpEventsMsg) == 40 && offsetof(WarpEventsMsg, count) == 32, "WarpEventsMsg layout");
 static_assert(sizeof(HarvestMsg) == 96 && offsetof(HarvestMsg, host_begin_ns) == 48 && offsetof(HarvestMsg, call) == 72,
               "HarvestMsg layout");
-static_assert(sizeof(StatsMsg) == 112, "StatsMsg layout");
+static_assert(sizeof(StatsMsg) == 120, "StatsMsg layout");
 static_assert(sizeof(NoticeMsg) == 16, "NoticeMsg layout");
 
 // Messages are padded to this alignment.

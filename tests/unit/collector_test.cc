@@ -361,6 +361,7 @@ TEST(CollectorSummaryTest, FromJsonReadsWhatToJsonWrites) {
   a.producers_incomplete = 10;
   a.launches_opted_in = 11;
   a.launches_not_selected = 12;
+  a.host_calls_forgotten = 14;
   a.transport_unread_messages = 13;
   a.not_profiled = json::array({{{"pid", 1}, {"reason", "stepped_aside"}, {"detail", "ncu"}}});
   a.stats_json = "/t/x.pftrace.stats.json";
@@ -410,6 +411,7 @@ TEST_F(CollectorTest, SummaryJsonHasExactlyTheDocumentedKeys) {
                                          "transport_unread_messages",
                                          "launches_opted_in",
                                          "launches_not_selected",
+                                         "host_calls_forgotten",
                                          "gpus",
                                          "not_profiled",
                                          "layout",
@@ -950,9 +952,11 @@ TEST_F(CollectorTest, LaunchCountsOfOptedInKernelsReachTheSummary) {
   wire::StatsMsg st{};
   st.launches_opted_in = 5;
   st.launches_not_selected = 5;
+  st.host_calls_forgotten = 7;
   Send(a, testing::Stats(st));
   st.launches_opted_in = 3;
   st.launches_not_selected = 1;
+  st.host_calls_forgotten = 0;
   Send(b, testing::Stats(st));
   st.launches_opted_in = 4;  // a later StatsMsg of the same process replaces the earlier one
   Send(b, testing::Stats(st));
@@ -960,6 +964,7 @@ TEST_F(CollectorTest, LaunchCountsOfOptedInKernelsReachTheSummary) {
   FinishAndParse(&s);
   EXPECT_EQ(s.launches_opted_in, 9u);
   EXPECT_EQ(s.launches_not_selected, 6u);
+  EXPECT_EQ(s.host_calls_forgotten, 7u);
 }
 
 TEST_F(CollectorTest, RunMetadataIsAtTheStartAndExitStatusInTheSummary) {

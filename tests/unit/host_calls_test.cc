@@ -28,6 +28,21 @@ TEST(HostCalls, KeepsACallForTwoHarvestCycles) {
   EXPECT_EQ(calls.size(), 0u);
 }
 
+TEST(HostCalls, WithoutHarvestsTheOldestCallsAreForgottenAndCounted) {
+  HostCalls calls;
+  const uint64_t n = HostCalls::kMaxCalls;
+  for (uint64_t id = 0; id < 2 * n; ++id) calls.Add(id, wire::HostCall{id, id + 1, 1, wire::kApiLaunchKernel});
+  EXPECT_EQ(calls.forgotten(), 0u);  // a cycle ended early; both are kept
+  EXPECT_EQ(calls.Find(0).start_ns, 0u);
+  EXPECT_EQ(calls.Find(0).api, wire::kApiLaunchKernel);
+  calls.Add(2 * n, wire::HostCall{1, 2, 1, wire::kApiLaunchKernel});
+  EXPECT_EQ(calls.forgotten(), n);  // the first cycle's calls
+  EXPECT_EQ(calls.Find(0).api, wire::kApiNone);
+  EXPECT_EQ(calls.Find(n).start_ns, n);
+  EXPECT_EQ(calls.Find(2 * n).api, wire::kApiLaunchKernel);
+  EXPECT_EQ(calls.size(), n + 1);
+}
+
 TEST(HostCalls, ThreadsNoteTheirOwnNames) {
   uint32_t tid = 0;
   std::thread t([&] {
