@@ -489,6 +489,7 @@ void TraceBuilder::OnHarvest(Producer& p, const DecodedMessage& m) {
     h.host_end_ns = std::max(h.host_begin_ns, Rel(msg.host_end_ns));
     h.call = Call(p, msg.call);
     if (h.call.api != nullptr) h.call.end_ns = std::max(h.call.end_ns, h.host_end_ns);
+    std::copy(msg.stage_us, msg.stage_us + wire::kHarvestStages, h.stage_us);
   }
   Touch(h.ts_ns);
   for (trace::TraceSink* s : sinks_) s->OnHarvest(p.record, h);

@@ -120,6 +120,12 @@ const char* HostApiName(uint32_t api) {
   return api <= wire::kApiLast ? kNames[api] : nullptr;
 }
 
+const char* HarvestStageArg(uint32_t stage) {
+  static constexpr const char* kNames[] = {"wait_us", "copy_us", "clock_us", "decode_us", "ship_us", "other_us"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == wire::kHarvestStages, "a name per HarvestStage");
+  return stage < wire::kHarvestStages ? kNames[stage] : "?";
+}
+
 std::string HostThreadTitle(uint32_t tid, std::string_view name) {
   return (name.empty() ? std::string("thread") : std::string(name)) + " " + std::to_string(tid);
 }

@@ -38,6 +38,8 @@ const char* NoticeReason(uint32_t kind);
 // The driver API function of a wire::HostApi ("cuLaunchKernel", ...);
 // nullptr for kApiNone and unknown values.
 const char* HostApiName(uint32_t api);
+// wire::HarvestStage as an argument name: "wait_us", "copy_us", ...
+const char* HarvestStageArg(uint32_t stage);
 // A host thread's track name: "<name> <tid>", or "thread <tid>" unnamed.
 std::string HostThreadTitle(uint32_t tid, std::string_view name);
 

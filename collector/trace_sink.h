@@ -29,6 +29,8 @@
 #include <string>
 #include <string_view>
 
+#include "smprof/wire.h"
+
 namespace smprof {
 
 struct CollectorSummary;
@@ -133,6 +135,7 @@ struct HarvestRecord {
   std::string thread;
   uint64_t host_begin_ns = 0, host_end_ns = 0;
   HostCall call;
+  uint32_t stage_us[wire::kHarvestStages] = {};  // where the host span went (wire::HarvestStage)
 };
 
 class TraceSink {

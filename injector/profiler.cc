@@ -883,6 +883,15 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
     return;
   }
   const uint64_t harvest_time = GpuNow();
+  HarvestHost host;  // where the application's thread spends the harvest
+  host.begin_ns = host_begin;
+  uint64_t stage_start = host_begin;
+  const auto stage = [&](wire::HarvestStage s) {
+    const uint64_t now = GpuNow();
+    host.stage_us[s] += static_cast<uint32_t>(std::min<uint64_t>((now - std::min(now, stage_start)) / 1000, UINT32_MAX));
+    stage_start = now;
+  };
+  stage(wire::kStageWait);
   wire::ArenaHeader header{};
   if (!SMPROF_CU(cuMemcpyDtoHAsync(&header, cs->arena, sizeof(header), cs->stream)) ||
       !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
@@ -920,6 +929,7 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
     cs->projected_chunks = 0;
   }
   gate.unlock();
+  stage(wire::kStageCopy);
 
   // The clock probe runs outside the gate on its own stream, and is given up
   // (this harvest keeps the previous offset) if the GPU is too busy to run it.
@@ -946,6 +956,7 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
   records.erase(std::remove_if(records.begin(), records.end(),
                                [](const KernelRecord& r) { return r.name == kProbeName || r.name == kTimerStepName; }),
                 records.end());
+  stage(wire::kStageClock);
 
   std::vector<WarpSegment> segments;
   DecodeStats decode;
@@ -981,17 +992,18 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
     std::lock_guard<std::mutex> lock(mu);
     for (const auto& [name, per_warp] : learned) chunks_per_warp[name] = per_warp;
   }
+  stage(wire::kStageDecode);
   std::lock_guard<std::mutex> lock(ship_mu);
   shipper->SendLaunches(
       launches, reason == wire::kHarvestHighWater ? uint32_t{wire::kLaunchForcedDrain} : 0u,
       [&](uint64_t address) { return names[address]; },
       [](const std::string& mangled) { return mangled.empty() ? std::string("<unknown kernel>") : Demangle(mangled); });
+  stage(wire::kStageShip);
   NoteCurrentThread();
-  HarvestHost host;
-  host.begin_ns = host_begin;
   host.tid = CurrentTid();
   host.call = call;
-  host.end_ns = GpuNow();
+  stage(wire::kStageOther);
+  host.end_ns = stage_start;
   shipper->SendHarvest(harvest_time, cs->device, reason, header.dropped_events, header.unplaced_events, used,
                        cs->ref.num_chunks, host);
   stats.harvests += 1;

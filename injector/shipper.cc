@@ -175,6 +175,7 @@ void Shipper::SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason
     m.host_end_ns = std::max(host.begin_ns, host.end_ns);
     m.host_tid = host.tid;
     if (host.call.api != wire::kApiNone) m.call = host.call;
+    std::copy(host.stage_us, host.stage_us + wire::kHarvestStages, m.stage_us);
   }
   Send(wire::kMsgHarvest, &m, sizeof(m), nullptr, 0, 0);
 }

@@ -65,6 +65,7 @@ struct HarvestHost {
   uint64_t begin_ns = 0, end_ns = 0;
   uint32_t tid = 0;        // 0: not known
   wire::HostCall call{};   // the synchronising call whose exit ran it, if any
+  uint32_t stage_us[wire::kHarvestStages] = {};  // wire::HarvestStage
 };
 
 class Shipper {

@@ -188,9 +188,9 @@ std::string VersionText() { return std::string("smprof-run ") + BuildVersion() +
 std::string HelpText() {
   std::string help = R"(usage: smprof-run [options] [--] program [args...]
 
-Runs the program with smprof injected and writes one Perfetto-loadable JSON
-trace of the regions its CUDA kernels mark (kernels opt in by including
-<smprof/smprof.cuh>). The first argument that is not an option, or the one
+Runs the program with smprof injected and writes one Perfetto trace of the
+regions its CUDA kernels mark and of the launch calls and harvests on its
+threads (kernels opt in by including <smprof/smprof.cuh>), with statistics. The first argument that is not an option, or the one
 after --, is the program; everything after it is passed to the program.
 Exits with the program's exit status (128+N if signal N killed it), 127 or
 126 if it cannot be started, 2 for a usage error, 1 if the collector cannot

@@ -365,6 +365,20 @@ struct HarvestMsg {
   uint32_t host_tid;
   uint32_t reserved;
   HostCall call;
+  // Where the host span went, in us (HarvestStage order; they add up to at
+  // most host_end_ns - host_begin_ns):
+  uint32_t stage_us[6];
+};
+
+// The stages of a harvest on the host (HarvestMsg::stage_us).
+enum HarvestStage : uint32_t {
+  kStageWait = 0,    // for other launches to leave and the profiled work to finish
+  kStageCopy = 1,    // the arena read back and reset (device -> host copies, memsets, epoch)
+  kStageClock = 2,   // the clock probe and CUPTI's kernel records
+  kStageDecode = 3,  // chunks decoded, clocks mapped, launches matched, names read
+  kStageShip = 4,    // messages into the shared-memory ring
+  kStageOther = 5,   // the rest
+  kHarvestStages = 6,
 };
 
 // Cumulative counters of one process; the collector keeps the latest.
@@ -413,7 +427,8 @@ static_assert(sizeof(LaunchMsg) == 136 && offsetof(LaunchMsg, grid) == 72 && off
               "LaunchMsg layout");
 static_assert(sizeof(WireEvent) == 24 && offsetof(WireEvent, name_id) == 12, "WireEvent layout");
 static_assert(sizeof(WarpEventsMsg) == 40 && offsetof(WarpEventsMsg, count) == 32, "WarpEventsMsg layout");
-static_assert(sizeof(HarvestMsg) == 96 && offsetof(HarvestMsg, host_begin_ns) == 48 && offsetof(HarvestMsg, call) == 72,
+static_assert(sizeof(HarvestMsg) == 120 && offsetof(HarvestMsg, host_begin_ns) == 48 &&
+                  offsetof(HarvestMsg, call) == 72 && offsetof(HarvestMsg, stage_us) == 96,
               "HarvestMsg layout");
 static_assert(sizeof(StatsMsg) == 120, "StatsMsg layout");
 static_assert(sizeof(NoticeMsg) == 16, "NoticeMsg layout");

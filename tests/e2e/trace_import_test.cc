@@ -233,7 +233,8 @@ std::string WriteHostRun(const std::string& path) {
   launch(3, 40000, 50000, "k3", 12, testing::Call(wire::kApiGraphLaunch, kT0 + 4000, kT0 + 4500, 78));
   launch(4, 50000, 51000, "k4", 0, wire::HostCall{});
   send(testing::HostHarvest(kT0 + 60000, wire::kHarvestSync, 77, kT0 + 55000, kT0 + 70000,
-                            testing::Call(wire::kApiStreamSynchronize, kT0 + 52000, kT0 + 55000, 77)));
+                            testing::Call(wire::kApiStreamSynchronize, kT0 + 52000, kT0 + 55000, 77),
+                            {1, 2, 3, 4, 5, 0}));
   send(testing::HostHarvest(kT0 + 85000, wire::kHarvestHighWater, 78, kT0 + 80000, kT0 + 90000));
   launch(5, 95000, 96000, "k5", 13, testing::Call(wire::kApiLaunchKernel, kT0 + 79000, kT0 + 91000, 78));
   send(testing::Harvest(kT0 + 100000, wire::kHarvestExit, 0));
@@ -265,6 +266,14 @@ TEST(TraceImport, HostCallsOnTheirThreadsWithFlowsToTheKernels) {
     EXPECT_EQ(Query(tp, trace, on_thread + "worker 78' order by s.ts, s.depth"),
               (std::vector<std::string>{"\"cuGraphLaunch\",0,4000,500", "\"cuLaunchKernel\",0,79000,12000",
                                         "\"forced drain: buffer high-water\",1,80000,10000"}))
+        << trace;
+    // The harvest's stages as arguments of its slice (JSON args, protobuf debug annotations).
+    const std::string arg = std::string("\"") + (trace.back() == 'n' ? "args." : "debug.");
+    EXPECT_EQ(Query(tp, trace,
+                    "select a.key, a.int_value from slice s join args a using(arg_set_id) where "
+                    "s.name = 'harvest: sync' and a.key glob '*_us' order by a.int_value"),
+              (std::vector<std::string>{arg + "other_us\",0", arg + "wait_us\",1", arg + "copy_us\",2",
+                                        arg + "clock_us\",3", arg + "decode_us\",4", arg + "ship_us\",5"}))
         << trace;
     // The threads belong to the application's process (pid 77).
     EXPECT_EQ(Query(tp, trace, "select count(*) from thread where tid in (77, 78) and name in ('app 77', 'worker 78')"),

@@ -141,10 +141,11 @@ inline wire::HostCall Call(uint32_t api, uint64_t start, uint64_t end, uint32_t 
 }
 
 // A harvest that ran on host thread `tid` from `begin` to `end`, inside
-// `call` (api kApiNone: none).
+// `call` (api kApiNone: none), its stages taking `stage_us` (wire::HarvestStage).
 inline Bytes HostHarvest(uint64_t time_ns, uint32_t reason, uint32_t tid, uint64_t begin, uint64_t end,
-                         wire::HostCall call = {}) {
+                         wire::HostCall call = {}, std::vector<uint32_t> stage_us = {}) {
   wire::HarvestMsg m = HarvestFields(time_ns, reason);
+  for (size_t i = 0; i < stage_us.size() && i < wire::kHarvestStages; ++i) m.stage_us[i] = stage_us[i];
   m.host_tid = tid;
   m.host_begin_ns = begin;
   m.host_end_ns = end;

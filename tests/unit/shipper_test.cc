@@ -151,6 +151,8 @@ TEST(Shipper, NamesAThreadOnceBeforeTheLaunchOrHarvestThatNamesIt) {
   host.end_ns = 50;
   host.tid = 78;
   host.call = wire::HostCall{25, 30, 78, wire::kApiStreamSynchronize};
+  host.stage_us[wire::kStageCopy] = 7;
+  host.stage_us[wire::kStageShip] = 9;
   s.SendHarvest(40, 0, wire::kHarvestSync, 0, 0, 1, 2, host);
   ASSERT_EQ(sink.messages.size(), 2u);
   EXPECT_EQ(sink.TypeAt(0), wire::kMsgThread);
@@ -161,6 +163,9 @@ TEST(Shipper, NamesAThreadOnceBeforeTheLaunchOrHarvestThatNamesIt) {
   EXPECT_EQ(h.host_tid, 78u);
   EXPECT_EQ(h.call.api, wire::kApiStreamSynchronize);
   EXPECT_EQ(h.call.start_ns, 25u);
+  EXPECT_EQ(h.stage_us[wire::kStageCopy], 7u);
+  EXPECT_EQ(h.stage_us[wire::kStageShip], 9u);
+  EXPECT_EQ(h.stage_us[wire::kStageWait], 0u);
   EXPECT_EQ(asked, (std::vector<uint32_t>{77, 78}));
 }
 
