@@ -3,6 +3,7 @@
 #include <cuda.h>
 #include <cupti.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,6 +43,11 @@ namespace {
 
 // smprof's own driver and CUPTI calls re-enter the callback: ignore them.
 thread_local int t_in_smprof = 0;
+
+// Set in a forked child (pthread_atfork), which must not touch the parent's
+// profiler: cheaper on every callback than comparing getpid(), a system call.
+std::atomic<bool> g_forked{false};
+void OnForkChild() { g_forked.store(true, std::memory_order_relaxed); }
 struct InSmprof {
   InSmprof() { ++t_in_smprof; }
   ~InSmprof() { --t_in_smprof; }
@@ -1182,7 +1188,7 @@ void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
 }
 
 void Dispatch(Profiler* p, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
-  if (p->shutting_down.load(std::memory_order_relaxed) || getpid() != p->pid) {
+  if (p->shutting_down.load(std::memory_order_relaxed) || g_forked.load(std::memory_order_relaxed)) {
     OnLaunchExit();
     return;
   }
@@ -1418,6 +1424,7 @@ bool StartOnce() {
   p->sink = std::make_unique<ProducerSink>(p->producer.get());
   p->shipper = std::make_unique<Shipper>(p->sink.get(), ThreadName);
   p->pid = getpid();
+  pthread_atfork(nullptr, nullptr, OnForkChild);
   const std::string tool = InjectingTool();
   // cuptiGetTimestamp would start CUPTI; a process smprof leaves alone gets
   // the host clock (CUPTI's timestamps are on the same epoch).
