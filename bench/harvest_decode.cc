@@ -3,7 +3,7 @@
 // H100). A synthetic arena shaped like one launch of smprof_example_gemm
 // 1024: 2048 warps over 132 SMs, 258 events each (load/compute ranges and an
 // instant), in 1 KiB chunks (61 events each) claimed as warps fill them,
-// with clock anchors at 1.98 GHz. Each stage is the injector's own function
+// with clock anchors at 1.98 GHz on a 32 ns %globaltimer tick. Each stage is the injector's own function
 // (injector/harvest.h), then the name lookup the injector does per event
 // (a hash map from name address to name), then what shipping copies (one
 // WireEvent per event). Prints ns per event per stage.
@@ -63,7 +63,8 @@ std::vector<uint8_t> BuildArena(uint32_t warps, uint32_t events_per_warp, uint32
       h.magic = wire::kChunkMagic;
       h.hw_warp = static_cast<uint8_t>(w % 64);
       h.anchor_clock = clock0;
-      h.anchor_time_ns = 5000000000ull + static_cast<uint64_t>(clock0 / 1.98);
+      // %globaltimer ticks every 32 ns (Hopper): an anchor reads its tick.
+      h.anchor_time_ns = (5000000000ull + static_cast<uint64_t>(clock0 / 1.98)) / 32 * 32;
       std::memcpy(bytes.data() + static_cast<size_t>(c) * kChunk, &h, sizeof(h));
       for (uint32_t i = 0; i < per_chunk; ++i) {
         const uint32_t k = round * per_chunk + i;

@@ -6,7 +6,10 @@
 
 #include "injector/clock_map.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace smprof::injector {
 namespace {
@@ -150,6 +153,63 @@ TEST(ClockMap, TakesTheTightestBoundOfNearbyAnchors) {
   EXPECT_EQ(map.ToNs(3, 1500), 5520u);  // through the second anchor, not 5500
   EXPECT_EQ(map.ToNs(3, 2500), 6520u);
   EXPECT_EQ(map.ToNs(3, 102500), 106490u);
+}
+
+// ToNs divides only for neighbours a multiplication does not rule out; the
+// result must be what dividing for every neighbour within the span gives
+// (the rule above, written out here), on anchors like a busy SM's: read up
+// to a 32 ns tick late, a few hundred ns to a few us apart.
+TEST(ClockMap, SkippingDivisionsChangesNoResult) {
+  struct A {
+    uint64_t clock, time;
+  };
+  uint64_t lcg = 12345;
+  const auto next = [&](uint64_t n) {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (lcg >> 33) % n;
+  };
+  ClockMap map(1.98);
+  std::vector<std::vector<A>> anchors(4);
+  const double rates[] = {1.98, 1.755, 1.41, 1.98};
+  for (uint16_t sm = 0; sm < 4; ++sm) {
+    uint64_t clock = 1000000 + next(100000);
+    for (int i = 0; i < 200; ++i) {
+      clock += 200 + next(8000);
+      const double true_ns = 1.8e18 / 1e9 * 1e9 + static_cast<double>(clock) / rates[sm];
+      const uint64_t time = static_cast<uint64_t>(true_ns) / 32 * 32 + (i % 7 == 0 ? next(3) : 0);
+      anchors[sm].push_back({clock, time});
+      map.AddAnchor(sm, clock, time);
+    }
+  }
+  map.Build();
+  uint64_t checked = 0;
+  for (uint16_t sm = 0; sm < 4; ++sm) {
+    std::vector<A>& a = anchors[sm];
+    std::sort(a.begin(), a.end(), [](const A& x, const A& y) { return x.clock < y.clock; });
+    const double rate = map.CyclesPerNs(sm);
+    for (int q = 0; q < 20000; ++q) {
+      const uint64_t clock = a.front().clock - 5000 + next(a.back().clock - a.front().clock + 10000);
+      size_t nearest = 0;
+      while (nearest + 1 < a.size() && a[nearest + 1].clock <= clock) ++nearest;
+      const auto through = [&](const A& x) {
+        return static_cast<int64_t>(x.time) +
+               std::llround(static_cast<double>(static_cast<int64_t>(clock - x.clock)) / rate);
+      };
+      const int64_t base = through(a[nearest]);
+      int64_t best = base;
+      const size_t lo = nearest > ClockMap::kNeighbours ? nearest - ClockMap::kNeighbours : 0;
+      const size_t hi = std::min(a.size(), nearest + ClockMap::kNeighbours + 1);
+      for (size_t i = lo; i < hi; ++i) {
+        const int64_t gap = static_cast<int64_t>(clock - a[i].clock);
+        if (std::llabs(gap) > static_cast<int64_t>(ClockMap::kNeighbourSpanNs * rate)) continue;
+        const int64_t estimate = through(a[i]);
+        if (estimate > best && estimate - base <= ClockMap::kMaxTickNs) best = estimate;
+      }
+      ASSERT_EQ(map.ToNs(sm, clock), static_cast<uint64_t>(best)) << "sm " << sm << " clock " << clock;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 80000u);
 }
 
 TEST(ClockMap, KeepsTheFallbackWhenAnchorsContradictIt) {
