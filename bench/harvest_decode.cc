@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -109,9 +110,17 @@ int main(int argc, char** argv) {
       Seconds([&] { offset = smprof::injector::EstimateClockOffset(segments, records, 0); });
   MatchStats match;
   std::vector<Launch> launches;
+  // Selection as the injector answers it: a lookup by mangled name under a mutex.
+  std::mutex selection_mu;
+  const std::unordered_map<std::string, bool> selection = {{records[0].name, true}};
   const double t_match = Seconds([&] {
     launches = smprof::injector::MatchLaunches(
-        segments, records, [](const std::string&) { return true; }, offset, &match);
+        segments, records,
+        [&](const std::string& name) {
+          std::lock_guard<std::mutex> lock(selection_mu);
+          return selection.at(name);
+        },
+        offset, &match);
   });
   std::unordered_map<uint64_t, std::string> names;
   const double t_names = Seconds([&] {

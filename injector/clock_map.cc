@@ -6,11 +6,13 @@
 namespace smprof::injector {
 
 void ClockMap::AddAnchor(uint16_t sm, uint64_t clock, uint64_t time_ns) {
+  if (sms_.size() <= sm) sms_.resize(static_cast<size_t>(sm) + 1);
   sms_[sm].anchors.push_back({clock, time_ns});
 }
 
 void ClockMap::Build() {
-  for (auto& [id, sm] : sms_) {
+  for (Sm& sm : sms_) {
+    if (sm.anchors.empty()) continue;
     std::sort(sm.anchors.begin(), sm.anchors.end(),
               [](const Anchor& a, const Anchor& b) { return a.clock < b.clock; });
     sm.cycles_per_ns = fallback_;
@@ -29,10 +31,9 @@ void ClockMap::Build() {
 }
 
 uint64_t ClockMap::ToNs(uint16_t sm, uint64_t clock) const {
-  auto it = sms_.find(sm);
-  if (it == sms_.end() || it->second.anchors.empty() || it->second.cycles_per_ns <= 0) return 0;
-  const std::vector<Anchor>& anchors = it->second.anchors;
-  const double rate = it->second.cycles_per_ns;
+  if (sm >= sms_.size() || sms_[sm].anchors.empty() || sms_[sm].cycles_per_ns <= 0) return 0;
+  const std::vector<Anchor>& anchors = sms_[sm].anchors;
+  const double rate = sms_[sm].cycles_per_ns;
   auto next = std::upper_bound(anchors.begin(), anchors.end(), clock,
                                [](uint64_t c, const Anchor& a) { return c < a.clock; });
   const size_t nearest = next == anchors.begin() ? 0 : static_cast<size_t>(next - anchors.begin()) - 1;
@@ -60,8 +61,7 @@ uint64_t ClockMap::ToNs(uint16_t sm, uint64_t clock) const {
 }
 
 double ClockMap::CyclesPerNs(uint16_t sm) const {
-  auto it = sms_.find(sm);
-  return it == sms_.end() ? fallback_ : it->second.cycles_per_ns;
+  return sm < sms_.size() && !sms_[sm].anchors.empty() ? sms_[sm].cycles_per_ns : fallback_;
 }
 
 }  // namespace smprof::injector

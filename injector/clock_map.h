@@ -15,7 +15,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 namespace smprof::injector {
@@ -50,7 +49,7 @@ class ClockMap {
     double cycles_per_ns = 0;
   };
   double fallback_;
-  std::unordered_map<uint16_t, Sm> sms_;
+  std::vector<Sm> sms_;  // by SM id (ids are small: a GPU's SM count); no anchors: unknown
 };
 
 }  // namespace smprof::injector

@@ -72,6 +72,7 @@ void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_byt
     segment.flags = header.flags;
     segment.anchor_clock = header.anchor_clock;
     segment.anchor_time_ns = header.anchor_time_ns;
+    segment.events.reserve(capacity - wire::kChunkHeaderSlots);
     for (uint32_t i = wire::kChunkHeaderSlots; i < capacity; ++i) {
       wire::Event e;
       std::memcpy(&e, base + static_cast<uint64_t>(i) * sizeof(wire::Event), sizeof(e));
@@ -138,7 +139,11 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
   for (size_t i = 0; i < records.size(); ++i) by_grid[records[i].grid_id].push_back(i);
 
   std::vector<Launch> launches(records.size());
-  for (size_t i = 0; i < records.size(); ++i) launches[i].record = records[i];
+  std::vector<char> keep(records.size());  // selected(name), asked once per record
+  for (size_t i = 0; i < records.size(); ++i) {
+    launches[i].record = records[i];
+    keep[i] = selected(records[i].name) ? 1 : 0;
+  }
   std::map<uint64_t, Launch> synthetic;  // grid id -> launch without a record
 
   for (const WarpSegment& segment : segments) {
@@ -176,12 +181,13 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
         }
       }
       Launch& launch = launches[best];
-      if (!selected(records[best].name)) {
+      if (!keep[best]) {
         ++stats->filtered;
         continue;
       }
       if (best != current || launch.warps.empty() || launch.warps.back().segment != &segment) {
         launch.warps.push_back({&segment, {}});
+        launch.warps.back().events.reserve(segment.events.size());
         current = best;
       }
       launch.warps.back().events.push_back(e);
