@@ -41,7 +41,7 @@ class HostCalls {
   // Calls forgotten at the limit before a harvest could ship them.
   uint64_t forgotten() const;
 
-  static constexpr size_t kMaxCalls = size_t{1} << 18;  // per cycle: ~16 MiB at most for both
+  static constexpr size_t kMaxCalls = size_t{1} << 18;  // per cycle: ~32 MiB at most for both cycles
 
  private:
   void EndCycle();  // mu_ held
