@@ -405,37 +405,38 @@ void PerfettoSink::FailWrite(int err, std::string_view bytes, size_t done) {
 
 // --- tracks and sequence-1 events ------------------------------------------
 
-uint64_t PerfettoSink::NewTrack(uint64_t parent, std::string_view name, int64_t rank, bool ordered_children,
-                                std::string_view description) {
+template <typename Fields>
+uint64_t PerfettoSink::DescribeTrack(Fields&& fields) {
   const uint64_t uuid = next_uuid_++;
   const auto p = packet_.BeginNested(kTracePacket);
   packet_.Varint(kSequenceId, kMainSequence);
   const auto d = packet_.BeginNested(kTrackDescriptor);
   packet_.Varint(kUuid, uuid);
-  if (parent != 0) packet_.Varint(kParentUuid, parent);
-  packet_.Bytes(kTrackName, name);
-  if (!description.empty()) packet_.Bytes(kDescription, description);
-  if (ordered_children) packet_.Varint(kChildOrdering, kExplicitOrder);
-  packet_.Varint(kSiblingOrderRank, static_cast<uint64_t>(static_cast<int64_t>(Rank(rank))));
+  fields();
   packet_.EndNested(d);
   EndPacket(p);
   return uuid;
 }
 
+uint64_t PerfettoSink::NewTrack(uint64_t parent, std::string_view name, int64_t rank, bool ordered_children,
+                                std::string_view description) {
+  return DescribeTrack([&] {
+    if (parent != 0) packet_.Varint(kParentUuid, parent);
+    packet_.Bytes(kTrackName, name);
+    if (!description.empty()) packet_.Bytes(kDescription, description);
+    if (ordered_children) packet_.Varint(kChildOrdering, kExplicitOrder);
+    packet_.Varint(kSiblingOrderRank, static_cast<uint64_t>(static_cast<int64_t>(Rank(rank))));
+  });
+}
+
 uint64_t PerfettoSink::NewCounterTrack(uint64_t parent, std::string_view name) {
-  const uint64_t uuid = next_uuid_++;
-  const auto p = packet_.BeginNested(kTracePacket);
-  packet_.Varint(kSequenceId, kMainSequence);
-  const auto d = packet_.BeginNested(kTrackDescriptor);
-  packet_.Varint(kUuid, uuid);
-  packet_.Varint(kParentUuid, parent);
-  packet_.Bytes(kTrackName, name);
-  const auto c = packet_.BeginNested(kCounter);
-  packet_.Varint(kCounterUnit, kUnitCount);
-  packet_.EndNested(c);
-  packet_.EndNested(d);
-  EndPacket(p);
-  return uuid;
+  return DescribeTrack([&] {
+    packet_.Varint(kParentUuid, parent);
+    packet_.Bytes(kTrackName, name);
+    const auto c = packet_.BeginNested(kCounter);
+    packet_.Varint(kCounterUnit, kUnitCount);
+    packet_.EndNested(c);
+  });
 }
 
 void PerfettoSink::MainEvent(uint64_t track, uint32_t type, std::string_view name, uint64_t ts_ns,
@@ -510,30 +511,20 @@ uint64_t PerfettoSink::HostThreadTrack(Process& p, uint32_t tid, std::string_vie
   auto [it, inserted] = p.threads.try_emplace(tid, 0);
   if (!inserted) return it->second;
   if (p.host_track == 0) {
-    p.host_track = next_uuid_++;
-    const auto packet = packet_.BeginNested(kTracePacket);
-    packet_.Varint(kSequenceId, kMainSequence);
-    const auto d = packet_.BeginNested(kTrackDescriptor);
-    packet_.Varint(kUuid, p.host_track);
-    const auto pd = packet_.BeginNested(kProcessDescriptor);
-    packet_.Varint(kDescriptorPid, p.record.pid);
-    packet_.Bytes(kProcessName, p.record.command);
-    packet_.EndNested(pd);
-    packet_.EndNested(d);
-    EndPacket(packet);
+    p.host_track = DescribeTrack([&] {
+      const auto pd = packet_.BeginNested(kProcessDescriptor);
+      packet_.Varint(kDescriptorPid, p.record.pid);
+      packet_.Bytes(kProcessName, p.record.command);
+      packet_.EndNested(pd);
+    });
   }
-  it->second = next_uuid_++;
-  const auto packet = packet_.BeginNested(kTracePacket);
-  packet_.Varint(kSequenceId, kMainSequence);
-  const auto d = packet_.BeginNested(kTrackDescriptor);
-  packet_.Varint(kUuid, it->second);
-  const auto td = packet_.BeginNested(kThreadDescriptor);
-  packet_.Varint(kDescriptorPid, p.record.pid);
-  packet_.Varint(kDescriptorTid, tid);
-  packet_.Bytes(kThreadName, internal::HostThreadTitle(tid, name));
-  packet_.EndNested(td);
-  packet_.EndNested(d);
-  EndPacket(packet);
+  it->second = DescribeTrack([&] {
+    const auto td = packet_.BeginNested(kThreadDescriptor);
+    packet_.Varint(kDescriptorPid, p.record.pid);
+    packet_.Varint(kDescriptorTid, tid);
+    packet_.Bytes(kThreadName, internal::HostThreadTitle(tid, name));
+    packet_.EndNested(td);
+  });
   return it->second;
 }
 

@@ -254,6 +254,10 @@ class PerfettoSink : public trace::TraceSink {
   PerfettoSink(int fd, std::string path);
 
   bool failed() const { return !error_.empty(); }
+  // A TrackDescriptor packet on sequence 1 with a new uuid (returned);
+  // `fields()` writes the descriptor's fields after the uuid.
+  template <typename Fields>
+  uint64_t DescribeTrack(Fields&& fields);
   uint64_t NewTrack(uint64_t parent, std::string_view name, int64_t rank, bool ordered_children,
                     std::string_view description = {});
   uint64_t NewCounterTrack(uint64_t parent, std::string_view name);

@@ -892,12 +892,12 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
   HarvestHost host;  // where the application's thread spends the harvest
   host.begin_ns = host_begin;
   uint64_t stage_start = host_begin;
-  const auto stage = [&](wire::HarvestStage s) {
-    const uint64_t now = GpuNow();
+  // Ends stage `s` at `now`: its time since the previous stage ended.
+  const auto stage = [&](wire::HarvestStage s, uint64_t now) {
     host.stage_us[s] += static_cast<uint32_t>(std::min<uint64_t>((now - std::min(now, stage_start)) / 1000, UINT32_MAX));
     stage_start = now;
   };
-  stage(wire::kStageWait);
+  stage(wire::kStageWait, harvest_time);
   wire::ArenaHeader header{};
   if (!SMPROF_CU(cuMemcpyDtoHAsync(&header, cs->arena, sizeof(header), cs->stream)) ||
       !SMPROF_CU(cuStreamSynchronize(cs->stream))) {
@@ -935,7 +935,7 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
     cs->projected_chunks = 0;
   }
   gate.unlock();
-  stage(wire::kStageCopy);
+  stage(wire::kStageCopy, GpuNow());
 
   // The clock probe runs outside the gate on its own stream, and is given up
   // (this harvest keeps the previous offset) if the GPU is too busy to run it.
@@ -962,7 +962,7 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
   records.erase(std::remove_if(records.begin(), records.end(),
                                [](const KernelRecord& r) { return r.name == kProbeName || r.name == kTimerStepName; }),
                 records.end());
-  stage(wire::kStageClock);
+  stage(wire::kStageClock, GpuNow());
 
   std::vector<WarpSegment> segments;
   DecodeStats decode;
@@ -998,17 +998,17 @@ void Profiler::Harvest(ContextState* cs, wire::HarvestReason reason, HarvestMode
     std::lock_guard<std::mutex> lock(mu);
     for (const auto& [name, per_warp] : learned) chunks_per_warp[name] = per_warp;
   }
-  stage(wire::kStageDecode);
+  stage(wire::kStageDecode, GpuNow());
   std::lock_guard<std::mutex> lock(ship_mu);
   shipper->SendLaunches(
       launches, reason == wire::kHarvestHighWater ? uint32_t{wire::kLaunchForcedDrain} : 0u,
       [&](uint64_t address) { return names[address]; },
       [](const std::string& mangled) { return mangled.empty() ? std::string("<unknown kernel>") : Demangle(mangled); });
-  stage(wire::kStageShip);
+  stage(wire::kStageShip, GpuNow());
   NoteCurrentThread();
   host.tid = CurrentTid();
   host.call = call;
-  stage(wire::kStageOther);
+  stage(wire::kStageOther, GpuNow());
   host.end_ns = stage_start;
   shipper->SendHarvest(harvest_time, cs->device, reason, header.dropped_events, header.unplaced_events, used,
                        cs->ref.num_chunks, host);
