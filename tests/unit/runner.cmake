@@ -1,8 +1,10 @@
-# Unit tests of kernel names, the kernel filter, smprof-run's options and its helper paths.
+# Unit tests of kernel names, the kernel and launch filters, smprof-run's options and its helper paths.
 smprof_add_test(names_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/names_test.cc
   LIBS smprof::common LABELS unit)
 smprof_add_test(kernel_filter_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/kernel_filter_test.cc
   LIBS smprof::common LABELS unit)
+smprof_add_test(launch_filter_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/launch_filter_test.cc
+  LIBS smprof::common Threads::Threads LABELS unit)
 smprof_add_test(run_options_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/run_options_test.cc
   LIBS smprof_runner_lib LABELS unit)
 smprof_add_test(install_layout_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/install_layout_test.cc
