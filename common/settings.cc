@@ -16,6 +16,17 @@ const std::vector<SettingSpec> kSettings = {
      "kernels to profile: comma-separated globs (* ? [a-z] [!x]) over\n"
      "demangled names, '!' excludes, '\\' escapes; a pattern matches the\n"
      "full signature, \"ns::name<T>\" or the bare name, e.g. 'gemm*,!*_debug'"},
+    {Setting::kLaunches, "SMPROF_LAUNCHES", "launches", 0, "SPEC", "every launch",
+     "which launches of the selected kernels to profile: comma-separated\n"
+     "PATTERN:RANGES items, PATTERN a glob as in --kernels (no '!'), RANGES\n"
+     "N, N-M or N- joined by '+', counting from 0 the launches of all the\n"
+     "kernels PATTERN matches in the order the program issues them; a\n"
+     "kernel no item matches is not limited. E.g. 'gemm*:10-12' (the 11th\n"
+     "to 13th gemm launches), 'attn*:0,gemm*:100-', 'gemm*:0-2+10-12'"},
+    {Setting::kCaptureRange, "SMPROF_CAPTURE_RANGE", "capture-range", 0, "MODE", "none",
+     "when launches are profiled: none (from the start) or cudaProfilerApi\n"
+     "(only between the program's cudaProfilerStart() and\n"
+     "cudaProfilerStop() calls, as nsys --capture-range=cudaProfilerApi)"},
     {Setting::kBufferMb, "SMPROF_BUFFER_MB", "buffer-mb", 0, "N", "64",
      "device event buffer per GPU context in MiB, 1-4095"},
     {Setting::kWarps, "SMPROF_WARPS", "warps", 0, "LIST", "all warps",
@@ -161,6 +172,10 @@ bool ParseWarpList(std::string_view text, uint32_t* mask, std::string* error) {
   return true;
 }
 
+const char* CaptureRangeText(CaptureRange range) {
+  return range == CaptureRange::kProfilerApi ? "cudaProfilerApi" : "none";
+}
+
 bool IsLogLevel(std::string_view text) {
   for (const char* level : {"trace", "debug", "info", "warn", "error", "off"}) {
     if (text == level) return true;
@@ -182,6 +197,25 @@ bool ParseSetting(Setting setting, std::string_view text, std::string_view sourc
       }
       break;
     }
+    case Setting::kLaunches: {
+      std::optional<LaunchFilter> filter = LaunchFilter::Parse(text, &why);
+      if ((ok = filter.has_value())) {
+        s.launches = std::move(*filter);
+        s.launches_spec = std::string(text);
+      }
+      break;
+    }
+    case Setting::kCaptureRange:
+      if (text == CaptureRangeText(CaptureRange::kNone)) {
+        s.capture_range = CaptureRange::kNone;
+        ok = true;
+      } else if (text == CaptureRangeText(CaptureRange::kProfilerApi)) {
+        s.capture_range = CaptureRange::kProfilerApi;
+        ok = true;
+      } else {
+        why = "unknown capture range \"" + std::string(text) + "\": use none or cudaProfilerApi";
+      }
+      break;
     case Setting::kBufferMb:
       ok = ParseBounded(text, kMinBufferMb, kMaxBufferMb, &s.buffer_mb, &why);
       break;
@@ -235,6 +269,10 @@ std::string SettingText(Setting setting, const Settings& s) {
   switch (setting) {
     case Setting::kKernels:
       return s.kernels_spec;
+    case Setting::kLaunches:
+      return s.launches_spec;
+    case Setting::kCaptureRange:
+      return CaptureRangeText(s.capture_range);
     case Setting::kBufferMb:
       return std::to_string(s.buffer_mb);
     case Setting::kChunkBytes:
@@ -255,16 +293,16 @@ std::string SettingText(Setting setting, const Settings& s) {
   return "";
 }
 
-Settings LoadSettings(const GetEnv& getenv_fn, std::vector<std::string>* errors, bool* kernels_valid) {
+Settings LoadSettings(const GetEnv& getenv_fn, std::vector<std::string>* errors, bool* selection_valid) {
   Settings s;
-  *kernels_valid = true;
+  *selection_valid = true;
   for (const SettingSpec& spec : kSettings) {
     const char* text = getenv_fn(spec.variable);
     if (text == nullptr || *text == '\0') continue;
     std::string error;
     if (ParseSetting(spec.id, text, spec.variable, &s, &error)) continue;
-    if (spec.id == Setting::kKernels) {
-      *kernels_valid = false;
+    if (spec.id == Setting::kKernels || spec.id == Setting::kLaunches) {
+      *selection_valid = false;
       errors->push_back(error + "; profiling is off for this run");
     } else {
       const std::string kept = SettingText(spec.id, s);

@@ -4,8 +4,8 @@
 // smprof-run reads a setting from its option or, failing that, from the
 // environment, and stops on a bad value; the injector reads the same variable
 // from the application's environment with the same parser, and on a bad value
-// logs the same message and keeps the default (except SMPROF_KERNELS: see
-// LoadSettings). So a value means the same thing wherever it is read, and the
+// logs the same message and keeps the default (except SMPROF_KERNELS and
+// SMPROF_LAUNCHES: see LoadSettings). So a value means the same thing wherever it is read, and the
 // help text, the run metadata and the application's environment all come from
 // this table.
 //
@@ -20,11 +20,14 @@
 #include <vector>
 
 #include "common/kernel_filter.h"
+#include "common/launch_filter.h"
 
 namespace smprof {
 
 enum class Setting {
   kKernels,
+  kLaunches,
+  kCaptureRange,
   kBufferMb,
   kChunkBytes,
   kWarps,
@@ -52,10 +55,19 @@ const SettingSpec& SpecOf(Setting setting);
 const SettingSpec* FindSettingByOption(std::string_view long_option);
 const SettingSpec* FindSettingByShortOption(char short_option);
 
+// SMPROF_CAPTURE_RANGE: when the application's launches are profiled.
+enum class CaptureRange {
+  kNone,         // "none": from the start
+  kProfilerApi,  // "cudaProfilerApi": only between cudaProfilerStart() and cudaProfilerStop()
+};
+
 // Values of every setting; the defaults are the documented ones.
 struct Settings {
   std::string kernels_spec;  // as written; empty: every kernel
   KernelFilter kernels;
+  std::string launches_spec;  // as written; empty: every launch of every selected kernel
+  LaunchFilter launches;      // which launches of the selected kernels (launch_filter.h)
+  CaptureRange capture_range = CaptureRange::kNone;
   uint32_t buffer_mb = 64;
   uint32_t chunk_bytes = 1024;
   std::string warps_spec;            // as written; empty: every warp
@@ -82,9 +94,10 @@ using GetEnv = std::function<const char*(const char*)>;
 
 // Reads every setting from the environment (an empty variable counts as
 // unset). A bad value keeps the default and adds ParseSetting's message to
-// *errors, except a bad SMPROF_KERNELS, which sets *kernels_valid false:
-// profiling the wrong kernels would be worse than profiling none.
-Settings LoadSettings(const GetEnv& getenv_fn, std::vector<std::string>* errors, bool* kernels_valid);
+// *errors, except a bad SMPROF_KERNELS or SMPROF_LAUNCHES (what to profile),
+// which sets *selection_valid false: profiling the wrong kernels or launches
+// would be worse than profiling none.
+Settings LoadSettings(const GetEnv& getenv_fn, std::vector<std::string>* errors, bool* selection_valid);
 
 // --- parsers, shared by everything that reads numbers or lists -----------------
 
@@ -102,6 +115,9 @@ bool ParseWarpList(std::string_view text, uint32_t* mask, std::string* error);
 // trace, debug, info, warn, error, off.
 bool IsLogLevel(std::string_view text);
 inline constexpr const char* kLogLevelsText = "trace, debug, info, warn, error or off";
+
+// "none" or "cudaProfilerApi" (exactly; nsys's spelling).
+const char* CaptureRangeText(CaptureRange range);
 
 // --- variables that are not settings: set by smprof-run or pointing at its parts
 

@@ -619,10 +619,33 @@ std::string NothingProfiledHint(const CollectorSummary& summary, const RunOption
            "marking regions";
   }
   if (summary.launches_not_selected >= opted_in) {
-    return "SMPROF_KERNELS (now \"" + options.settings.kernels_spec + "\") selected none of the " +
-           std::to_string(opted_in) +
-           " launches of opted-in kernels: check the patterns against the kernel "
-           "names (smprof-run --help)";
+    // The settings that choose launches and were given, each with its check.
+    const Settings& s = options.settings;
+    const bool by_launches = !s.launches_spec.empty();
+    const bool by_capture = s.capture_range != CaptureRange::kNone;
+    std::vector<std::string> what, checks;
+    if (!s.kernels_spec.empty() || (!by_launches && !by_capture)) {
+      what.push_back("SMPROF_KERNELS (now \"" + s.kernels_spec + "\")");
+      checks.push_back("the patterns against the kernel names");
+    }
+    if (by_launches) {
+      what.push_back("SMPROF_LAUNCHES (now \"" + s.launches_spec + "\")");
+      checks.push_back("the launch ranges against how often the kernels ran");
+    }
+    if (by_capture) {
+      what.push_back(std::string("SMPROF_CAPTURE_RANGE (now ") + CaptureRangeText(s.capture_range) + ")");
+      checks.push_back("that the program calls cudaProfilerStart()");
+    }
+    const auto join = [](const std::vector<std::string>& parts) {
+      std::string text;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        if (i > 0) text += i + 1 == parts.size() ? " and " : ", ";
+        text += parts[i];
+      }
+      return text;
+    };
+    return join(what) + " selected none of the " + std::to_string(opted_in) + " launches of opted-in kernels: check " +
+           join(checks) + " (smprof-run --help)";
   }
   return "the selected kernels recorded no events: check SMPROF_WARPS (now \"" +
          (options.settings.warps_spec.empty() ? std::string("all") : options.settings.warps_spec) +

@@ -290,6 +290,16 @@ TEST_F(SmprofRunTest, HintNamesWhatWasMissingWhenCudaRan) {
                        "opted-in kernels"))
       << r.err;
   EXPECT_FALSE(Contains(r.err, "driver")) << r.err;
+
+  // The hint names each setting that chose launches, and what to check.
+  r = Run({"-o", (dir_ / "c.json").string(), "--launches", "gemm*:100-", "--capture-range", "cudaProfilerApi", self},
+          {{"SMPROF_RUN_TEST_HELPER", "not-selected"}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.err,
+                       "smprof: SMPROF_LAUNCHES (now \"gemm*:100-\") and SMPROF_CAPTURE_RANGE (now cudaProfilerApi) "
+                       "selected none of the 4 launches of opted-in kernels: check the launch ranges against how "
+                       "often the kernels ran and that the program calls cudaProfilerStart() (smprof-run --help)"))
+      << r.err;
 }
 
 // Another tool holding CUPTI: one line naming it, and no misleading hint.

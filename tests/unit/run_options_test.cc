@@ -36,6 +36,9 @@ TEST(RunOptionsTest, Defaults) {
   EXPECT_EQ(p.options.program, Args{"./app"});
   EXPECT_EQ(p.options.output, "");
   EXPECT_EQ(p.options.settings.kernels_spec, "");
+  EXPECT_EQ(p.options.settings.launches_spec, "");
+  EXPECT_TRUE(p.options.settings.launches.limits_nothing());
+  EXPECT_EQ(p.options.settings.capture_range, CaptureRange::kNone);
   EXPECT_EQ(p.options.settings.buffer_mb, 64u);
   EXPECT_EQ(p.options.settings.warps_spec, "");
   EXPECT_EQ(p.options.settings.shm_mb, 32u);
@@ -47,11 +50,15 @@ TEST(RunOptionsTest, Defaults) {
 }
 
 TEST(RunOptionsTest, EachOption) {
-  Parsed p = Parse({"-o", "t.json", "-k", "gemm*", "--buffer-mb", "128", "--warps", "0,4-7", "--shm-mb", "8",
-                    "--preload", "--log-level", "debug", "-q", "./app"});
+  Parsed p = Parse({"-o", "t.json", "-k", "gemm*", "--launches", "gemm*:10-12", "--capture-range", "cudaProfilerApi",
+                    "--buffer-mb", "128", "--warps", "0,4-7", "--shm-mb", "8", "--preload", "--log-level", "debug",
+                    "-q", "./app"});
   ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
   EXPECT_EQ(p.options.output, "t.json");
   EXPECT_EQ(p.options.settings.kernels_spec, "gemm*");
+  EXPECT_EQ(p.options.settings.launches_spec, "gemm*:10-12");
+  EXPECT_EQ(p.options.settings.launches.item_count(), 1u);
+  EXPECT_EQ(p.options.settings.capture_range, CaptureRange::kProfilerApi);
   EXPECT_EQ(p.options.settings.buffer_mb, 128u);
   EXPECT_EQ(p.options.settings.warps_spec, "0,4-7");
   EXPECT_EQ(p.options.settings.shm_mb, 8u);
@@ -59,6 +66,8 @@ TEST(RunOptionsTest, EachOption) {
   EXPECT_EQ(p.options.settings.log_level, "debug");
   EXPECT_TRUE(p.options.quiet);
   EXPECT_EQ(AppEnv(p.options, "SMPROF_KERNELS"), "gemm*");
+  EXPECT_EQ(AppEnv(p.options, "SMPROF_LAUNCHES"), "gemm*:10-12");
+  EXPECT_EQ(AppEnv(p.options, "SMPROF_CAPTURE_RANGE"), "cudaProfilerApi");
   EXPECT_EQ(AppEnv(p.options, "SMPROF_BUFFER_MB"), "128");
   EXPECT_EQ(AppEnv(p.options, "SMPROF_WARPS"), "0,4-7");
   EXPECT_EQ(AppEnv(p.options, "SMPROF_SHM_MB"), "8");
@@ -66,11 +75,13 @@ TEST(RunOptionsTest, EachOption) {
 }
 
 TEST(RunOptionsTest, LongFormsAndAttachedValues) {
-  Parsed p = Parse(
-      {"--output=a.json", "--kernels=x,y", "--buffer-mb=1", "--shm-mb=4096", "--quiet", "--log-level=off", "./app"});
+  Parsed p = Parse({"--output=a.json", "--kernels=x,y", "--launches=x:0+2,y:1-", "--capture-range=none",
+                    "--buffer-mb=1", "--shm-mb=4096", "--quiet", "--log-level=off", "./app"});
   ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
   EXPECT_EQ(p.options.output, "a.json");
   EXPECT_EQ(p.options.settings.kernels_spec, "x,y");
+  EXPECT_EQ(p.options.settings.launches_spec, "x:0+2,y:1-");
+  EXPECT_EQ(p.options.sources.at(Setting::kCaptureRange), "--capture-range");
   EXPECT_EQ(p.options.settings.buffer_mb, 1u);
   EXPECT_EQ(p.options.settings.shm_mb, 4096u);
   EXPECT_TRUE(p.options.quiet);
@@ -238,6 +249,35 @@ TEST(RunOptionsTest, KernelSpecIsValidated) {
   p = Parse({"a"}, {{"SMPROF_KERNELS", "gemm,,x"}});
   EXPECT_EQ(p.outcome, ParseOutcome::kError);
   EXPECT_EQ(p.error.rfind("SMPROF_KERNELS: empty pattern", 0), 0u) << p.error;
+}
+
+TEST(RunOptionsTest, LaunchSpecIsValidated) {
+  struct Case {
+    Args args;
+    const char* expect;
+  };
+  for (const Case& c : {
+           Case{{"--launches", "gemm*", "a"}, "--launches: item \"gemm*\" has no launch range"},
+           Case{{"--launches", "gemm:3-1", "a"}, "--launches: range 3-1 in item \"gemm:3-1\" is reversed"},
+           Case{{"--launches", "gemm:1,,x:2", "a"}, "--launches: empty item"},
+           Case{{"--launches", "!gemm:0", "a"}, "--launches: '!' in item"},
+           Case{{"--launches=:4", "a"}, "--launches: empty pattern"},
+           Case{{"--capture-range", "nvtx", "a"},
+                "--capture-range: unknown capture range \"nvtx\": use none or cudaProfilerApi"},
+       }) {
+    Parsed p = Parse(c.args);
+    EXPECT_EQ(p.outcome, ParseOutcome::kError) << c.args[0];
+    EXPECT_EQ(p.error.rfind(c.expect, 0), 0u) << p.error;
+  }
+  Parsed p = Parse({"a"}, {{"SMPROF_LAUNCHES", "attn*:0,gemm*:100-"}, {"SMPROF_CAPTURE_RANGE", "cudaProfilerApi"}});
+  ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
+  EXPECT_EQ(p.options.settings.launches.item_count(), 2u);
+  EXPECT_EQ(p.options.settings.capture_range, CaptureRange::kProfilerApi);
+  EXPECT_EQ(p.options.sources.at(Setting::kLaunches), "SMPROF_LAUNCHES");
+  EXPECT_EQ(AppEnv(p.options, "SMPROF_LAUNCHES"), "attn*:0,gemm*:100-");
+  p = Parse({"a"}, {{"SMPROF_LAUNCHES", "gemm"}});
+  EXPECT_EQ(p.outcome, ParseOutcome::kError);
+  EXPECT_EQ(p.error.rfind("SMPROF_LAUNCHES: item \"gemm\" has no launch range", 0), 0u) << p.error;
 }
 
 TEST(RunOptionsTest, EnvironmentIsReadAndValidated) {

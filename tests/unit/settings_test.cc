@@ -30,9 +30,11 @@ TEST(SettingsTest, TableIsCompleteAndUnique) {
     EXPECT_NE(std::string(s.value_name), "") << s.variable;
     EXPECT_EQ(&SpecOf(s.id), &s);
   }
-  EXPECT_EQ(ids.size(), 9u) << "a Setting is missing from the table";
+  EXPECT_EQ(ids.size(), 11u) << "a Setting is missing from the table";
   EXPECT_EQ(FindSettingByOption("buffer-mb")->id, Setting::kBufferMb);
   EXPECT_EQ(FindSettingByShortOption('k')->id, Setting::kKernels);
+  EXPECT_EQ(FindSettingByOption("launches")->id, Setting::kLaunches);
+  EXPECT_EQ(FindSettingByOption("capture-range")->id, Setting::kCaptureRange);
   EXPECT_EQ(FindSettingByOption("nope"), nullptr);
   EXPECT_EQ(FindSettingByShortOption('z'), nullptr);
 }
@@ -46,6 +48,8 @@ TEST(SettingsTest, DefaultsAreTheDocumentedOnes) {
     }
   }
   EXPECT_TRUE(s.kernels.selects_all());
+  EXPECT_TRUE(s.launches.limits_nothing());
+  EXPECT_EQ(s.capture_range, CaptureRange::kNone);
   EXPECT_EQ(s.warp_mask, 0xffffffffu);
 }
 
@@ -114,6 +118,41 @@ TEST(SettingsTest, TraceCycles) {
   EXPECT_EQ(s.trace_cycles, "none");
 }
 
+TEST(SettingsTest, Launches) {
+  Settings s;
+  std::string error;
+  ASSERT_TRUE(ParseSetting(Setting::kLaunches, "attn*:0,gemm*:100-", "--launches", &s, &error)) << error;
+  EXPECT_EQ(SettingText(Setting::kLaunches, s), "attn*:0,gemm*:100-");
+  EXPECT_EQ(s.launches.item_count(), 2u);
+  EXPECT_EQ(s.launches.ItemsFor("void gemm_tiled<64>(float*)"), std::vector<uint32_t>{1});
+  // A bad spec names the source and leaves the setting as it was.
+  EXPECT_FALSE(ParseSetting(Setting::kLaunches, "gemm*", "SMPROF_LAUNCHES", &s, &error));
+  EXPECT_EQ(error, "SMPROF_LAUNCHES: item \"gemm*\" has no launch range: write PATTERN:RANGES, e.g. gemm*:0-9");
+  EXPECT_EQ(s.launches_spec, "attn*:0,gemm*:100-");
+  EXPECT_EQ(s.launches.item_count(), 2u);
+  // Empty: every launch again (as SMPROF_KERNELS).
+  ASSERT_TRUE(ParseSetting(Setting::kLaunches, "", "--launches", &s, &error)) << error;
+  EXPECT_TRUE(s.launches.limits_nothing());
+  EXPECT_EQ(SettingText(Setting::kLaunches, s), "");
+}
+
+TEST(SettingsTest, CaptureRange) {
+  Settings s;
+  EXPECT_EQ(SettingText(Setting::kCaptureRange, s), "none");
+  std::string error;
+  ASSERT_TRUE(ParseSetting(Setting::kCaptureRange, "cudaProfilerApi", "--capture-range", &s, &error)) << error;
+  EXPECT_EQ(s.capture_range, CaptureRange::kProfilerApi);
+  EXPECT_EQ(SettingText(Setting::kCaptureRange, s), "cudaProfilerApi");
+  for (const char* bad : {"cudaprofilerapi", "NONE", "nvtx", ""}) {
+    EXPECT_FALSE(ParseSetting(Setting::kCaptureRange, bad, "SMPROF_CAPTURE_RANGE", &s, &error)) << bad;
+    EXPECT_EQ(error,
+              std::string("SMPROF_CAPTURE_RANGE: unknown capture range \"") + bad + "\": use none or cudaProfilerApi");
+  }
+  EXPECT_EQ(s.capture_range, CaptureRange::kProfilerApi);
+  ASSERT_TRUE(ParseSetting(Setting::kCaptureRange, "none", "--capture-range", &s, &error)) << error;
+  EXPECT_EQ(s.capture_range, CaptureRange::kNone);
+}
+
 TEST(SettingsTest, WholeNumbers) {
   uint64_t v = 0;
   std::string error;
@@ -162,6 +201,27 @@ TEST(SettingsTest, LoadFromEnvironmentUsesTheSameParser) {
   ParseSetting(Setting::kWarps, "0,99", "SMPROF_WARPS", &ignored, &runner_error);
   EXPECT_EQ(errors[1], runner_error + "; using all warps");
   EXPECT_NE(errors[0].find("profiling is off"), std::string::npos) << errors[0];
+}
+
+// A bad SMPROF_LAUNCHES, like a bad SMPROF_KERNELS, turns profiling off; a bad
+// SMPROF_CAPTURE_RANGE keeps its default.
+TEST(SettingsTest, BadLaunchSpecInTheEnvironmentTurnsProfilingOff) {
+  const std::map<std::string, std::string> env = {{"SMPROF_LAUNCHES", "gemm:3-1"}, {"SMPROF_CAPTURE_RANGE", "nvtx"}};
+  std::vector<std::string> errors;
+  bool selection_valid = true;
+  const Settings s = LoadSettings(
+      [&](const char* name) -> const char* {
+        auto it = env.find(name);
+        return it == env.end() ? nullptr : it->second.c_str();
+      },
+      &errors, &selection_valid);
+  EXPECT_FALSE(selection_valid);
+  EXPECT_TRUE(s.launches.limits_nothing());
+  EXPECT_EQ(s.capture_range, CaptureRange::kNone);
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_EQ(errors[0].rfind("SMPROF_LAUNCHES: range 3-1", 0), 0u) << errors[0];
+  EXPECT_NE(errors[0].find("; profiling is off for this run"), std::string::npos) << errors[0];
+  EXPECT_EQ(errors[1], "SMPROF_CAPTURE_RANGE: unknown capture range \"nvtx\": use none or cudaProfilerApi; using none");
 }
 
 }  // namespace
