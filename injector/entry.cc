@@ -13,7 +13,7 @@
 #include <cstdlib>
 
 #include "common/cuda_tools.h"
-#include "injector/profiler.h"
+#include "injector/startup.h"
 
 extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
   smprof::injector::Start();

@@ -8,10 +8,7 @@ namespace smprof::injector {
 
 void HostCalls::Add(uint64_t correlation_id, const wire::HostCall& call) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (current_.size() >= kMaxCalls) {
-    forgotten_ += previous_.size();
-    EndCycle();
-  }
+  if (current_.size() >= kMaxCalls) EndCycle(/*early=*/true);
   current_[correlation_id] = call;
 }
 
@@ -19,19 +16,25 @@ wire::HostCall HostCalls::Find(uint64_t correlation_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = current_.find(correlation_id);
   if (it != current_.end()) return it->second;
-  it = previous_.find(correlation_id);
-  if (it != previous_.end()) return it->second;
+  for (const auto& cycle : previous_) {
+    it = cycle.find(correlation_id);
+    if (it != cycle.end()) return it->second;
+  }
   return wire::HostCall{};
 }
 
 void HostCalls::EndHarvest() {
   std::lock_guard<std::mutex> lock(mu_);
-  EndCycle();
+  EndCycle(/*early=*/false);
 }
 
-void HostCalls::EndCycle() {
-  previous_.swap(current_);
+void HostCalls::EndCycle(bool early) {
+  previous_.push_front(std::move(current_));
   current_.clear();
+  while (previous_.size() >= kCycles) {
+    if (early) forgotten_ += previous_.back().size();
+    previous_.pop_back();
+  }
 }
 
 uint64_t HostCalls::forgotten() const {
@@ -41,7 +44,9 @@ uint64_t HostCalls::forgotten() const {
 
 size_t HostCalls::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return current_.size() + previous_.size();
+  size_t n = current_.size();
+  for (const auto& cycle : previous_) n += cycle.size();
+  return n;
 }
 
 namespace {

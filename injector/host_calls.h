@@ -6,13 +6,15 @@
 // exit the callback notes when it began and ended and on which thread (Add);
 // the harvest that ships the kernel attaches the call to its LaunchMsg
 // (Find), and the collector draws it on that thread's track with a flow
-// arrow to the kernel. A context keeps its calls for two harvests: those of
-// the harvest cycle in progress and of the one before (EndHarvest drops the
-// older), so a kernel whose record comes a harvest late still finds its
+// arrow to the kernel. The harvest also keeps only events of launches whose
+// call was noted (the launches that were wanted). A context keeps its calls
+// for kCycles harvests: the cycle in progress and the ones before
+// (EndHarvest drops the oldest), so a kernel whose record comes a few
+// harvests late (the harvester carries its events over) still finds its
 // call. Overflow policy: a cycle holds at most kMaxCalls calls; at the limit
 // (a program that launches without synchronising, its kernels recording
-// nothing, so no drain comes) the cycle ends early and the calls of the one
-// before are forgotten, counted in forgotten() (StatsMsg::host_calls_forgotten:
+// nothing, so no drain comes) the cycle ends early and the calls of the
+// oldest are forgotten, counted in forgotten() (StatsMsg::host_calls_forgotten:
 // their launches show no call in the trace).
 //
 // Thread-safe: the callbacks of many application threads add, a harvest
@@ -22,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -41,13 +44,15 @@ class HostCalls {
   // Calls forgotten at the limit before a harvest could ship them.
   uint64_t forgotten() const;
 
-  static constexpr size_t kMaxCalls = size_t{1} << 18;  // per cycle: ~32 MiB at most for both cycles
+  static constexpr size_t kMaxCalls = size_t{1} << 18;  // per cycle: ~16 MiB each
+  static constexpr size_t kCycles = 4;
 
  private:
-  void EndCycle();  // mu_ held
+  void EndCycle(bool early);  // mu_ held; early: at the limit, not at a harvest
 
   mutable std::mutex mu_;
-  std::unordered_map<uint64_t, wire::HostCall> current_, previous_;
+  std::unordered_map<uint64_t, wire::HostCall> current_;
+  std::deque<std::unordered_map<uint64_t, wire::HostCall>> previous_;  // newest first, kCycles - 1 at most
   uint64_t forgotten_ = 0;
 };
 

@@ -1,5 +1,5 @@
 // HostCalls: a context's launch API calls by correlation id, kept for the
-// harvest cycle in progress and the one before; the thread-name registry.
+// harvest cycle in progress and the kCycles - 1 before; the thread-name registry.
 #include "injector/host_calls.h"
 
 #include <gtest/gtest.h>
@@ -11,36 +11,42 @@
 namespace smprof::injector {
 namespace {
 
-TEST(HostCalls, KeepsACallForTwoHarvestCycles) {
+TEST(HostCalls, KeepsACallForKCyclesHarvestCycles) {
+  static_assert(HostCalls::kCycles == 4, "the steps below count four cycles");
   HostCalls calls;
   calls.Add(7, wire::HostCall{100, 200, 42, wire::kApiLaunchKernel});
   EXPECT_EQ(calls.Find(7).end_ns, 200u);
   EXPECT_EQ(calls.Find(8).api, wire::kApiNone);
   EXPECT_EQ(calls.Find(8).tid, 0u);
-  calls.EndHarvest();  // its kernel may come a harvest late
+  calls.EndHarvest();  // its kernel may come a few harvests late
   EXPECT_EQ(calls.Find(7).api, wire::kApiLaunchKernel);
   calls.Add(9, wire::HostCall{300, 400, 42, wire::kApiGraphLaunch});
+  calls.EndHarvest();
+  calls.EndHarvest();
+  EXPECT_EQ(calls.Find(7).api, wire::kApiLaunchKernel);
   calls.EndHarvest();
   EXPECT_EQ(calls.Find(7).api, wire::kApiNone);
   EXPECT_EQ(calls.Find(9).start_ns, 300u);
   EXPECT_EQ(calls.size(), 1u);
   calls.EndHarvest();
   EXPECT_EQ(calls.size(), 0u);
+  EXPECT_EQ(calls.forgotten(), 0u);  // dropped by harvests, not at the limit
 }
 
 TEST(HostCalls, WithoutHarvestsTheOldestCallsAreForgottenAndCounted) {
   HostCalls calls;
   const uint64_t n = HostCalls::kMaxCalls;
-  for (uint64_t id = 0; id < 2 * n; ++id) calls.Add(id, wire::HostCall{id, id + 1, 1, wire::kApiLaunchKernel});
-  EXPECT_EQ(calls.forgotten(), 0u);  // a cycle ended early; both are kept
+  const uint64_t k = HostCalls::kCycles;
+  for (uint64_t id = 0; id < k * n; ++id) calls.Add(id, wire::HostCall{id, id + 1, 1, wire::kApiLaunchKernel});
+  EXPECT_EQ(calls.forgotten(), 0u);  // cycles ended early; all are kept
   EXPECT_EQ(calls.Find(0).start_ns, 0u);
   EXPECT_EQ(calls.Find(0).api, wire::kApiLaunchKernel);
-  calls.Add(2 * n, wire::HostCall{1, 2, 1, wire::kApiLaunchKernel});
+  calls.Add(k * n, wire::HostCall{1, 2, 1, wire::kApiLaunchKernel});
   EXPECT_EQ(calls.forgotten(), n);  // the first cycle's calls
   EXPECT_EQ(calls.Find(0).api, wire::kApiNone);
   EXPECT_EQ(calls.Find(n).start_ns, n);
-  EXPECT_EQ(calls.Find(2 * n).api, wire::kApiLaunchKernel);
-  EXPECT_EQ(calls.size(), n + 1);
+  EXPECT_EQ(calls.Find(k * n).api, wire::kApiLaunchKernel);
+  EXPECT_EQ(calls.size(), (k - 1) * n + 1);
 }
 
 TEST(HostCalls, ThreadsNoteTheirOwnNames) {

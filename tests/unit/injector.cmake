@@ -10,3 +10,10 @@ add_test(NAME injector.exports_only_its_entry_point
   COMMAND ${CMAKE_COMMAND} -DLIBRARY=$<TARGET_FILE:smprof_inject>
           -P ${CMAKE_CURRENT_LIST_DIR}/check_injector_exports.cmake)
 set_tests_properties(injector.exports_only_its_entry_point PROPERTIES LABELS unit)
+
+# The launch policy, device contexts and harvester against a fake GPU
+# (tests/fakes/fake_gpu.h): CUPTI callbacks are the test's calls.
+smprof_add_test(injector_logic_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/profiler_test.cc
+  LIBS smprof_injector_logic
+  LABELS unit)

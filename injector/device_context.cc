@@ -1,0 +1,439 @@
+#include "injector/device_context.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "injector/log.h"
+
+namespace smprof::injector {
+uint64_t ThreadToken() {
+  static std::atomic<uint64_t> next{1};
+  thread_local const uint64_t token = next.fetch_add(1);
+  return token;
+}
+
+namespace {
+
+constexpr auto kPollInterval = std::chrono::microseconds(100);
+// smprof's own copies on its private stream; they need no SM, only a copy
+// engine the application may keep busy for a while.
+constexpr auto kOwnCopyTimeout = std::chrono::seconds(10);
+// An in-stream-order darkening not yet reached by another stream's launch.
+constexpr auto kDarkenWait = std::chrono::milliseconds(200);
+
+}  // namespace
+
+struct DeviceContext::Module {
+  GpuModule module = nullptr;
+  DevPtr global = 0;    // its wire::ArenaRef
+  bool written = false;  // everything but `arena` is current (this epoch)
+  std::atomic<bool> is_lit{false};
+  bool has_selected = false;
+  // Streams of its recording launches since the last harvest.
+  GpuStream only_stream = nullptr;
+  bool many_streams = false;
+  bool any_stream = false;
+  // Darkened in stream order on this stream since the last harvest.
+  GpuStream dark_pending_on = nullptr;
+};
+
+HostBuffer::HostBuffer(Gpu* gpu, size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  if (gpu != nullptr) data_ = static_cast<uint8_t*>(gpu->AllocatePinned(bytes));
+  if (data_ != nullptr) {
+    gpu_ = gpu;
+  } else {
+    heap_.resize(bytes);
+    data_ = heap_.data();
+  }
+}
+
+HostBuffer::~HostBuffer() {
+  if (gpu_ != nullptr && data_ != nullptr) gpu_->FreePinned(data_);
+}
+
+HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
+  if (this == &o) return *this;
+  if (gpu_ != nullptr && data_ != nullptr) gpu_->FreePinned(data_);
+  gpu_ = o.gpu_;
+  size_ = o.size_;
+  heap_ = std::move(o.heap_);
+  data_ = gpu_ != nullptr ? o.data_ : heap_.data();
+  if (size_ == 0) data_ = nullptr;
+  o.gpu_ = nullptr;
+  o.data_ = nullptr;
+  o.size_ = 0;
+  return *this;
+}
+
+DeviceContext::DeviceContext(Gpu& gpu, GpuCtx ctx, const ArenaOptions& options)
+    : gpu_(gpu), ctx_(ctx), options_(options) {}
+
+DeviceContext::~DeviceContext() {
+  if (arena_ != 0) gpu_.Free(arena_);
+  if (words_ != nullptr) gpu_.FreePinned(words_);
+  if (stream_ != nullptr) gpu_.DestroyStream(stream_);
+}
+
+bool DeviceContext::SetUp() {
+  const uint64_t bytes = options_.buffer_bytes;
+  const uint64_t chunk = options_.chunk_bytes;
+  words_ = static_cast<uint64_t*>(gpu_.AllocatePinned(4 * sizeof(uint64_t)));
+  if (!gpu_.CreateStream(&stream_) || words_ == nullptr || !gpu_.Allocate(bytes, &arena_)) {
+    Log().error("could not allocate {} MB of device memory for profiling: lower SMPROF_BUFFER_MB", bytes >> 20);
+    failed_ = true;
+    return false;
+  }
+  // Chunks are aligned to their size: the recorder tells a full chunk by its
+  // cursor reaching a multiple of chunk_bytes.
+  const uint64_t chunks_offset = (arena_ + sizeof(wire::ArenaHeader) + chunk - 1) / chunk * chunk - arena_;
+  const uint64_t num_chunks = std::min<uint64_t>((bytes - chunks_offset) / chunk, 0x7fffffffu);
+  wire::ArenaHeader header{};
+  header.magic = wire::kArenaMagic;
+  header.abi_version = wire::kArenaAbiVersion;
+  header.chunk_bytes = static_cast<uint32_t>(chunk);
+  header.num_chunks = static_cast<uint32_t>(num_chunks);
+  header.chunks_offset = chunks_offset;
+  words_[0] = arena_;
+  words_[1] = 0;
+  words_[2] = 0;
+  words_[3] = 0;
+  if (!gpu_.Fill(arena_, 0, bytes, stream_) || !gpu_.CopyToDevice(arena_, &header, sizeof(header), stream_) ||
+      !gpu_.Wait(stream_, kOwnCopyTimeout)) {
+    failed_ = true;
+    return false;
+  }
+  ref_.arena = arena_;
+  ref_.chunks = arena_ + chunks_offset;
+  ref_.num_chunks = header.num_chunks;
+  ref_.chunk_shift = static_cast<uint32_t>(__builtin_ctzll(chunk));
+  ref_.warp_mask = options_.warp_mask;
+  ref_.epoch = 1;
+  if (!gpu_.SetUpDevice(&facts_)) {
+    failed_ = true;
+    return false;
+  }
+  if (facts_.cycles_per_ns <= 0) facts_.cycles_per_ns = 1.0;
+  Log().info("GPU {} ({}): {} MB arena, {} chunks of {} bytes", facts_.info.ordinal, facts_.info.name, bytes >> 20,
+             num_chunks, chunk);
+  return true;
+}
+
+DeviceContext::Module* DeviceContext::FindModule(GpuModule module, DevPtr arena_global, bool has_selected) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = modules_[module];
+  if (!slot || slot->global != arena_global) {
+    if (slot) retired_.push_back(std::move(slot));
+    slot = std::make_unique<Module>();
+    slot->module = module;
+    slot->global = arena_global;
+  }
+  slot->has_selected |= has_selected;
+  return slot.get();
+}
+
+bool DeviceContext::lit(const Module* m) const { return m->is_lit.load(std::memory_order_acquire); }
+
+bool DeviceContext::WriteArenaWord(Module* m, bool lit, GpuStream stream) {
+  // Immediate: smprof's stream, waited for (the source may be a pinned word
+  // or the stack: either way the copy is done when this returns).
+  if (stream == nullptr || stream == stream_) {
+    return gpu_.CopyToDevice(m->global, &words_[lit ? 0 : 1], sizeof(uint64_t), stream_) &&
+           gpu_.Wait(stream_, kOwnCopyTimeout);
+  }
+  // In the order of the application's stream, from a word that never changes.
+  return gpu_.CopyToDevice(m->global, &words_[lit ? 0 : 1], sizeof(uint64_t), stream);
+}
+
+bool DeviceContext::Light(Module* m, GpuStream stream, bool capturing) {
+  bool written;
+  GpuStream dark_pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!m->any_stream) {
+      m->only_stream = stream;
+      m->any_stream = true;
+    } else if (m->only_stream != stream) {
+      m->many_streams = true;
+    }
+    if (m->is_lit.load(std::memory_order_relaxed)) return true;
+    written = m->written;
+    dark_pending = m->dark_pending_on;
+  }
+  if (!written) {
+    // Everything but `arena` first, then `arena`: a kernel of this module that
+    // is already running sees either nothing or a complete reference.
+    wire::ArenaRef ref = ref_;
+    ref.arena = 0;
+    if (!gpu_.CopyToDevice(m->global, &ref, sizeof(ref), stream_) || !gpu_.Wait(stream_, kOwnCopyTimeout)) {
+      return false;
+    }
+  }
+  bool ok;
+  if (dark_pending != nullptr && !capturing && dark_pending == stream) {
+    ok = WriteArenaWord(m, true, stream);  // after the queued darkening, in the same order
+  } else {
+    if (dark_pending != nullptr && gpu_.Query(dark_pending) == StreamState::kBusy &&
+        !gpu_.Wait(dark_pending, kDarkenWait)) {
+      Log().warn("a module darkened on one stream is wanted on another before that stream ran: "
+                 "events of the launch may be missing");
+    }
+    ok = WriteArenaWord(m, true, nullptr);
+  }
+  if (!ok) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  m->written = true;
+  if (!m->is_lit.exchange(true, std::memory_order_acq_rel)) lit_count_.fetch_add(1, std::memory_order_acq_rel);
+  // Unwanted launches queued before the light may record now: their streams
+  // hold recording work until proven idle.
+  for (GpuStream s : quiet_streams_) AddBusy(s, false, 0);
+  for (uint64_t thread : quiet_ptds_users_) AddBusy(nullptr, true, thread);
+  if (!quiet_streams_.empty() || !quiet_ptds_users_.empty()) ++pending_;
+  return true;
+}
+
+bool DeviceContext::LightSelected(GpuStream stream, bool capturing) {
+  std::vector<Module*> wanted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [module, m] : modules_) {
+      if (m->has_selected) wanted.push_back(m.get());
+    }
+  }
+  bool ok = true;
+  for (Module* m : wanted) ok &= Light(m, stream, capturing);
+  return ok;
+}
+
+bool DeviceContext::DarkenInStreamOrder(Module* m, GpuStream stream, bool capturing) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!m->is_lit.load(std::memory_order_relaxed)) return true;
+    // Only when every recording launch of it since the last harvest was on
+    // this stream: stream order then keeps them recording.
+    if (capturing || m->many_streams || (m->any_stream && m->only_stream != stream) || stream == kPerThreadStream ||
+        stream == nullptr || stream == kLegacyStream) {
+      return false;
+    }
+  }
+  if (!WriteArenaWord(m, false, stream)) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  m->dark_pending_on = stream;
+  if (m->is_lit.exchange(false, std::memory_order_acq_rel)) lit_count_.fetch_sub(1, std::memory_order_acq_rel);
+  return true;
+}
+
+void DeviceContext::AddBusy(GpuStream stream, bool per_thread, uint64_t thread) {
+  if (per_thread) {
+    if (std::find(ptds_users_.begin(), ptds_users_.end(), thread) == ptds_users_.end()) ptds_users_.push_back(thread);
+  } else if (std::find(busy_streams_.begin(), busy_streams_.end(), stream) == busy_streams_.end()) {
+    busy_streams_.push_back(stream);
+  }
+}
+
+void DeviceContext::NoteLaunch(Module* m, GpuStream stream, bool per_thread, double chunks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++pending_;
+  projected_chunks_ += chunks;
+  if (m != nullptr) {
+    if (!m->any_stream) {
+      m->only_stream = stream;
+      m->any_stream = true;
+    } else if (m->only_stream != stream) {
+      m->many_streams = true;
+    }
+  }
+  AddBusy(stream, per_thread, ThreadToken());
+}
+
+namespace {
+// The stream this thread last noted as quiet, per context and harvest.
+struct QuietNote {
+  uint64_t context = 0;
+  uint64_t generation = 0;
+  GpuStream stream = nullptr;
+  bool per_thread = false;
+};
+thread_local QuietNote t_quiet;
+}  // namespace
+
+void DeviceContext::NoteQuietLaunch(GpuStream stream, bool per_thread) {
+  const uint64_t generation = quiet_generation_.load(std::memory_order_acquire);
+  if (t_quiet.context == id_ && t_quiet.generation == generation && t_quiet.stream == stream &&
+      t_quiet.per_thread == per_thread) {
+    return;
+  }
+  AdoptQuietLaunch(stream, per_thread, ThreadToken());
+  t_quiet = QuietNote{id_, generation, stream, per_thread};
+}
+
+void DeviceContext::AdoptQuietLaunch(GpuStream stream, bool per_thread, uint64_t thread) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (per_thread) {
+    if (std::find(quiet_ptds_users_.begin(), quiet_ptds_users_.end(), thread) == quiet_ptds_users_.end()) {
+      quiet_ptds_users_.push_back(thread);
+    }
+  } else if (std::find(quiet_streams_.begin(), quiet_streams_.end(), stream) == quiet_streams_.end()) {
+    quiet_streams_.push_back(stream);
+  }
+}
+
+void DeviceContext::NoteStreamDestroy(GpuStream stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (std::find(busy_streams_.begin(), busy_streams_.end(), stream) == busy_streams_.end()) return;
+  }
+  const bool idle = gpu_.Query(stream) == StreamState::kIdle;
+  std::lock_guard<std::mutex> lock(mu_);
+  busy_streams_.erase(std::remove(busy_streams_.begin(), busy_streams_.end(), stream), busy_streams_.end());
+  orphaned_work_ |= !idle;
+}
+
+void DeviceContext::ForgetModules() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [module, m] : modules_) {
+    if (m->is_lit.exchange(false)) lit_count_.fetch_sub(1, std::memory_order_acq_rel);
+    retired_.push_back(std::move(m));
+  }
+  modules_.clear();
+}
+
+bool DeviceContext::has_pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_ != 0;
+}
+
+bool DeviceContext::NeedsDrain(double chunks) {
+  const double limit = static_cast<double>(ref_.num_chunks) * options_.high_water_percent / 100.0;
+  const uint32_t sampled = __atomic_load_n(reinterpret_cast<const uint32_t*>(&words_[2]), __ATOMIC_RELAXED);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pending_ == 0) return false;
+  return sampled >= limit || projected_chunks_ + chunks > limit;
+}
+
+// One thread at a time samples the claim counter, at most every 100 us and
+// only when the previous sample has landed (the private stream is idle).
+void DeviceContext::Poll() {
+  if (polling_.exchange(true, std::memory_order_acquire)) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_poll_ >= kPollInterval && gpu_.Query(stream_) == StreamState::kIdle) {
+    last_poll_ = now;
+    gpu_.CopyToHost(&words_[2], arena_ + offsetof(wire::ArenaHeader, next_chunk), sizeof(uint32_t), stream_);
+  }
+  polling_.store(false, std::memory_order_release);
+}
+
+// Gate held exclusively: no recording launch can be enqueued meanwhile. True
+// when no recording kernel of the context can still be running.
+//
+// A capturing stream is never queried or synchronised (that would invalidate
+// the application's capture); work on it is not executing anyway, but the
+// stream may also hold earlier eager work, so it counts as busy.
+bool DeviceContext::Quiesce(HarvestMode mode, std::chrono::steady_clock::time_point deadline) {
+  std::vector<GpuStream> streams;
+  bool other_threads = false;
+  bool orphaned;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams = busy_streams_;
+    orphaned = orphaned_work_;
+    for (uint64_t token : ptds_users_) {
+      if (token == ThreadToken()) {
+        streams.push_back(kPerThreadStream);  // this thread's own per-thread stream
+      } else {
+        other_threads = true;
+      }
+    }
+  }
+  if (orphaned || other_threads) {
+    // Only the application's own context synchronisation proves such work
+    // done; smprof repeats it to cover launches that raced it. Without one,
+    // the harvest waits for a later synchronisation (or is lost at exit).
+    return mode == HarvestMode::kContextSynced && gpu_.SynchronizeContext();
+  }
+  for (GpuStream s : streams) {
+    if (gpu_.Capturing(s)) return false;
+    if (mode == HarvestMode::kForce) {
+      const auto left = deadline - std::chrono::steady_clock::now();
+      if (!gpu_.Wait(s, std::max(left, decltype(left)::zero()))) return false;
+    } else if (gpu_.Query(s) != StreamState::kIdle) {
+      return false;
+    }
+  }
+  return true;
+}
+
+ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_point deadline, ArenaSnapshot* out) {
+  if (!usable() || !has_pending()) return ReadBack::kNothing;
+  const bool force = mode == HarvestMode::kForce;
+  std::unique_lock<std::mutex> serial(read_mu_, std::defer_lock);
+  if (!(force ? LockBefore(serial, deadline) : serial.try_lock())) return ReadBack::kBusy;
+  std::unique_lock<std::shared_mutex> gate(gate_, std::defer_lock);
+  const auto gate_deadline = force ? deadline : std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  if (!LockBefore(gate, gate_deadline)) {
+    Log().debug("harvest skipped on GPU {}: launches in progress", facts_.info.ordinal);
+    return ReadBack::kBusy;
+  }
+  if (!has_pending()) return ReadBack::kNothing;
+  if (!Quiesce(mode, deadline)) return ReadBack::kBusy;
+  out->time_ns = gpu_.Now();
+
+  wire::ArenaHeader header{};
+  if (!gpu_.CopyToHost(&header, arena_, sizeof(header), stream_) || !gpu_.Wait(stream_, kOwnCopyTimeout)) {
+    return ReadBack::kBusy;
+  }
+  out->wait_end_ns = gpu_.Now();
+  const uint32_t chunk_bytes = 1u << ref_.chunk_shift;
+  const uint32_t used = std::min(header.next_chunk, ref_.num_chunks);
+  const size_t used_bytes = static_cast<size_t>(used) * chunk_bytes;
+  out->used_chunks = used;
+  out->chunk_bytes = chunk_bytes;
+  out->total_chunks = ref_.num_chunks;
+  out->dropped_events = header.dropped_events;
+  out->unplaced_events = header.unplaced_events;
+  if (out->chunks.size() < used_bytes) out->chunks = HostBuffer(&gpu_, used_bytes);
+
+  // Zero what was used; every module goes dark at a new epoch (its whole
+  // reference in one copy: no kernel of it can be running now).
+  ++ref_.epoch;
+  std::vector<wire::ArenaRef> refs;
+  std::vector<Module*> modules;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [module, m] : modules_) modules.push_back(m.get());
+  }
+  wire::ArenaRef dark = ref_;
+  dark.arena = 0;
+  bool ok = (used == 0 || (gpu_.CopyToHost(out->chunks.data(), ref_.chunks, used_bytes, stream_) &&
+                           gpu_.Fill(ref_.chunks, 0, used_bytes, stream_))) &&
+            gpu_.Fill(arena_ + offsetof(wire::ArenaHeader, next_chunk), 0,
+                      sizeof(wire::ArenaHeader) - offsetof(wire::ArenaHeader, next_chunk), stream_);
+  for (Module* m : modules) ok = ok && gpu_.CopyToDevice(m->global, &dark, sizeof(dark), stream_);
+  if (!ok || !gpu_.Wait(stream_, kOwnCopyTimeout)) {
+    failed_ = true;  // the arena may be half reset: stop using it
+    out->chunks = HostBuffer();  // a copy may still land in it: never reuse, never free under it
+    Log().error("profiling stops on GPU {}: the profile buffer could not be read back", facts_.info.ordinal);
+    return ReadBack::kFailed;
+  }
+  __atomic_store_n(reinterpret_cast<uint32_t*>(&words_[2]), 0u, __ATOMIC_RELAXED);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [module, m] : modules_) {
+    m->written = true;
+    m->is_lit.store(false, std::memory_order_release);
+    m->any_stream = m->many_streams = false;
+    m->only_stream = nullptr;
+    m->dark_pending_on = nullptr;
+  }
+  lit_count_.store(0, std::memory_order_release);
+  busy_streams_.clear();
+  ptds_users_.clear();
+  quiet_streams_.clear();
+  quiet_ptds_users_.clear();
+  quiet_generation_.fetch_add(1, std::memory_order_acq_rel);
+  orphaned_work_ = false;
+  pending_ = 0;
+  projected_chunks_ = 0;
+  return ReadBack::kDone;
+}
+
+}  // namespace smprof::injector

@@ -1,0 +1,212 @@
+// DeviceContext: one GPU context's arena, and which of its modules record.
+//
+// The arena is the device buffer every opted-in kernel of the context writes
+// (wire.h). A module records only while its arena reference is *lit* (the
+// `arena` field set); otherwise its markers cost one constant load and
+// record nothing, so an excluded kernel, or a launch outside the chosen
+// range or capture window, takes no arena space:
+//
+//   - Light(): before a wanted launch, a dark module is lit at once through
+//     smprof's private stream. A kernel of it that is already queued may then
+//     record too: every stream that received an unwanted launch since the
+//     last harvest (NoteQuietLaunch: a thread-local check per launch) then
+//     counts as busy, so no harvest reads the arena under it, and the
+//     harvest keeps only the events of wanted launches.
+//   - DarkenInStreamOrder(): an unwanted launch of a lit module whose wanted
+//     launches since the last harvest were all on the same stream darkens it
+//     by an 8-byte copy queued on that stream, ahead of the launch: the
+//     earlier launches still record, this one does not. A module used on
+//     several streams stays lit until the next harvest (its unwanted
+//     launches record and are filtered on the host). Lighting a module whose
+//     darkening may still be queued goes through the same stream, or waits
+//     (boundedly) for it on another stream.
+//   - ReadBack(): at a harvest every module goes dark again.
+//
+// Launch gate: launches of work that records hold it shared from API enter to
+// exit; ReadBack holds it exclusively (with a timeout), so no such launch is
+// half-way through while the arena is read and reset. Fill level: Poll()
+// samples the device's claim counter asynchronously, NeedsDrain() adds the
+// projection of the launches since the last harvest, so a drain comes before
+// the arena overflows.
+//
+// ReadBack() runs on the application's thread and holds it only for the
+// copy: it checks that no recording kernel can still run (HarvestMode),
+// copies the used chunks to host memory, zeroes them, moves every module to
+// a new epoch (cursors left in shared memory by earlier blocks never match
+// again) and returns the bytes; decoding happens elsewhere (harvester.h).
+//
+// Thread-safe; all state is private. No lock is held across a Gpu call
+// except the gate and the read-back mutex, which only harvests take first.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "injector/gpu.h"
+#include "smprof/wire.h"
+
+namespace smprof::injector {
+
+struct ArenaOptions {
+  uint64_t buffer_bytes = 64u << 20;
+  uint32_t chunk_bytes = 1024;
+  uint32_t warp_mask = 0xffffffffu;
+  uint32_t high_water_percent = 75;
+};
+
+// When a harvest may read the arena.
+enum class HarvestMode {
+  kIfIdle,         // the application synchronised a stream or event: only if all recording work is done
+  kContextSynced,  // the application synchronised the context: likewise, but work on streams smprof
+                   // cannot query (other threads' per-thread streams, destroyed streams) is done too
+  kForce,          // wait for the recording work, until a deadline (drain, unload, teardown, exit)
+};
+
+// Host memory holding read-back chunks (page-locked when it could be had).
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(Gpu* gpu, size_t bytes);
+  ~HostBuffer();
+  HostBuffer(HostBuffer&& o) noexcept { *this = std::move(o); }
+  HostBuffer& operator=(HostBuffer&& o) noexcept;
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  Gpu* gpu_ = nullptr;  // set: pinned
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::vector<uint8_t> heap_;
+};
+
+// What one read-back took from the arena.
+struct ArenaSnapshot {
+  HostBuffer chunks;  // used_chunks x chunk_bytes
+  uint32_t used_chunks = 0;
+  uint32_t chunk_bytes = 0;
+  uint32_t total_chunks = 0;
+  uint64_t dropped_events = 0;   // ArenaHeader counters at the read
+  uint64_t unplaced_events = 0;
+  uint64_t time_ns = 0;       // when the recording work was found done (CUPTI clock)
+  uint64_t wait_end_ns = 0;   // when the copy began
+};
+
+enum class ReadBack { kDone, kNothing, kBusy, kFailed };
+
+// A process-unique id for the calling thread (std::thread::id values are
+// reused after a thread exits; these never are).
+uint64_t ThreadToken();
+
+class DeviceContext {
+ public:
+  // A module of this context that opted in.
+  struct Module;
+
+  DeviceContext(Gpu& gpu, GpuCtx ctx, const ArenaOptions& options);
+  ~DeviceContext();
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+
+  // Allocates the arena and measures the device, in this context (current).
+  bool SetUp();
+  GpuCtx ctx() const { return ctx_; }
+  const DeviceFacts& facts() const { return facts_; }
+  uint32_t num_chunks() const { return ref_.num_chunks; }
+  bool usable() const { return !failed_.load(std::memory_order_acquire) && !ended_.load(std::memory_order_acquire); }
+  // The context is being destroyed: nothing more is launched or read.
+  void End() { ended_.store(true, std::memory_order_release); }
+
+  // --- launch path (the launching thread, the context current) -----------
+
+  // The module's state (created on first use); `has_selected`: it has a
+  // selected kernel (graph launches light such modules).
+  Module* FindModule(GpuModule module, DevPtr arena_global, bool has_selected);
+  bool lit(const Module* m) const;
+  // True when no module is lit (the common state of an unwanted launch).
+  bool all_dark() const { return lit_count_.load(std::memory_order_acquire) == 0; }
+
+  bool NeedsDrain(double chunks);
+  void Poll();
+  void LockGate() { gate_.lock_shared(); }
+  void UnlockGate() { gate_.unlock_shared(); }
+
+  // Gate held. Makes `m` record before a wanted launch on `stream`.
+  bool Light(Module* m, GpuStream stream, bool capturing);
+  // Gate held. Lights every module with a selected kernel (a graph launch).
+  bool LightSelected(GpuStream stream, bool capturing);
+  // An unwanted launch of a lit module on `stream`: true when the module was
+  // darkened ahead of it (nothing to track); false when the launch will
+  // record (it must be tracked with the gate held, and filtered on the host).
+  bool DarkenInStreamOrder(Module* m, GpuStream stream, bool capturing);
+  // An unwanted launch of an opted-in kernel on `stream` while its module
+  // was dark: remembered (cheaply) in case a module is lit before it runs.
+  void NoteQuietLaunch(GpuStream stream, bool per_thread);
+  // The same, for a launch made before the context was set up, by `thread`
+  // (a ThreadToken()).
+  void AdoptQuietLaunch(GpuStream stream, bool per_thread, uint64_t thread);
+  // Gate held. Recording work was queued on `stream` (or the calling
+  // thread's per-thread stream); `chunks` it may claim.
+  void NoteLaunch(Module* m, GpuStream stream, bool per_thread, double chunks);
+  void NoteStreamDestroy(GpuStream stream);
+  // A module was unloaded: handles may be stale or reused; forget them all.
+  void ForgetModules();
+
+  // --- harvest (an application thread) ------------------------------------
+
+  bool has_pending() const;
+  // Reads and resets the arena if no recording kernel can still run (see
+  // HarvestMode; kForce waits until `deadline`). kBusy: not now.
+  ReadBack Read(HarvestMode mode, std::chrono::steady_clock::time_point deadline, ArenaSnapshot* out);
+
+  // Stream for smprof's own reads in this context (names).
+  GpuStream stream() const { return stream_; }
+
+ private:
+  bool Quiesce(HarvestMode mode, std::chrono::steady_clock::time_point deadline);
+  void AddBusy(GpuStream stream, bool per_thread, uint64_t thread);  // mu_ held
+  bool WriteArenaWord(Module* m, bool lit, GpuStream stream);
+
+  Gpu& gpu_;
+  const uint64_t id_ = NewInstanceId();
+  const GpuCtx ctx_;
+  const ArenaOptions options_;
+  DeviceFacts facts_;
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> ended_{false};
+
+  DevPtr arena_ = 0;
+  wire::ArenaRef ref_{};      // what modules get; `arena` is written last, and only when lit
+  GpuStream stream_ = nullptr;  // private, non-blocking
+  // Page-locked words the GPU copies from and into asynchronously:
+  // [0] the arena address, [1] zero (sources of in-stream-order lighting and
+  // darkening, never changed), [2] the sampled claim counter.
+  uint64_t* words_ = nullptr;
+  std::atomic<bool> polling_{false};
+  std::chrono::steady_clock::time_point last_poll_{};
+
+  std::shared_mutex gate_;
+  std::mutex read_mu_;  // serialises read-backs
+
+  mutable std::mutex mu_;  // guards what follows; never held across a Gpu call
+  std::unordered_map<GpuModule, std::unique_ptr<Module>> modules_;
+  std::vector<std::unique_ptr<Module>> retired_;  // forgotten modules: cached pointers stay valid
+  std::atomic<int> lit_count_{0};
+  std::vector<GpuStream> busy_streams_;   // streams with recording work since the last harvest
+  std::vector<uint64_t> ptds_users_;      // threads with recording work on their per-thread stream
+  bool orphaned_work_ = false;            // a busy stream was destroyed before its work ended
+  // Streams (and per-thread streams, by thread) of unwanted launches since the last harvest.
+  std::vector<GpuStream> quiet_streams_;
+  std::vector<uint64_t> quiet_ptds_users_;
+  std::atomic<uint64_t> quiet_generation_{1};  // bumped at each harvest
+  uint64_t pending_ = 0;                  // recording launches since the last harvest
+  double projected_chunks_ = 0;
+};
+
+}  // namespace smprof::injector

@@ -1,0 +1,436 @@
+// FakeGpu: the injector's Gpu interface over host memory, for CPU tests.
+//
+// "Device memory" is a set of host allocations at fake device addresses.
+// Modules are registered by the test with their kernels; an opted-in module
+// gets an arena reference (wire::ArenaRef) and a name base in fake device
+// memory, and its marker names after the name base. Streams run their work at
+// once unless a test holds them (Hold): then operations queue in order until
+// Release, which is how a test keeps "earlier work" in flight. A fake kernel
+// (Launch) behaves as the device recorder does: it reads its module's arena
+// reference *when it runs*, records nothing while the reference is dark, and
+// otherwise claims chunks and writes chunk headers and events, counting
+// drops when the arena is full; its CUPTI record goes to an ActivityStore.
+//
+// Thread-safe (one mutex), so TSan tests can launch from several threads.
+#pragma once
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "injector/activity_store.h"
+#include "injector/gpu.h"
+#include "injector/kernel_table.h"
+#include "smprof/wire.h"
+
+namespace smprof::injector::fake {
+
+class FakeGpu final : public Gpu {
+ public:
+  struct Module {
+    GpuModule handle = nullptr;
+    bool opted_in = false;
+    DevPtr arena_ref = 0;
+    DevPtr name_base = 0;
+    std::vector<std::string> names;  // name i is stored at name_base + 16 + 64 * i
+  };
+
+  FakeGpu() = default;
+
+  // --- test setup --------------------------------------------------------
+  GpuModule AddModule(bool opted_in, std::vector<std::string> names = {"load", "compute"}) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Module m;
+    m.handle = reinterpret_cast<GpuModule>(next_handle_++);
+    m.opted_in = opted_in;
+    m.names = std::move(names);
+    if (opted_in) {
+      m.arena_ref = AllocLocked(sizeof(wire::ArenaRef));
+      m.name_base = AllocLocked(16 + 64 * m.names.size());
+      for (size_t i = 0; i < m.names.size(); ++i) {
+        std::memcpy(At(m.name_base + 16 + 64 * i), m.names[i].c_str(), m.names[i].size() + 1);
+      }
+    }
+    modules_[m.handle] = m;
+    return m.handle;
+  }
+  GpuFunction AddFunction(GpuModule module, std::string symbol = "") {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto f = reinterpret_cast<GpuFunction>(next_handle_++);
+    functions_[f] = module;
+    symbols_[f] = std::move(symbol);
+    return f;
+  }
+  // A graph of kernel nodes: (function, warps).
+  void* AddGraph(std::vector<std::pair<GpuFunction, uint32_t>> nodes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto g = reinterpret_cast<void*>(next_handle_++);
+    graphs_[g] = std::move(nodes);
+    return g;
+  }
+  // Its replay: every node runs as a kernel with the graph launch's correlation id.
+  void LaunchGraph(void* graph, GpuStream stream, uint64_t correlation, uint32_t ranges, ActivityStore* activity) {
+    std::vector<std::pair<GpuFunction, uint32_t>> nodes;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      nodes = graphs_.at(graph);
+    }
+    for (const auto& [f, warps] : nodes) {
+      GpuModule module;
+      std::string symbol;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        module = functions_.at(f);
+        symbol = symbols_.at(f);
+      }
+      Launch(module, stream, symbol, correlation, warps, ranges, activity);
+    }
+  }
+  GpuStream AddStream() {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto s = reinterpret_cast<GpuStream>(next_handle_++);
+    streams_[s];
+    return s;
+  }
+  void SetCapturing(GpuStream s, bool capturing) {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_[s].capturing = capturing;
+  }
+  void Hold(GpuStream s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_[s].held = true;
+  }
+  // Runs what the stream queued, in order.
+  void Release(GpuStream s) {
+    std::deque<std::function<void()>> work;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      streams_[s].held = false;
+      work.swap(streams_[s].queue);
+    }
+    for (auto& w : work) w();
+  }
+  // Copies queued on application streams (not smprof's own), in order.
+  struct AppCopy {
+    GpuStream stream;
+    DevPtr dst;
+    uint64_t value;
+  };
+  std::vector<AppCopy> app_copies() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return app_copies_;
+  }
+
+  // Reads the module's arena reference as a kernel would.
+  wire::ArenaRef Ref(GpuModule module) {
+    std::lock_guard<std::mutex> lock(mu_);
+    wire::ArenaRef ref;
+    std::memcpy(&ref, At(modules_.at(module).arena_ref), sizeof(ref));
+    return ref;
+  }
+
+  // A launch of `warps` warps of a kernel of `module` on `stream`, each warp
+  // recording `ranges` BEGIN/END pairs of name 0; the kernel runs when the
+  // stream reaches it. Its CUPTI record (named `mangled`, correlation id
+  // `correlation`) goes to `activity` when it has run, unless
+  // `deliver_record` is false (then the test adds it later with DeliverLate).
+  void Launch(GpuModule module, GpuStream stream, const std::string& mangled, uint64_t correlation, uint32_t warps,
+              uint32_t ranges, ActivityStore* activity, bool deliver_record = true) {
+    const uint64_t grid = next_grid_.fetch_add(1);
+    Enqueue(stream, [=] { RunKernel(module, stream, mangled, correlation, grid, warps, ranges, activity, deliver_record); });
+  }
+  void DeliverLate(ActivityStore* activity) {
+    std::vector<KernelRecord> late;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      late.swap(late_);
+    }
+    for (auto& r : late) activity->Add(std::move(r));
+  }
+
+  // Stats of what fake kernels did.
+  uint64_t events_written() const { return events_written_.load(); }
+  uint64_t kernels_that_recorded() const { return kernels_recorded_.load(); }
+  uint64_t kernels_run() const { return kernels_run_.load(); }
+
+  // --- Gpu -----------------------------------------------------------------
+  uint64_t Now() override { return clock_.fetch_add(1000) + 1000; }
+  bool PushContext(GpuCtx) override { return true; }
+  void PopContext() override {}
+  bool SetUpDevice(DeviceFacts* facts) override {
+    facts->info.name = "Fake GPU";
+    facts->info.sm_count = 4;
+    facts->info.sm_clock_khz = 1000000;
+    facts->context_id = 7;
+    facts->cycles_per_ns = 1.0;
+    return true;
+  }
+  bool Allocate(size_t bytes, DevPtr* ptr) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fail_allocations_) return false;
+    *ptr = AllocLocked(bytes);
+    return true;
+  }
+  void Free(DevPtr ptr) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    memory_.erase(ptr);
+  }
+  void* AllocatePinned(size_t bytes) override { return new uint8_t[bytes](); }
+  void FreePinned(void* ptr) override { delete[] static_cast<uint8_t*>(ptr); }
+  bool CreateStream(GpuStream* stream) override {
+    *stream = AddStream();
+    std::lock_guard<std::mutex> lock(mu_);
+    own_streams_.push_back(*stream);
+    return true;
+  }
+  void DestroyStream(GpuStream) override {}
+  bool CopyToDevice(DevPtr dst, const void* src, size_t bytes, GpuStream stream) override {
+    std::vector<uint8_t> data(static_cast<const uint8_t*>(src), static_cast<const uint8_t*>(src) + bytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!IsOwn(stream)) {
+        uint64_t value = 0;
+        std::memcpy(&value, data.data(), std::min<size_t>(8, bytes));
+        app_copies_.push_back(AppCopy{stream, dst, value});
+      }
+    }
+    Enqueue(stream, [this, dst, data] {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::memcpy(At(dst), data.data(), data.size());
+    });
+    return true;
+  }
+  bool CopyToHost(void* dst, DevPtr src, size_t bytes, GpuStream stream) override {
+    Enqueue(stream, [this, dst, src, bytes] {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (bytes == sizeof(uint32_t) && reinterpret_cast<uintptr_t>(dst) % sizeof(uint32_t) == 0) {
+        // A word the host polls while the GPU writes it (DeviceContext::Poll).
+        uint32_t word;
+        std::memcpy(&word, At(src), sizeof(word));
+        __atomic_store_n(static_cast<uint32_t*>(dst), word, __ATOMIC_RELAXED);
+      } else {
+        std::memcpy(dst, At(src), bytes);
+      }
+    });
+    return true;
+  }
+  bool Fill(DevPtr dst, uint8_t value, size_t bytes, GpuStream stream) override {
+    Enqueue(stream, [this, dst, value, bytes] {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::memset(At(dst), value, bytes);
+    });
+    return true;
+  }
+  bool Wait(GpuStream stream, std::chrono::nanoseconds) override { return Query(stream) == StreamState::kIdle; }
+  StreamState Query(GpuStream stream) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = streams_.find(stream);
+    if (stream == kPerThreadStream || stream == nullptr || stream == kLegacyStream) return StreamState::kIdle;
+    if (it == streams_.end()) return StreamState::kGone;
+    if (it->second.capturing) return StreamState::kCapturing;
+    return it->second.queue.empty() ? StreamState::kIdle : StreamState::kBusy;
+  }
+  bool Capturing(GpuStream stream) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = streams_.find(stream);
+    return it != streams_.end() && it->second.capturing;
+  }
+  bool SynchronizeContext() override { return true; }
+  GpuCtx StreamContext(GpuStream) override { return context; }
+  bool FunctionModule(GpuFunction f, GpuModule* module) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = functions_.find(f);
+    if (it == functions_.end()) return false;
+    *module = it->second;
+    return true;
+  }
+  Lookup ModuleGlobal(GpuModule module, const char* name, DevPtr* ptr, size_t* bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Module& m = modules_.at(module);
+    const int abi = static_cast<int>(wire::kArenaAbiVersion);
+    if (!m.opted_in) return Lookup::kNotFound;
+    if (KernelTable::ArenaSymbol(abi) == name) {
+      *ptr = m.arena_ref;
+      *bytes = sizeof(wire::ArenaRef);
+      return Lookup::kFound;
+    }
+    if (KernelTable::NameBaseSymbol(abi) == name) {
+      *ptr = m.name_base;
+      *bytes = 1;
+      return Lookup::kFound;
+    }
+    return Lookup::kNotFound;
+  }
+  std::string ReadString(DevPtr address, GpuStream) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++string_reads_;
+    return std::string(reinterpret_cast<const char*>(At(address)));
+  }
+  bool ProbeClock(uint64_t*, uint64_t*) override { return false; }
+  bool GraphKernels(void* graph, std::vector<GraphKernel>* kernels) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [f, warps] : graphs_.at(graph)) kernels->push_back(GraphKernel{f, symbols_.at(f), warps});
+    return true;
+  }
+  void FlushActivity() override {}
+
+  uint64_t string_reads() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return string_reads_;
+  }
+
+  GpuCtx context = reinterpret_cast<GpuCtx>(0xC0);
+  bool fail_allocations_ = false;
+  uint32_t events_written_in_last_kernel = 0;
+
+ private:
+  struct Stream {
+    bool held = false;
+    bool capturing = false;
+    std::deque<std::function<void()>> queue;
+  };
+
+  DevPtr AllocLocked(size_t bytes) {
+    const DevPtr at = next_address_;
+    next_address_ += (bytes + 0xffff) / 0x10000 * 0x10000 + 0x10000;
+    memory_[at].assign(bytes, 0);
+    return at;
+  }
+  uint8_t* At(DevPtr address) {
+    auto it = memory_.upper_bound(address);
+    if (it == memory_.begin()) throw std::runtime_error("fake device address out of range");
+    --it;
+    if (address - it->first > it->second.size()) throw std::runtime_error("fake device address out of range");
+    return it->second.data() + (address - it->first);
+  }
+  bool IsOwn(GpuStream s) const {
+    return std::find(own_streams_.begin(), own_streams_.end(), s) != own_streams_.end();
+  }
+  void Enqueue(GpuStream stream, std::function<void()> work) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = streams_.find(stream);
+      if (it != streams_.end() && (it->second.held || !it->second.queue.empty())) {
+        it->second.queue.push_back(std::move(work));
+        return;
+      }
+    }
+    work();
+  }
+
+  template <typename T>
+  T Read(DevPtr at) {
+    T t;
+    std::memcpy(&t, At(at), sizeof(T));
+    return t;
+  }
+  template <typename T>
+  void Write(DevPtr at, const T& t) {
+    std::memcpy(At(at), &t, sizeof(T));
+  }
+
+  void RunKernel(GpuModule module, GpuStream stream, const std::string& mangled, uint64_t correlation, uint64_t grid,
+                 uint32_t warps, uint32_t ranges, ActivityStore* activity, bool deliver) {
+    kernels_run_.fetch_add(1);
+    const uint64_t start = clock_.fetch_add(10) + 10;
+    uint64_t end = start;
+    bool recorded = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const Module& m = modules_.at(module);
+      const auto ref = m.opted_in ? Read<wire::ArenaRef>(m.arena_ref) : wire::ArenaRef{};
+      if (ref.arena != 0) {
+        recorded = true;
+        const uint32_t chunk_bytes = 1u << ref.chunk_shift;
+        const uint32_t per_chunk = (chunk_bytes - sizeof(wire::ChunkHeader)) / sizeof(wire::Event);
+        for (uint32_t w = 0; w < warps; ++w) {
+          uint32_t slot = per_chunk;
+          DevPtr chunk = 0;
+          uint64_t clock = 100;
+          for (uint32_t e = 0; e < 2 * ranges; ++e) {
+            if (slot == per_chunk) {
+              auto header = Read<wire::ArenaHeader>(ref.arena);
+              const uint32_t index = header.next_chunk++;
+              Write(ref.arena, header);
+              if (index >= ref.num_chunks) {
+                header.dropped_events += 2 * ranges - e;
+                Write(ref.arena, header);
+                break;
+              }
+              chunk = ref.chunks + (uint64_t{index} << ref.chunk_shift);
+              wire::ChunkHeader h{};
+              h.grid_id = grid;
+              h.name_base = m.name_base;
+              h.block_x = w / 4;
+              h.sm = static_cast<uint16_t>(w % 4);
+              h.warp = static_cast<uint8_t>(w % 4);
+              h.magic = wire::kChunkMagic;
+              h.hw_warp = static_cast<uint8_t>(w % 4);
+              h.anchor_clock = clock;
+              h.anchor_time_ns = start + clock;
+              Write(chunk, h);
+              slot = 0;
+            }
+            wire::Event ev{};
+            ev.clock_lo = static_cast<uint32_t>(clock);
+            ev.info = e % 2 == 0 ? wire::kEventBegin : wire::kEventEnd;
+            ev.name_offset = 16;
+            Write(chunk + sizeof(wire::ChunkHeader) + slot * sizeof(wire::Event), ev);
+            ++slot;
+            clock += 5;
+            events_written_.fetch_add(1);
+          }
+          end = std::max(end, start + clock);
+        }
+      }
+      clock_.fetch_add(end - start + 10);
+    }
+    if (recorded) kernels_recorded_.fetch_add(1);
+    KernelRecord r;
+    r.grid_id = grid;
+    r.start_ns = start;
+    r.end_ns = end + 5;
+    r.correlation_id = correlation;
+    r.stream_id = reinterpret_cast<uintptr_t>(stream);
+    r.context_id = 7;
+    r.grid[0] = (warps + 3) / 4;
+    r.grid[1] = r.grid[2] = 1;
+    r.block[0] = 128;
+    r.block[1] = r.block[2] = 1;
+    r.name = mangled;
+    if (activity == nullptr) return;
+    if (deliver) {
+      activity->Add(std::move(r));
+    } else {
+      std::lock_guard<std::mutex> lock(mu_);
+      late_.push_back(std::move(r));
+    }
+  }
+
+  mutable std::mutex mu_;
+  uintptr_t next_handle_ = 0x1000;
+  DevPtr next_address_ = 0x10000000;
+  std::map<DevPtr, std::vector<uint8_t>> memory_;
+  std::unordered_map<GpuModule, Module> modules_;
+  std::unordered_map<GpuFunction, GpuModule> functions_;
+  std::unordered_map<GpuFunction, std::string> symbols_;
+  std::unordered_map<void*, std::vector<std::pair<GpuFunction, uint32_t>>> graphs_;
+  std::unordered_map<GpuStream, Stream> streams_;
+  std::vector<GpuStream> own_streams_;
+  std::vector<AppCopy> app_copies_;
+  std::vector<KernelRecord> late_;
+  std::atomic<uint64_t> clock_{1000000};
+  std::atomic<uint64_t> next_grid_{1};
+  std::atomic<uint64_t> events_written_{0};
+  std::atomic<uint64_t> kernels_recorded_{0};
+  std::atomic<uint64_t> kernels_run_{0};
+  uint64_t string_reads_ = 0;
+};
+
+}  // namespace smprof::injector::fake

@@ -1,0 +1,410 @@
+// The injector's launch policy, device contexts and harvester on a fake GPU:
+// CUPTI's callbacks are the test's calls, "kernels" write chunks into fake
+// device memory (tests/fakes/fake_gpu.h), and the transport is a sink that
+// decodes what was shipped.
+#include "injector/profiler.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "tests/fakes/fake_gpu.h"
+
+namespace smprof::injector {
+namespace {
+
+using fake::FakeGpu;
+
+// Decodes shipped messages: launches by kernel name, events, the last stats.
+class CaptureSink : public MessageSink {
+ public:
+  bool Send(const void* data, uint32_t size, uint64_t) override {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return !blocked; });
+    wire::MsgHeader h;
+    std::memcpy(&h, data, sizeof(h));
+    const auto* bytes = static_cast<const uint8_t*>(data);
+    if (h.type == wire::kMsgLaunch) {
+      wire::LaunchMsg m;
+      std::memcpy(&m, data, sizeof(m));
+      const std::string name(reinterpret_cast<const char*>(bytes + sizeof(m)), m.name_len);
+      ++launches[name];
+      launch_names[m.launch_id] = name;
+      calls[name] += m.call.api != wire::kApiNone ? 1 : 0;
+      flags[name] |= m.flags;
+    } else if (h.type == wire::kMsgWarpEvents) {
+      wire::WarpEventsMsg m;
+      std::memcpy(&m, data, sizeof(m));
+      events[launch_names[m.launch_id]] += m.count;
+      total_events += m.count;
+    } else if (h.type == wire::kMsgStats) {
+      std::memcpy(&stats, data, sizeof(stats));
+    } else if (h.type == wire::kMsgHarvest) {
+      wire::HarvestMsg m;
+      std::memcpy(&m, data, sizeof(m));
+      ++harvests[m.reason];
+    } else if (h.type == wire::kMsgName) {
+      wire::NameMsg m;
+      std::memcpy(&m, data, sizeof(m));
+      names.emplace_back(reinterpret_cast<const char*>(bytes + sizeof(m)), m.name_len);
+    }
+    return true;
+  }
+  void Block(bool b) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      blocked = b;
+    }
+    cv.notify_all();
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool blocked = false;
+  std::map<std::string, int> launches, calls;
+  std::map<std::string, uint32_t> flags;
+  std::map<std::string, uint64_t> events;
+  std::map<uint64_t, std::string> launch_names;
+  std::map<uint32_t, int> harvests;
+  std::vector<std::string> names;
+  uint64_t total_events = 0;
+  wire::StatsMsg stats{};
+};
+
+Settings MakeSettings(const std::string& kernels = "", const std::string& launches = "",
+                      const std::string& capture = "none", uint32_t buffer_mb = 1) {
+  Settings s;
+  std::string error;
+  EXPECT_TRUE(ParseSetting(Setting::kKernels, kernels, "test", &s, &error)) << error;
+  EXPECT_TRUE(ParseSetting(Setting::kLaunches, launches, "test", &s, &error)) << error;
+  EXPECT_TRUE(ParseSetting(Setting::kCaptureRange, capture, "test", &s, &error)) << error;
+  s.buffer_mb = buffer_mb;
+  return s;
+}
+
+// One profiled process: a fake GPU with one opted-in module holding two
+// kernels (gemm, other), a module that did not opt in, and two streams.
+class ProfilerTest : public ::testing::Test {
+ protected:
+  void Start(const Settings& settings) {
+    shipper = std::make_unique<Shipper>(&sink);
+    profiler = std::make_unique<Profiler>(gpu, settings, *shipper);
+  }
+  void TearDown() override {
+    if (profiler) profiler->Shutdown();
+  }
+
+  // A launch as the driver API makes it: enter, the kernel queued, exit.
+  void LaunchOn(GpuFunction f, GpuModule module, const char* symbol, GpuStream stream, uint32_t warps = 8,
+                uint32_t ranges = 4, bool deliver = true) {
+    const uint64_t correlation = ++next_correlation;
+    LaunchCall call;
+    call.ctx = gpu.context;
+    call.function = f;
+    call.symbol = symbol;
+    call.stream = stream;
+    call.warps = warps;
+    call.correlation_id = correlation;
+    call.api = wire::kApiLaunchKernel;
+    profiler->OnLaunchEnter(call);
+    gpu.Launch(module, stream, symbol, correlation, warps, ranges, &profiler->activity(), deliver);
+    profiler->OnLaunchExit(correlation);
+  }
+  void Gemm(GpuStream s, uint32_t warps = 8, uint32_t ranges = 4) { LaunchOn(gemm, module, kGemm, s, warps, ranges); }
+  void Other(GpuStream s, uint32_t warps = 8, uint32_t ranges = 4) { LaunchOn(other, module, kOther, s, warps, ranges); }
+  void Sync() {
+    profiler->OnSyncEnter(wire::kApiCtxSynchronize);
+    profiler->OnSyncExit(gpu.context, wire::kApiCtxSynchronize, true);
+  }
+  void Finish() {
+    profiler->Shutdown();
+    profiler.reset();
+  }
+
+  static constexpr const char* kGemm = "_Z4gemmPf";
+  static constexpr const char* kOther = "_Z5otherPf";
+  FakeGpu gpu;
+  CaptureSink sink;
+  std::unique_ptr<Shipper> shipper;
+  std::unique_ptr<Profiler> profiler;
+  GpuModule module = gpu.AddModule(true);
+  GpuModule plain_module = gpu.AddModule(false);
+  GpuFunction gemm = gpu.AddFunction(module, kGemm);
+  GpuFunction other = gpu.AddFunction(module, kOther);
+  GpuFunction plain = gpu.AddFunction(plain_module, "_Z5plainv");
+  GpuStream s1 = gpu.AddStream();
+  GpuStream s2 = gpu.AddStream();
+  uint64_t next_correlation = 100;
+};
+
+TEST_F(ProfilerTest, SelectedLaunchesShipEveryEventWithTheirCalls) {
+  Start(MakeSettings());
+  for (int i = 0; i < 3; ++i) Gemm(s1);
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.launches["gemm(float*)"], 3);
+  EXPECT_EQ(sink.events["gemm(float*)"], 3u * 8 * 8);
+  EXPECT_EQ(sink.calls["gemm(float*)"], 3);
+  EXPECT_EQ(sink.stats.events_recorded, 3u * 8 * 8);
+  EXPECT_EQ(sink.stats.events_filtered, 0u);
+  EXPECT_EQ(sink.stats.events_unattributed, 0u);
+  EXPECT_EQ(gpu.events_written(), 3u * 8 * 8);
+}
+
+TEST_F(ProfilerTest, AKernelThatDidNotOptInCostsNoContext) {
+  Start(MakeSettings());
+  LaunchOn(plain, plain_module, "_Z5plainv", s1);
+  Sync();
+  Finish();
+  EXPECT_TRUE(sink.launches.empty());
+  EXPECT_EQ(sink.stats.launches_opted_in, 0u);
+  EXPECT_EQ(sink.harvests.size(), 0u);
+}
+
+TEST_F(ProfilerTest, ExcludedKernelRecordsNothingOnTheGpu) {
+  Start(MakeSettings("gemm"));
+  Other(s1);  // its module is dark: the kernel reads a zero reference
+  EXPECT_EQ(gpu.kernels_that_recorded(), 0u);
+  Gemm(s1);
+  Sync();
+  Other(s1);  // dark again after the harvest
+  Sync();
+  Finish();
+  EXPECT_EQ(gpu.kernels_run(), 3u);
+  EXPECT_EQ(gpu.kernels_that_recorded(), 1u);
+  EXPECT_EQ(gpu.events_written(), 64u);
+  EXPECT_EQ(sink.launches["gemm(float*)"], 1);
+  EXPECT_EQ(sink.launches.count("other(float*)"), 0u);
+  EXPECT_EQ(sink.stats.events_filtered, 0u);
+  EXPECT_EQ(sink.stats.launches_not_selected, 2u);
+}
+
+TEST_F(ProfilerTest, ExcludedLaunchAfterASelectedOneIsDarkenedInStreamOrder) {
+  Start(MakeSettings("gemm"));
+  gpu.Hold(s1);  // the GPU is behind: both kernels are queued when `other` is launched
+  Gemm(s1);
+  Other(s1);
+  Gemm(s1);
+  const auto copies = gpu.app_copies();
+  ASSERT_EQ(copies.size(), 2u);  // darken ahead of `other`, light again ahead of the second gemm
+  EXPECT_EQ(copies[0].stream, s1);
+  EXPECT_EQ(copies[0].value, 0u);
+  EXPECT_EQ(copies[1].stream, s1);
+  EXPECT_NE(copies[1].value, 0u);
+  gpu.Release(s1);
+  Sync();
+  Finish();
+  EXPECT_EQ(gpu.kernels_that_recorded(), 2u);  // the gemms, not `other` between them
+  EXPECT_EQ(sink.events["gemm(float*)"], 2u * 64);
+  EXPECT_EQ(sink.stats.events_filtered, 0u);
+}
+
+TEST_F(ProfilerTest, ExcludedLaunchOnAnotherStreamRecordsAndIsFiltered) {
+  Start(MakeSettings("gemm"));
+  Gemm(s1);
+  Other(s2);  // the module records for s1's gemm: `other` on s2 cannot be darkened in order
+  Sync();
+  Finish();
+  EXPECT_EQ(gpu.kernels_that_recorded(), 2u);
+  EXPECT_EQ(sink.launches["gemm(float*)"], 1);
+  EXPECT_EQ(sink.launches.count("other(float*)"), 0u);
+  EXPECT_EQ(sink.stats.events_filtered, 64u);
+  EXPECT_EQ(sink.stats.events_recorded, 64u);
+}
+
+TEST_F(ProfilerTest, AnExcludedLaunchQueuedBeforeALightIsWaitedForAndFiltered) {
+  Start(MakeSettings("gemm"));
+  gpu.Hold(s2);
+  Other(s2);  // queued while the module is dark; it runs after the gemm lit it
+  Gemm(s1);
+  Sync();     // s2 still runs `other`, which now records: no harvest yet
+  EXPECT_EQ(sink.harvests.size(), 0u);
+  gpu.Release(s2);
+  Sync();
+  Finish();
+  EXPECT_EQ(gpu.kernels_that_recorded(), 2u);
+  EXPECT_EQ(sink.launches["gemm(float*)"], 1);
+  EXPECT_EQ(sink.launches.count("other(float*)"), 0u);
+  EXPECT_EQ(sink.stats.events_filtered, 64u);
+}
+
+TEST_F(ProfilerTest, LaunchRangeProfilesOnlyTheChosenLaunches) {
+  Start(MakeSettings("", "gemm:2-3"));
+  for (int i = 0; i < 6; ++i) Gemm(s1);
+  Other(s1);  // matches no item: not limited
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.launches["gemm(float*)"], 2);
+  EXPECT_EQ(sink.launches["other(float*)"], 1);
+  EXPECT_EQ(gpu.kernels_that_recorded(), 3u);
+  EXPECT_EQ(sink.stats.events_filtered, 0u);
+  EXPECT_EQ(sink.stats.launches_not_selected, 4u);
+}
+
+TEST_F(ProfilerTest, CaptureWindowFollowsProfilerStartAndStop) {
+  Start(MakeSettings("", "", "cudaProfilerApi"));
+  Gemm(s1);
+  profiler->OnProfilerStart();
+  Gemm(s1);
+  Gemm(s1);
+  profiler->OnProfilerStop();
+  Gemm(s1);
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.launches["gemm(float*)"], 2);
+  EXPECT_EQ(gpu.kernels_that_recorded(), 2u);
+}
+
+TEST_F(ProfilerTest, ForcedDrainsKeepEveryEvent) {
+  // 1 MiB arena of 1 KiB chunks: each launch of 200 warps takes 200 chunks,
+  // so the high-water mark (75 %) forces a drain every few launches.
+  Start(MakeSettings());
+  for (int i = 0; i < 20; ++i) Gemm(s1, 200, 4);
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.launches["gemm(float*)"], 20) << "harvests " << sink.harvests.size() << " recorded " << gpu.kernels_that_recorded() << " filtered " << sink.stats.events_filtered << " unattributed " << sink.stats.events_unattributed << " dropped " << sink.stats.events_dropped_device << " written " << gpu.events_written();
+  EXPECT_EQ(sink.events["gemm(float*)"], 20u * 200 * 8);
+  EXPECT_GT(sink.stats.forced_drains, 0u);
+  EXPECT_EQ(sink.stats.events_dropped_device, 0u);
+}
+
+TEST_F(ProfilerTest, DecodingAndShippingRunOffTheApplicationThread) {
+  Start(MakeSettings());
+  Gemm(s1);
+  sink.Block(true);  // the transport stalls: only the harvest thread may wait for it
+  Sync();            // returns after the copy
+  EXPECT_EQ(sink.total_events, 0u);
+  Gemm(s1);          // the application goes on launching
+  sink.Block(false);
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.events["gemm(float*)"], 2u * 64);
+}
+
+TEST_F(ProfilerTest, ABusyStreamDefersTheHarvestToALaterSync) {
+  Start(MakeSettings());
+  gpu.Hold(s1);
+  Gemm(s1);
+  profiler->OnSyncEnter(wire::kApiStreamSynchronize);
+  profiler->OnSyncExit(gpu.context, wire::kApiStreamSynchronize, false);  // s1 still busy: no harvest
+  EXPECT_EQ(sink.harvests.size(), 0u);
+  gpu.Release(s1);
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.events["gemm(float*)"], 64u);
+}
+
+TEST_F(ProfilerTest, MarkerNamesAreReadOncePerContext) {
+  Start(MakeSettings());
+  for (int i = 0; i < 3; ++i) {
+    Gemm(s1);
+    Sync();
+  }
+  Finish();
+  EXPECT_EQ(gpu.string_reads(), 1u);
+  ASSERT_EQ(sink.names.size(), 1u);
+  EXPECT_EQ(sink.names[0], "load");
+}
+
+TEST_F(ProfilerTest, ModuleUnloadShipsFirstAndForgetsHandles) {
+  Start(MakeSettings());
+  Gemm(s1);
+  profiler->OnModuleUnload(gpu.context);
+  EXPECT_EQ(sink.events["gemm(float*)"], 64u);  // shipped before the unload returned
+  Gemm(s1);
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.events["gemm(float*)"], 128u);
+}
+
+TEST_F(ProfilerTest, LateCuptiRecordsAreMatchedAtTheNextHarvest) {
+  Start(MakeSettings());
+  LaunchOn(gemm, module, kGemm, s1, 8, 4, /*deliver=*/false);
+  Sync();  // the record has not arrived: the events wait
+  gpu.DeliverLate(&profiler->activity());
+  Gemm(s1);
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.launches["gemm(float*)"], 2);
+  EXPECT_EQ(sink.events["gemm(float*)"], 128u);
+  EXPECT_EQ(sink.stats.events_unattributed, 0u);
+}
+
+TEST_F(ProfilerTest, GraphLaunchesLightOnlyModulesOfTheirSelectedNodes) {
+  Start(MakeSettings("gemm"));
+  GpuModule second = gpu.AddModule(true);
+  GpuFunction lone = gpu.AddFunction(second, "_Z4lonev");
+  void* with_gemm = gpu.AddGraph({{gemm, 8}, {other, 8}});
+  void* without = gpu.AddGraph({{lone, 8}});
+  void* exec_with = reinterpret_cast<void*>(0xE1);
+  void* exec_without = reinterpret_cast<void*>(0xE2);
+  profiler->OnGraphExecCreated(gpu.context, with_gemm, exec_with);
+  profiler->OnGraphExecCreated(gpu.context, without, exec_without);
+  for (int replay = 0; replay < 2; ++replay) {
+    for (auto [graph, exec] : {std::pair{with_gemm, exec_with}, std::pair{without, exec_without}}) {
+      const uint64_t correlation = ++next_correlation;
+      LaunchCall call;
+      call.ctx = gpu.context;
+      call.stream = s1;
+      call.correlation_id = correlation;
+      call.api = wire::kApiGraphLaunch;
+      call.graph_exec = exec;
+      profiler->OnLaunchEnter(call);
+      gpu.LaunchGraph(graph, s1, correlation, 4, &profiler->activity());
+      profiler->OnLaunchExit(correlation);
+    }
+  }
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.launches["gemm(float*)"], 2);
+  EXPECT_EQ(sink.launches.count("lone()"), 0u);
+  EXPECT_EQ(sink.launches.count("other(float*)"), 0u);  // recorded (same module as gemm), filtered
+  EXPECT_EQ(gpu.kernels_that_recorded(), 4u);            // gemm and other, twice; never `lone`
+  EXPECT_EQ(sink.stats.events_filtered, 2u * 64);
+  EXPECT_EQ(sink.events["gemm(float*)"], 2u * 64);
+}
+
+// Threads launching and synchronising at once (run under TSan in CI).
+TEST_F(ProfilerTest, ConcurrentLaunchesAndHarvestsKeepEveryEvent) {
+  Start(MakeSettings("", "", "none", 4));
+  constexpr int kThreads = 4, kLaunches = 200;
+  std::vector<GpuStream> streams;
+  for (int t = 0; t < kThreads; ++t) streams.push_back(gpu.AddStream());
+  std::vector<std::thread> threads;
+  std::atomic<uint64_t> correlation{1000};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kLaunches; ++i) {
+        const uint64_t c = correlation.fetch_add(1);
+        LaunchCall call;
+        call.ctx = gpu.context;
+        call.function = gemm;
+        call.symbol = kGemm;
+        call.stream = streams[t];
+        call.warps = 4;
+        call.correlation_id = c;
+        call.api = wire::kApiLaunchKernel;
+        profiler->OnLaunchEnter(call);
+        gpu.Launch(module, streams[t], kGemm, c, 4, 2, &profiler->activity());
+        profiler->OnLaunchExit(c);
+        if (i % 50 == 49) {
+          profiler->OnSyncEnter(wire::kApiStreamSynchronize);
+          profiler->OnSyncExit(gpu.context, wire::kApiStreamSynchronize, false);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.launches["gemm(float*)"], kThreads * kLaunches);
+  EXPECT_EQ(sink.events["gemm(float*)"], uint64_t{kThreads} * kLaunches * 4 * 4);
+  EXPECT_EQ(sink.stats.events_unattributed, 0u);
+}
+
+}  // namespace
+}  // namespace smprof::injector
