@@ -3,20 +3,27 @@
 //
 //   smprof_bench_launch_cost [launches (default 50000)] [graph replays (default 500)]
 //
-// The program runs itself twice, as a child: plainly, then under
-// `smprof-run --kernels lc_selected` (smprof-run from $SMPROF_RUN, else the
-// one beside this binary). Each child launches one tiny kernel of each kind,
-// one warp of one block, on one stream:
-//   not opted in  lc_plain, a module without the smprof header
-//   excluded      lc_excluded, opted in (one instant per launch), not
-//                 selected by --kernels
-//   selected      lc_selected, the same kernel body, selected
-// `launches` times in a loop (enqueue time, then the time to the end of one
-// stream synchronisation: the harvest of what was recorded), then as a CUDA
-// graph of 100 such kernels replayed `graph replays` times (time per kernel
-// node, to the end of the final synchronisation). The parent prints each
-// row plain and under smprof-run, the difference in us per launch, and the
-// ratio: the figures come from one invocation on one machine.
+// The program runs itself three times, as a child: plainly; under a CUPTI
+// subscriber that does nothing (libsmprof_bench_cupti_floor.so, injected like
+// smprof: the floor of any CUPTI-based tool); and under `smprof-run --kernels
+// lc_selected,lc_ranged --launches lc_ranged:0-9` (smprof-run from
+// $SMPROF_RUN, else the one beside this binary). Each child launches one tiny
+// kernel of each kind, one warp of one block, on one stream:
+//   not opted in   lc_plain, a module without the smprof header
+//   excluded       lc_excluded, opted in (one instant per launch), not
+//                  selected by --kernels
+//   outside range  lc_ranged, selected, but past its launch range (the
+//                  range's ten launches are spent in the warm-up)
+//   selected       lc_selected, the same kernel body, selected
+// The three opted-in kernels share one module, as kernels of one source file
+// do. Each kind runs `launches` times in a loop (enqueue time, then the time
+// to the end of one stream synchronisation: the harvest of what was
+// recorded), then as a CUDA graph of 100 such kernels replayed `graph
+// replays` times (time per kernel node, to the end of the final
+// synchronisation; --launches does not count graph nodes, so the graph of
+// lc_ranged records like lc_selected's). The parent prints each row for the
+// three runs, what smprof adds over plain and over the CUPTI floor in us per
+// launch: the figures come from one invocation on one machine.
 #include <cuda_runtime.h>
 #include <smprof/smprof.cuh>
 #include <sys/wait.h>
@@ -39,6 +46,11 @@ __global__ void lc_excluded(int* out) {
   if (threadIdx.x == 0) atomicAdd(out, 1);
 }
 
+__global__ void lc_ranged(int* out) {
+  SMPROF_INSTANT("lc");
+  if (threadIdx.x == 0) atomicAdd(out, 1);
+}
+
 __global__ void lc_selected(int* out) {
   SMPROF_INSTANT("lc");
   if (threadIdx.x == 0) atomicAdd(out, 1);
@@ -57,8 +69,9 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-enum Kind { kPlain, kExcluded, kSelected };
-const char* const kKindNames[] = {"not opted in", "excluded", "selected"};
+enum Kind { kPlain, kExcluded, kRanged, kSelected };
+const char* const kKindNames[] = {"not opted in", "excluded", "outside range", "selected"};
+constexpr Kind kKinds[] = {kPlain, kExcluded, kRanged, kSelected};
 
 void Launch(Kind kind, cudaStream_t s, int* out) {
   switch (kind) {
@@ -67,6 +80,9 @@ void Launch(Kind kind, cudaStream_t s, int* out) {
       break;
     case kExcluded:
       lc_excluded<<<1, 32, 0, s>>>(out);
+      break;
+    case kRanged:
+      lc_ranged<<<1, 32, 0, s>>>(out);
       break;
     case kSelected:
       lc_selected<<<1, 32, 0, s>>>(out);
@@ -80,11 +96,11 @@ int Child(long launches, long replays) {
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   int* out = nullptr;
   CHECK(cudaMalloc(&out, sizeof(int)));
-  for (Kind kind : {kPlain, kExcluded, kSelected}) {  // warm-up: modules loaded, first launches done
+  for (Kind kind : kKinds) {  // warm-up: modules loaded, first launches done
     for (int i = 0; i < 100; ++i) Launch(kind, s, out);
   }
   CHECK(cudaStreamSynchronize(s));
-  for (Kind kind : {kPlain, kExcluded, kSelected}) {
+  for (Kind kind : kKinds) {
     const double t0 = Now();
     for (long i = 0; i < launches; ++i) Launch(kind, s, out);
     const double t1 = Now();
@@ -167,29 +183,33 @@ int main(int argc, char** argv) {
   const char* env = std::getenv("SMPROF_RUN");
   const std::string run = env != nullptr ? env : self.substr(0, self.rfind('/') + 1) + "smprof-run";
   const std::string trace = "/tmp/smprof-bench-launch-cost-" + std::to_string(getpid()) + ".pftrace";
+  const std::string floor_lib = self.substr(0, self.rfind('/') + 1) + "libsmprof_bench_cupti_floor.so";
   const auto plain = RunChild({self, "--child", launches, replays});
-  const auto profiled =
-      RunChild({run, "-q", "--force", "-o", trace, "--kernels", "lc_selected", "--", self, "--child", launches, replays});
+  setenv("CUDA_INJECTION64_PATH", floor_lib.c_str(), 1);
+  const auto floor = RunChild({self, "--child", launches, replays});
+  unsetenv("CUDA_INJECTION64_PATH");
+  const auto profiled = RunChild({run, "-q", "--force", "-o", trace, "--kernels", "lc_selected,lc_ranged", "--launches",
+                                  "lc_ranged:0-9", "--", self, "--child", launches, replays});
   for (const char* suffix : {"", ".stats.json", ".stats.csv"}) unlink((trace + suffix).c_str());
 
   std::printf("host cost per launch: %s launches of a 1-warp kernel per kind, a 100-node graph replayed %s times\n",
               launches.c_str(), replays.c_str());
-  std::printf("%-14s %-28s %12s %14s %12s %8s\n", "kind", "measure (us per launch)", "plain", "smprof-run", "added",
-              "ratio");
+  std::printf("%-14s %-24s %9s %11s %11s %12s %12s\n", "kind", "measure (us per launch)", "plain", "CUPTI floor",
+              "smprof-run", "added", "over floor");
   const struct {
     const char* key;
     const char* name;
   } measures[] = {{"loop-enqueue", "loop, enqueue"}, {"loop-total", "loop, to end of sync"},
                   {"graph-total", "graph, per kernel node"}};
-  for (int kind = kPlain; kind <= kSelected; ++kind) {
+  for (Kind kind : kKinds) {
     for (const auto& m : measures) {
       const std::string key = std::string(m.key) + "/" + std::to_string(kind);
-      if (!plain.count(key) || !profiled.count(key)) {
+      if (!plain.count(key) || !floor.count(key) || !profiled.count(key)) {
         std::fprintf(stderr, "FAILED: no figure %s\n", key.c_str());
         return 1;
       }
-      const double a = plain.at(key), b = profiled.at(key);
-      std::printf("%-14s %-28s %12.3f %14.3f %+12.3f %8.2f\n", kKindNames[kind], m.name, a, b, b - a, b / a);
+      const double a = plain.at(key), f = floor.at(key), b = profiled.at(key);
+      std::printf("%-14s %-24s %9.3f %11.3f %11.3f %+12.3f %+12.3f\n", kKindNames[kind], m.name, a, f, b, b - a, b - f);
     }
   }
   std::printf("(targets, issue 8: not opted in <= +0.3 us, excluded <= +0.5 us (graphs included), "

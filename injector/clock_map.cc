@@ -30,6 +30,64 @@ void ClockMap::Build() {
   }
 }
 
+int64_t ClockMap::Through(const Anchor& a, uint64_t clock, double rate) {
+  // Differences only: absolute times (~1.8e18 ns) do not fit a double exactly.
+  const int64_t delta = std::llround(static_cast<double>(static_cast<int64_t>(clock - a.clock)) / rate);
+  return static_cast<int64_t>(a.time_ns) + delta;
+}
+
+ClockMap::Cursor::Cursor(const ClockMap& map, uint16_t sm)
+    : map_(map),
+      sm_(sm < map.sms_.size() && !map.sms_[sm].anchors.empty() && map.sms_[sm].cycles_per_ns > 0 ? &map.sms_[sm]
+                                                                                                   : nullptr) {}
+
+uint64_t ClockMap::Cursor::ToNs(uint64_t clock) {
+  if (sm_ == nullptr) return 0;
+  const Sm& sm = *static_cast<const Sm*>(sm_);
+  const std::vector<Anchor>& anchors = sm.anchors;
+  const double rate = sm.cycles_per_ns;
+  // The nearest anchor at or before the clock: moves forward with the run.
+  size_t nearest = nearest_;
+  if (nearest == SIZE_MAX || clock < anchors[nearest].clock ||
+      (nearest + 1 < anchors.size() && anchors[nearest + 1].clock <= clock)) {
+    if (nearest != SIZE_MAX && clock >= anchors[nearest].clock) {
+      while (nearest + 1 < anchors.size() && anchors[nearest + 1].clock <= clock) ++nearest;
+    } else {
+      auto next = std::upper_bound(anchors.begin(), anchors.end(), clock,
+                                   [](uint64_t c, const Anchor& a) { return c < a.clock; });
+      nearest = next == anchors.begin() ? 0 : static_cast<size_t>(next - anchors.begin()) - 1;
+    }
+  }
+  if (nearest != nearest_) {
+    nearest_ = nearest;
+    ranked_.clear();
+    const size_t lo = nearest > kNeighbours ? nearest - kNeighbours : 0;
+    const size_t hi = std::min(anchors.size(), nearest + kNeighbours + 1);
+    const Anchor& n = anchors[nearest];
+    for (size_t i = lo; i < hi; ++i) {
+      if (i == nearest) continue;
+      const double difference =
+          static_cast<double>(static_cast<int64_t>(anchors[i].time_ns - n.time_ns)) -
+          static_cast<double>(static_cast<int64_t>(anchors[i].clock - n.clock)) / rate;
+      ranked_.emplace_back(difference, static_cast<uint32_t>(i));
+    }
+    std::sort(ranked_.begin(), ranked_.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  }
+  const int64_t base = Through(anchors[nearest], clock, rate);
+  int64_t best = base;
+  const int64_t span = static_cast<int64_t>(kNeighbourSpanNs * rate);
+  for (const auto& [difference, i] : ranked_) {
+    // Its estimate is base + difference within 1 ns of rounding (2 for
+    // margin): none of the rest can exceed the best found.
+    if (difference + 2.0 < static_cast<double>(best - base)) break;
+    const int64_t gap = static_cast<int64_t>(clock - anchors[i].clock);
+    if (std::llabs(gap) > span) continue;
+    const int64_t estimate = Through(anchors[i], clock, rate);
+    if (estimate > best && estimate - base <= kMaxTickNs) best = estimate;
+  }
+  return best < 0 ? 0 : static_cast<uint64_t>(best);
+}
+
 uint64_t ClockMap::ToNs(uint16_t sm, uint64_t clock) const {
   if (sm >= sms_.size() || sms_[sm].anchors.empty() || sms_[sm].cycles_per_ns <= 0) return 0;
   const std::vector<Anchor>& anchors = sms_[sm].anchors;

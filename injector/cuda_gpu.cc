@@ -226,7 +226,10 @@ bool CudaGpu::Allocate(size_t bytes, DevPtr* ptr) {
   return true;
 }
 
-void CudaGpu::Free(DevPtr ptr) { cuMemFree(ptr); }
+void CudaGpu::Free(DevPtr ptr) {
+  RelaxedCapture relaxed;
+  cuMemFree(ptr);
+}
 
 void* CudaGpu::AllocatePinned(size_t bytes) {
   RelaxedCapture relaxed;
@@ -234,16 +237,23 @@ void* CudaGpu::AllocatePinned(size_t bytes) {
   return cuMemHostAlloc(&p, bytes, 0) == CUDA_SUCCESS ? p : nullptr;
 }
 
-void CudaGpu::FreePinned(void* ptr) { cuMemFreeHost(ptr); }
+void CudaGpu::FreePinned(void* ptr) {
+  RelaxedCapture relaxed;
+  cuMemFreeHost(ptr);
+}
 
 bool CudaGpu::CreateStream(GpuStream* stream) {
+  RelaxedCapture relaxed;
   CUstream s = nullptr;
   if (!SMPROF_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING))) return false;
   *stream = s;
   return true;
 }
 
-void CudaGpu::DestroyStream(GpuStream stream) { cuStreamDestroy(S(stream)); }
+void CudaGpu::DestroyStream(GpuStream stream) {
+  RelaxedCapture relaxed;
+  cuStreamDestroy(S(stream));
+}
 
 bool CudaGpu::CopyToDevice(DevPtr dst, const void* src, size_t bytes, GpuStream stream) {
   RelaxedCapture relaxed;
@@ -263,6 +273,7 @@ bool CudaGpu::Fill(DevPtr dst, uint8_t value, size_t bytes, GpuStream stream) {
 // Polls: never blocks past the deadline, since the work may wait on something
 // a blocked application thread would launch.
 bool CudaGpu::Wait(GpuStream stream, std::chrono::nanoseconds timeout) {
+  RelaxedCapture relaxed;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int spins = 0;; ++spins) {
     const CUresult r = cuStreamQuery(S(stream));
@@ -278,6 +289,7 @@ bool CudaGpu::Wait(GpuStream stream, std::chrono::nanoseconds timeout) {
 
 StreamState CudaGpu::Query(GpuStream stream) {
   if (Capturing(stream)) return StreamState::kCapturing;
+  RelaxedCapture relaxed;
   const CUresult r = cuStreamQuery(S(stream));
   if (r == CUDA_SUCCESS) return StreamState::kIdle;
   return r == CUDA_ERROR_NOT_READY ? StreamState::kBusy : StreamState::kGone;
@@ -288,7 +300,10 @@ bool CudaGpu::Capturing(GpuStream stream) {
   return cuStreamIsCapturing(S(stream), &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-bool CudaGpu::SynchronizeContext() { return SMPROF_CU(cuCtxSynchronize()); }
+bool CudaGpu::SynchronizeContext() {
+  RelaxedCapture relaxed;
+  return SMPROF_CU(cuCtxSynchronize());
+}
 
 GpuCtx CudaGpu::StreamContext(GpuStream stream) {
   CUcontext owner = nullptr;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "injector/kernel_table.h"
 #include "injector/log.h"
 
 namespace smprof::injector {
@@ -20,6 +21,8 @@ constexpr auto kPollInterval = std::chrono::microseconds(100);
 constexpr auto kOwnCopyTimeout = std::chrono::seconds(10);
 // An in-stream-order darkening not yet reached by another stream's launch.
 constexpr auto kDarkenWait = std::chrono::milliseconds(200);
+// WriteArenaWord's "not in any application stream's order".
+GpuStream const kImmediate = reinterpret_cast<GpuStream>(~uintptr_t{0});
 
 }  // namespace
 
@@ -35,6 +38,10 @@ struct DeviceContext::Module {
   bool any_stream = false;
   // Darkened in stream order on this stream since the last harvest.
   GpuStream dark_pending_on = nullptr;
+  // Lit by copies queued on these streams (a launch on another stream may
+  // run before they land, so it queues its own), or at once (everywhere).
+  std::vector<GpuStream> lit_on;
+  bool lit_everywhere = false;
 };
 
 HostBuffer::HostBuffer(Gpu* gpu, size_t bytes) : size_(bytes) {
@@ -135,9 +142,8 @@ DeviceContext::Module* DeviceContext::FindModule(GpuModule module, DevPtr arena_
 bool DeviceContext::lit(const Module* m) const { return m->is_lit.load(std::memory_order_acquire); }
 
 bool DeviceContext::WriteArenaWord(Module* m, bool lit, GpuStream stream) {
-  // Immediate: smprof's stream, waited for (the source may be a pinned word
-  // or the stack: either way the copy is done when this returns).
-  if (stream == nullptr || stream == stream_) {
+  // Immediate: smprof's stream, waited for.
+  if (stream == stream_ || stream == kImmediate) {
     return gpu_.CopyToDevice(m->global, &words_[lit ? 0 : 1], sizeof(uint64_t), stream_) &&
            gpu_.Wait(stream_, kOwnCopyTimeout);
   }
@@ -146,8 +152,10 @@ bool DeviceContext::WriteArenaWord(Module* m, bool lit, GpuStream stream) {
 }
 
 bool DeviceContext::Light(Module* m, GpuStream stream, bool capturing) {
-  bool written;
-  GpuStream dark_pending;
+  const auto lit_here = [&] {
+    return m->is_lit.load(std::memory_order_relaxed) &&
+           (m->lit_everywhere || std::find(m->lit_on.begin(), m->lit_on.end(), stream) != m->lit_on.end());
+  };
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!m->any_stream) {
@@ -156,7 +164,17 @@ bool DeviceContext::Light(Module* m, GpuStream stream, bool capturing) {
     } else if (m->only_stream != stream) {
       m->many_streams = true;
     }
-    if (m->is_lit.load(std::memory_order_relaxed)) return true;
+    if (lit_here()) return true;
+  }
+  // One light at a time: two threads publishing a module for the first time
+  // must not interleave (the second's reference write, `arena` still 0,
+  // would darken a kernel the first already let through).
+  std::lock_guard<std::mutex> lighting(light_mu_);
+  bool written;
+  GpuStream dark_pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lit_here()) return true;
     written = m->written;
     dark_pending = m->dark_pending_on;
   }
@@ -169,20 +187,23 @@ bool DeviceContext::Light(Module* m, GpuStream stream, bool capturing) {
       return false;
     }
   }
-  bool ok;
-  if (dark_pending != nullptr && !capturing && dark_pending == stream) {
-    ok = WriteArenaWord(m, true, stream);  // after the queued darkening, in the same order
-  } else {
-    if (dark_pending != nullptr && gpu_.Query(dark_pending) == StreamState::kBusy &&
-        !gpu_.Wait(dark_pending, kDarkenWait)) {
-      Log().warn("a module darkened on one stream is wanted on another before that stream ran: "
-                 "events of the launch may be missing");
-    }
-    ok = WriteArenaWord(m, true, nullptr);
+  // In the launch's stream order (launches queued before it on its stream do
+  // not record); at once when the stream is capturing (a copy would join the
+  // graph). A darkening still queued on another stream must land first.
+  if (dark_pending != nullptr && dark_pending != stream && gpu_.Query(dark_pending) == StreamState::kBusy &&
+      !gpu_.Wait(dark_pending, kDarkenWait)) {
+    Log().warn("a module darkened on one stream is wanted on another before that stream ran: "
+               "events of the launch may be missing");
   }
+  const bool ok = WriteArenaWord(m, true, capturing ? kImmediate : stream);
   if (!ok) return false;
   std::lock_guard<std::mutex> lock(mu_);
   m->written = true;
+  if (capturing) {
+    m->lit_everywhere = true;
+  } else {
+    m->lit_on.push_back(stream);
+  }
   if (!m->is_lit.exchange(true, std::memory_order_acq_rel)) lit_count_.fetch_add(1, std::memory_order_acq_rel);
   // Unwanted launches queued before the light may record now: their streams
   // hold recording work until proven idle.
@@ -205,20 +226,28 @@ bool DeviceContext::LightSelected(GpuStream stream, bool capturing) {
   return ok;
 }
 
-bool DeviceContext::DarkenInStreamOrder(Module* m, GpuStream stream, bool capturing) {
+bool DeviceContext::DarkenInStreamOrder(Module* m, GpuStream stream, bool per_thread, bool capturing) {
+  // Only when every recording launch of it since the last harvest was on
+  // this stream: stream order then keeps them recording.
+  const auto decide = [&]() -> int {  // 1: dark already, 0: darken, -1: cannot
+    if (!m->is_lit.load(std::memory_order_relaxed)) return 1;
+    const bool one_stream = !m->many_streams && (!m->any_stream || m->only_stream == stream);
+    return capturing || per_thread || stream == kPerThreadStream || !one_stream ? -1 : 0;
+  };
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!m->is_lit.load(std::memory_order_relaxed)) return true;
-    // Only when every recording launch of it since the last harvest was on
-    // this stream: stream order then keeps them recording.
-    if (capturing || m->many_streams || (m->any_stream && m->only_stream != stream) || stream == kPerThreadStream ||
-        stream == nullptr || stream == kLegacyStream) {
-      return false;
-    }
+    if (const int d = decide(); d != 0) return d > 0;
+  }
+  std::lock_guard<std::mutex> lighting(light_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (const int d = decide(); d != 0) return d > 0;
   }
   if (!WriteArenaWord(m, false, stream)) return false;
   std::lock_guard<std::mutex> lock(mu_);
   m->dark_pending_on = stream;
+  m->lit_on.clear();
+  m->lit_everywhere = false;
   if (m->is_lit.exchange(false, std::memory_order_acq_rel)) lit_count_.fetch_sub(1, std::memory_order_acq_rel);
   return true;
 }
@@ -289,13 +318,9 @@ void DeviceContext::NoteStreamDestroy(GpuStream stream) {
   orphaned_work_ |= !idle;
 }
 
-void DeviceContext::ForgetModules() {
+void DeviceContext::ModulesMayBeStale() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [module, m] : modules_) {
-    if (m->is_lit.exchange(false)) lit_count_.fetch_sub(1, std::memory_order_acq_rel);
-    retired_.push_back(std::move(m));
-  }
-  modules_.clear();
+  modules_stale_ = true;
 }
 
 bool DeviceContext::has_pending() const {
@@ -396,10 +421,32 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   // Zero what was used; every module goes dark at a new epoch (its whole
   // reference in one copy: no kernel of it can be running now).
   ++ref_.epoch;
-  std::vector<wire::ArenaRef> refs;
   std::vector<Module*> modules;
+  bool stale;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [module, m] : modules_) modules.push_back(m.get());
+    stale = modules_stale_;
+  }
+  if (stale) {  // after an unload: never write into a module that is gone
+    std::vector<Module*> gone;
+    for (Module* m : modules) {
+      DevPtr global = 0;
+      size_t bytes = 0;
+      const Lookup found = gpu_.ModuleGlobal(m->module, KernelTable::ArenaSymbol(wire::kArenaAbiVersion).c_str(),
+                                             &global, &bytes);
+      if (found != Lookup::kFound || global != m->global || bytes != sizeof(wire::ArenaRef)) gone.push_back(m);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Module* m : gone) {
+      auto it = modules_.find(m->module);
+      if (it == modules_.end() || it->second.get() != m) continue;
+      if (m->is_lit.exchange(false)) lit_count_.fetch_sub(1, std::memory_order_acq_rel);
+      retired_.push_back(std::move(it->second));
+      modules_.erase(it);
+    }
+    modules_stale_ = false;
+    modules.clear();
     for (auto& [module, m] : modules_) modules.push_back(m.get());
   }
   wire::ArenaRef dark = ref_;
@@ -423,6 +470,8 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
     m->any_stream = m->many_streams = false;
     m->only_stream = nullptr;
     m->dark_pending_on = nullptr;
+    m->lit_on.clear();
+    m->lit_everywhere = false;
   }
   lit_count_.store(0, std::memory_order_release);
   busy_streams_.clear();

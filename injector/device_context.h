@@ -6,8 +6,10 @@
 // record nothing, so an excluded kernel, or a launch outside the chosen
 // range or capture window, takes no arena space:
 //
-//   - Light(): before a wanted launch, a dark module is lit at once through
-//     smprof's private stream. A kernel of it that is already queued may then
+//   - Light(): before a wanted launch, a dark module is lit by an 8-byte
+//     copy queued on the launch's stream, ahead of it (at once through
+//     smprof's private stream when that stream is capturing a graph). A
+//     kernel of the module queued earlier on *another* stream may then
 //     record too: every stream that received an unwanted launch since the
 //     last harvest (NoteQuietLaunch: a thread-local check per launch) then
 //     counts as busy, so no harvest reads the arena under it, and the
@@ -122,6 +124,8 @@ class DeviceContext {
   bool usable() const { return !failed_.load(std::memory_order_acquire) && !ended_.load(std::memory_order_acquire); }
   // The context is being destroyed: nothing more is launched or read.
   void End() { ended_.store(true, std::memory_order_release); }
+  // Recording work outlived a forced harvest at teardown: stop using the arena.
+  void Abandon() { failed_.store(true, std::memory_order_release); }
 
   // --- launch path (the launching thread, the context current) -----------
 
@@ -137,14 +141,16 @@ class DeviceContext {
   void LockGate() { gate_.lock_shared(); }
   void UnlockGate() { gate_.unlock_shared(); }
 
-  // Gate held. Makes `m` record before a wanted launch on `stream`.
+  // Gate held. Makes `m` record before a wanted launch on `stream` (the
+  // launching thread's kPerThreadStream for its per-thread stream).
   bool Light(Module* m, GpuStream stream, bool capturing);
   // Gate held. Lights every module with a selected kernel (a graph launch).
   bool LightSelected(GpuStream stream, bool capturing);
   // An unwanted launch of a lit module on `stream`: true when the module was
   // darkened ahead of it (nothing to track); false when the launch will
   // record (it must be tracked with the gate held, and filtered on the host).
-  bool DarkenInStreamOrder(Module* m, GpuStream stream, bool capturing);
+  // Never for a per-thread default stream (one handle names every thread's).
+  bool DarkenInStreamOrder(Module* m, GpuStream stream, bool per_thread, bool capturing);
   // An unwanted launch of an opted-in kernel on `stream` while its module
   // was dark: remembered (cheaply) in case a module is lit before it runs.
   void NoteQuietLaunch(GpuStream stream, bool per_thread);
@@ -155,8 +161,10 @@ class DeviceContext {
   // thread's per-thread stream); `chunks` it may claim.
   void NoteLaunch(Module* m, GpuStream stream, bool per_thread, double chunks);
   void NoteStreamDestroy(GpuStream stream);
-  // A module was unloaded: handles may be stale or reused; forget them all.
-  void ForgetModules();
+  // A module is being unloaded: the next read-back checks every module's
+  // arena reference again (a stale handle is dropped, a reused one gets the
+  // new module's) before writing to any.
+  void ModulesMayBeStale();
 
   // --- harvest (an application thread) ------------------------------------
 
@@ -192,11 +200,13 @@ class DeviceContext {
   std::chrono::steady_clock::time_point last_poll_{};
 
   std::shared_mutex gate_;
-  std::mutex read_mu_;  // serialises read-backs
+  std::mutex read_mu_;   // serialises read-backs
+  std::mutex light_mu_;  // serialises the writes of Light and DarkenInStreamOrder
 
   mutable std::mutex mu_;  // guards what follows; never held across a Gpu call
   std::unordered_map<GpuModule, std::unique_ptr<Module>> modules_;
   std::vector<std::unique_ptr<Module>> retired_;  // forgotten modules: cached pointers stay valid
+  bool modules_stale_ = false;
   std::atomic<int> lit_count_{0};
   std::vector<GpuStream> busy_streams_;   // streams with recording work since the last harvest
   std::vector<uint64_t> ptds_users_;      // threads with recording work on their per-thread stream

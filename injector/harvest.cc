@@ -31,6 +31,7 @@ void MergeWarps(Launch* launch) {
   std::stable_sort(launch->warps.begin(), launch->warps.end(),
                    [&](const LaunchEvents& a, const LaunchEvents& b) { return key(a) < key(b); });
   std::vector<LaunchEvents> merged;
+  merged.reserve(launch->warps.size());
   for (LaunchEvents& w : launch->warps) {
     if (merged.empty() || key(merged.back()) != key(w)) {
       merged.push_back(std::move(w));
@@ -39,9 +40,12 @@ void MergeWarps(Launch* launch) {
     std::vector<DecodedEvent>& into = merged.back().events;
     into.insert(into.end(), w.events.begin(), w.events.end());
   }
+  const auto by_clock = [](const DecodedEvent& a, const DecodedEvent& b) { return a.clock < b.clock; };
   for (LaunchEvents& w : merged) {
-    std::stable_sort(w.events.begin(), w.events.end(),
-                     [](const DecodedEvent& a, const DecodedEvent& b) { return a.clock < b.clock; });
+    // A warp's chunks follow each other: usually in order already.
+    if (!std::is_sorted(w.events.begin(), w.events.end(), by_clock)) {
+      std::stable_sort(w.events.begin(), w.events.end(), by_clock);
+    }
   }
   launch->warps = std::move(merged);
 }
@@ -104,7 +108,8 @@ void MapEventClocks(std::vector<WarpSegment>* segments, double fallback_cycles_p
   for (const WarpSegment& s : *segments) map.AddAnchor(s.sm, s.anchor_clock, s.anchor_time_ns);
   map.Build();
   for (WarpSegment& s : *segments) {
-    for (DecodedEvent& e : s.events) e.time_ns = map.ToNs(s.sm, e.clock);
+    ClockMap::Cursor cursor(map, s.sm);
+    for (DecodedEvent& e : s.events) e.time_ns = cursor.ToNs(e.clock);
   }
 }
 
@@ -134,7 +139,8 @@ int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std:
 std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
                                   const std::vector<KernelRecord>& records,
                                   const std::function<bool(const std::string&)>& selected,
-                                  int64_t clock_offset, MatchStats* stats) {
+                                  int64_t clock_offset, MatchStats* stats,
+                                  std::vector<const WarpSegment*>* unmatched, std::vector<size_t>* unused) {
   std::unordered_map<uint64_t, std::vector<size_t>> by_grid;  // grid id -> record indexes
   for (size_t i = 0; i < records.size(); ++i) by_grid[records[i].grid_id].push_back(i);
 
@@ -145,9 +151,14 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
     keep[i] = selected(records[i].name) ? 1 : 0;
   }
   std::map<uint64_t, Launch> synthetic;  // grid id -> launch without a record
+  std::vector<char> touched(records.size());  // received an event (kept or filtered)
 
   for (const WarpSegment& segment : segments) {
     auto it = by_grid.find(segment.grid_id);
+    if (it == by_grid.end() && unmatched != nullptr) {
+      unmatched->push_back(&segment);
+      continue;
+    }
     if (it == by_grid.end()) {
       Launch& launch = synthetic[segment.grid_id];
       KernelRecord& r = launch.record;
@@ -167,7 +178,21 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
       continue;
     }
     const std::vector<size_t>& candidates = it->second;
-    // Events of one segment usually belong to one launch: assign runs.
+    if (candidates.size() == 1) {  // the common case: one launch has this grid id
+      const size_t only = candidates.front();
+      touched[only] = 1;
+      if (!keep[only]) {
+        stats->filtered += segment.events.size();
+        continue;
+      }
+      Launch& launch = launches[only];
+      launch.warps.push_back({&segment, segment.events});
+      for (DecodedEvent& e : launch.warps.back().events) e.time_ns += static_cast<uint64_t>(clock_offset);
+      launch.event_count += segment.events.size();
+      continue;
+    }
+    // Graph replays share the grid id: each event goes to the replay whose
+    // span holds it; events of one segment usually belong to one launch.
     size_t current = SIZE_MAX;
     for (DecodedEvent e : segment.events) {
       e.time_ns += static_cast<uint64_t>(clock_offset);
@@ -181,6 +206,7 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
         }
       }
       Launch& launch = launches[best];
+      touched[best] = 1;
       if (!keep[best]) {
         ++stats->filtered;
         continue;
@@ -195,6 +221,11 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
     }
   }
 
+  if (unused != nullptr) {
+    for (size_t i = 0; i < records.size(); ++i) {
+      if (!touched[i]) unused->push_back(i);
+    }
+  }
   std::vector<Launch> result;
   for (Launch& l : launches) {
     if (l.event_count > 0) result.push_back(std::move(l));

@@ -126,9 +126,17 @@ int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std:
 // events, and one synthetic launch per grid id that has events but no record.
 // Launches that recorded nothing are left out. `selected(mangled_name)`
 // decides whether a kernel's events are kept (others count as filtered).
+//
+// CUPTI delivers records late at times: with `unmatched` set, segments whose
+// grid id has no record are put there (times not moved) instead of becoming
+// synthetic launches, for the caller to match at a later harvest; `unused`
+// receives the indexes of records that received no event (their events may
+// come with a later harvest's segments).
 std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
                                   const std::vector<KernelRecord>& records,
                                   const std::function<bool(const std::string&)>& selected,
-                                  int64_t clock_offset, MatchStats* stats);
+                                  int64_t clock_offset, MatchStats* stats,
+                                  std::vector<const WarpSegment*>* unmatched = nullptr,
+                                  std::vector<size_t>* unused = nullptr);
 
 }  // namespace smprof::injector

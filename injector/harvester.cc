@@ -1,6 +1,11 @@
 #include "injector/harvester.h"
 
 #include <algorithm>
+#include <cstring>
+#include <map>
+#include <unordered_set>
+
+#include <optional>
 
 #include "common/names.h"
 #include "injector/kernel_table.h"
@@ -11,6 +16,22 @@ namespace {
 
 uint64_t Warps(const KernelRecord& r) {
   return (uint64_t{r.block[0]} * r.block[1] * r.block[2] + 31) / 32 * r.grid[0] * r.grid[1] * r.grid[2];
+}
+
+// The distinct name addresses (name base + offset) of the events in a
+// read-back, without decoding them: a scan of chunk headers and event words.
+void CollectNameAddresses(const ArenaSnapshot& snap, std::unordered_set<uint64_t>* out) {
+  for (uint32_t c = 0; c < snap.used_chunks; ++c) {
+    const uint8_t* chunk = snap.chunks.data() + static_cast<size_t>(c) * snap.chunk_bytes;
+    wire::ChunkHeader h;
+    std::memcpy(&h, chunk, sizeof(h));
+    if (h.magic != wire::kChunkMagic) continue;
+    for (size_t at = sizeof(h); at + sizeof(wire::Event) <= snap.chunk_bytes; at += sizeof(wire::Event)) {
+      wire::Event e;
+      std::memcpy(&e, chunk + at, sizeof(e));
+      if (e.info != 0) out->insert(h.name_base + static_cast<int64_t>(e.name_offset));
+    }
+  }
 }
 
 uint32_t Micros(uint64_t from, uint64_t to) {
@@ -25,6 +46,8 @@ struct Harvester::Job {
   ArenaSnapshot snapshot;
   bool has_snapshot = false;
   bool final = false;
+  uint64_t seq = 0;              // read order
+  uint64_t name_generation = 0;  // of its context when read back
   wire::HarvestReason reason = wire::kHarvestSync;
   HarvestHost host;  // the application thread's part is filled in
 };
@@ -32,7 +55,19 @@ struct Harvester::Job {
 // What the harvest thread keeps per context.
 struct Harvester::ContextState {
   int64_t clock_offset = 0;
-  std::unordered_map<uint64_t, std::string> names;  // device address -> marker name
+  // Marker names by (generation, device address); a module unload starts a
+  // new generation. Read by the harvest thread, filled by it and by
+  // ReadNamesBeforeUnload.
+  std::mutex names_mu;
+  std::map<std::pair<uint64_t, uint64_t>, std::string> names;
+  std::atomic<uint64_t> name_generation{1};
+  bool ended = false;  // (mu_) the context is gone: no GPU access
+  // Carried between harvests (mu_): decoded segments without a record yet,
+  // records without events yet, each with the harvests it has waited.
+  std::vector<WarpSegment> carried_segments;
+  std::vector<int> carried_segment_ages;
+  std::vector<KernelRecord> carried_records;
+  std::vector<int> carried_record_ages;
   std::vector<ArenaSnapshot> free;                  // buffers to reuse (mu_)
   size_t out = 0;                                   // snapshots queued or being processed (mu_)
   size_t queued = 0;                                // jobs queued or being processed (mu_)
@@ -42,13 +77,14 @@ struct Harvester::ContextState {
 };
 
 Harvester::Harvester(Gpu& gpu, ActivityStore& activity, KernelTable& kernels, Shipper& shipper, std::mutex& ship_mu,
-                     StatsFiller fill_stats)
+                     StatsFiller fill_stats, unsigned threads)
     : gpu_(gpu),
       activity_(activity),
       kernels_(kernels),
       shipper_(shipper),
       ship_mu_(ship_mu),
-      fill_stats_(std::move(fill_stats)) {}
+      fill_stats_(std::move(fill_stats)),
+      thread_count_(threads != 0 ? threads : std::clamp(std::thread::hardware_concurrency() / 4, 1u, kMaxThreads)) {}
 
 Harvester::~Harvester() {
   {
@@ -56,7 +92,49 @@ Harvester::~Harvester() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  for (std::thread& t : threads_) t.join();
+}
+
+void Harvester::StartThreads() {
+  if (!threads_.empty()) return;
+  for (unsigned i = 0; i < thread_count_; ++i) threads_.emplace_back([this] { Run(); });
+}
+
+void Harvester::Enqueue(std::unique_ptr<Job> job) {
+  job->seq = next_seq_++;
+  ++StateOf(job->device).queued;
+  queue_.push_back(std::move(job));
+  cv_.notify_all();
+}
+
+bool Harvester::WaitTurn(const uint64_t& turn, uint64_t seq) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return turn == seq || stop_; });
+  return !stop_;
+}
+
+void Harvester::AdvanceLocked(uint64_t* turn) {
+  std::set<uint64_t>& abandoned = turn == &take_turn_ ? abandoned_take_ : abandoned_ship_;
+  ++*turn;
+  while (abandoned.erase(*turn) != 0) ++*turn;
+}
+
+void Harvester::EndTurn(uint64_t* turn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    AdvanceLocked(turn);
+  }
+  cv_.notify_all();
+}
+
+void Harvester::AbandonLocked(uint64_t seq) {
+  for (uint64_t* turn : {&take_turn_, &ship_turn_}) {
+    if (*turn == seq) {
+      AdvanceLocked(turn);
+    } else if (*turn < seq) {
+      (turn == &take_turn_ ? abandoned_take_ : abandoned_ship_).insert(seq);
+    }
+  }
 }
 
 Harvester::ContextState& Harvester::StateOf(const DeviceContext* device) {
@@ -78,7 +156,7 @@ bool Harvester::Harvest(HarvestTarget target, wire::HarvestReason reason, Harves
     // A buffer for the copy: when all of this context's are queued, wait for
     // the harvest thread (the overflow policy); a non-forced harvest skips.
     std::unique_lock<std::mutex> lock(mu_);
-    if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+    StartThreads();
     ContextState& state = StateOf(device);
     const auto available = [&] { return state.out < kSnapshotsPerContext || stop_; };
     if (!available()) {
@@ -105,21 +183,30 @@ bool Harvester::Harvest(HarvestTarget target, wire::HarvestReason reason, Harves
   const ReadBack read = ordered ? device->Read(mode, deadline, &job->snapshot) : ReadBack::kBusy;
   if (read != ReadBack::kDone) {
     std::lock_guard<std::mutex> lock(mu_);
-    ContextState& state = StateOf(device);
-    --state.out;
-    if (read != ReadBack::kFailed) state.free.push_back(std::move(job->snapshot));
+    --state->out;
+    if (read != ReadBack::kFailed) state->free.push_back(std::move(job->snapshot));
     cv_.notify_all();
     if (read == ReadBack::kBusy && reason == wire::kHarvestHighWater) {
       Log().warn("GPU {}: recording work did not finish in time for a drain; events may be dropped",
                  device->facts().info.ordinal);
+    } else if (read == ReadBack::kBusy && force) {
+      // Teardown with kernels still running: give up on this context rather
+      // than hold up the application's exit (again at every later callback).
+      device->Abandon();
+      Log().warn("GPU {}: profiled kernels were still running at {}; their events are not collected",
+                 device->facts().info.ordinal, reason == wire::kHarvestExit ? "exit" : "teardown");
     }
     return false;
   }
   const uint64_t end = gpu_.Now();
+  // A harvest cycle of the context's calls ends with each read-back (the
+  // calls of this one's launches stay until the queue has shipped it).
+  if (target.host_calls != nullptr) target.host_calls->EndHarvest();
   job->device = device;
   job->host_calls = target.host_calls;
   job->has_snapshot = true;
   job->reason = reason;
+  job->name_generation = state->name_generation.load(std::memory_order_acquire);
   NoteCurrentThread();
   job->host.begin_ns = begin;
   job->host.end_ns = end;
@@ -129,23 +216,20 @@ bool Harvester::Harvest(HarvestTarget target, wire::HarvestReason reason, Harves
   job->host.stage_us[wire::kStageCopy] = Micros(job->snapshot.wait_end_ns, end);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ++state->queued;
-    queue_.push_back(std::move(job));
+    Enqueue(std::move(job));
   }
   order.unlock();
-  cv_.notify_all();
   return true;
 }
 
 bool Harvester::Flush(const DeviceContext* device, bool final, std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (final && device != nullptr && thread_.joinable()) {
+  if (final && device != nullptr && !threads_.empty()) {
     auto job = std::make_unique<Job>();
     job->device = const_cast<DeviceContext*>(device);
     job->final = true;
-    ++StateOf(device).queued;
-    queue_.push_back(std::move(job));
-    cv_.notify_all();
+    job->reason = wire::kHarvestExit;
+    Enqueue(std::move(job));
   }
   const auto drained = [&] {
     if (device == nullptr) return queue_.empty() && busy_ == 0;
@@ -155,19 +239,37 @@ bool Harvester::Flush(const DeviceContext* device, bool final, std::chrono::stea
   return cv_.wait_until(lock, deadline, drained);
 }
 
-void Harvester::Forget(const DeviceContext* device) {
-  std::lock_guard<std::mutex> lock(mu_);
-  // The state itself stays (a late harvest call may still hold it); its
-  // buffers and names go.
-  auto it = states_.find(device);
-  if (it == states_.end()) return;
-  it->second->free.clear();
-  it->second->names.clear();
+void Harvester::ReadNamesBeforeUnload(DeviceContext* device) {
+  std::unordered_set<uint64_t> addresses;
+  ContextState* state;
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state = &StateOf(device);
+    generation = state->name_generation.load(std::memory_order_acquire);
+    const auto scan = [&](const Job* job) {
+      if (job != nullptr && job->device == device && job->has_snapshot && job->name_generation == generation) {
+        CollectNameAddresses(job->snapshot, &addresses);
+      }
+    };
+    for (const auto& job : queue_) scan(job.get());
+    for (const Job* job : processing_) scan(job);
+  }
+  for (uint64_t address : addresses) ReadName(*state, device, generation, address);
+  state->name_generation.fetch_add(1, std::memory_order_acq_rel);
 }
 
-void Harvester::ForgetNames(const DeviceContext* device) {
+void Harvester::EndContext(DeviceContext* device) {
   std::lock_guard<std::mutex> lock(mu_);
-  StateOf(device).names.clear();
+  ContextState& state = StateOf(device);
+  state.ended = true;
+  state.free.clear();
+  if (threads_.empty()) return;
+  auto job = std::make_unique<Job>();
+  job->device = device;
+  job->final = true;
+  job->reason = wire::kHarvestContextDestroy;
+  Enqueue(std::move(job));
 }
 
 void Harvester::Run() {
@@ -179,32 +281,52 @@ void Harvester::Run() {
     std::unique_ptr<Job> job = std::move(queue_.front());
     queue_.pop_front();
     ++busy_;
+    processing_.push_back(job.get());
     lock.unlock();
+    bool failed = false;
     try {
       Process(*job);
     } catch (const std::exception& e) {
+      failed = true;
       Log().error("a harvest failed with an internal error ({}); its events are lost", e.what());
     } catch (...) {
+      failed = true;
       Log().error("a harvest failed with an internal error; its events are lost");
     }
     lock.lock();
+    processing_.erase(std::find(processing_.begin(), processing_.end(), job.get()));
+    if (failed) AbandonLocked(job->seq);  // the later jobs must not wait for its turns
     --busy_;
     ContextState& state = StateOf(job->device);
     --state.queued;
     if (job->has_snapshot) {
       --state.out;
-      state.free.push_back(std::move(job->snapshot));
+      if (!state.ended) state.free.push_back(std::move(job->snapshot));
     }
     cv_.notify_all();
   }
 }
 
-std::string Harvester::ReadName(ContextState& state, DeviceContext* device, uint64_t address) {
-  auto it = state.names.find(address);
-  if (it != state.names.end()) return it->second;
-  std::string name = gpu_.ReadString(address, device->stream());
+std::string Harvester::ReadName(ContextState& state, DeviceContext* device, uint64_t generation, uint64_t address) {
+  const auto key = std::make_pair(generation, address);
+  {
+    std::lock_guard<std::mutex> lock(state.names_mu);
+    auto it = state.names.find(key);
+    if (it != state.names.end()) return it->second;
+  }
+  // Only while the modules of that generation are loaded, and the context lives.
+  std::string name;
+  bool gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gone = state.ended;
+  }
+  if (!gone && generation == state.name_generation.load(std::memory_order_acquire)) {
+    name = gpu_.ReadString(address, device->stream());
+  }
   if (name.empty()) name = fmt::format("<unreadable name at 0x{:x}>", address);
-  return state.names.emplace(address, std::move(name)).first->second;
+  std::lock_guard<std::mutex> lock(state.names_mu);
+  return state.names.emplace(key, std::move(name)).first->second;  // an unload's read may have come first
 }
 
 void Harvester::Process(Job& job) {
@@ -214,9 +336,14 @@ void Harvester::Process(Job& job) {
     std::lock_guard<std::mutex> lock(mu_);
     state = &StateOf(device);
   }
-  if (!job.has_snapshot) return;  // a final flush: nothing is carried over between harvests yet
-  ContextScope scope(gpu_, device->ctx());
-  if (!scope.ok()) return;
+  bool gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gone = state->ended;
+  }
+  std::optional<ContextScope> scope;
+  if (!gone) scope.emplace(gpu_, device->ctx());
+  if (scope && !scope->ok()) gone = true;
   uint64_t stage_start = gpu_.Now();
   const auto stage = [&](wire::HarvestStage s) {
     const uint64_t now = gpu_.Now();
@@ -224,10 +351,22 @@ void Harvester::Process(Job& job) {
     stage_start = now;
   };
 
-  // The clock probe relates %globaltimer to CUPTI's clock; given up (the
-  // previous offset stays) when the GPU is too busy to run it now.
+  // In read order: the clock probe relates %globaltimer to CUPTI's clock
+  // (given up, the previous offset stays, when the GPU is too busy to run it
+  // now); the records of the kernels that ended before this read-back.
+  if (!WaitTurn(take_turn_, job.seq)) return;
+  std::vector<WarpSegment> carried;
+  std::vector<int> carried_ages, record_ages;
+  std::vector<KernelRecord> carried_records;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    carried.swap(state->carried_segments);
+    carried_ages.swap(state->carried_segment_ages);
+    carried_records.swap(state->carried_records);
+    record_ages.swap(state->carried_record_ages);
+  }
   uint64_t probe_time = 0, probe_launched = 0;
-  const bool probed = gpu_.ProbeClock(&probe_time, &probe_launched);
+  const bool probed = !gone && job.has_snapshot && gpu_.ProbeClock(&probe_time, &probe_launched);
   gpu_.FlushActivity();
   const uint32_t context_id = device->facts().context_id;
   const std::vector<KernelRecord> probes = activity_.TakeNamed(context_id, kClockProbeKernel);
@@ -239,16 +378,30 @@ void Harvester::Process(Job& job) {
   if (probed && probe != nullptr) {
     state->clock_offset = static_cast<int64_t>((probe->start_ns + probe->end_ns) / 2 - probe_time);
   }
-  // Only kernels that ended before the read-back: later ones belong to later harvests.
-  std::vector<KernelRecord> records = activity_.Take(context_id, job.snapshot.time_ns);
+  int64_t clock_offset = state->clock_offset;
+  // Only kernels that ended before the read-back: later ones belong to later
+  // harvests. Records carried from earlier harvests come first.
+  std::vector<KernelRecord> records = std::move(carried_records);
+  {
+    std::vector<KernelRecord> taken =
+        activity_.Take(context_id, job.has_snapshot ? job.snapshot.time_ns : gpu_.Now());
+    records.insert(records.end(), std::make_move_iterator(taken.begin()), std::make_move_iterator(taken.end()));
+  }
+  record_ages.resize(records.size(), 0);
+  EndTurn(&take_turn_);
   stage(wire::kStageClock);
 
   const ArenaSnapshot& snap = job.snapshot;
   std::vector<WarpSegment> segments;
   DecodeStats decode;
-  DecodeChunks(snap.chunks.data(), snap.used_chunks, snap.chunk_bytes, &segments, &decode);
-  MapEventClocks(&segments, device->facts().cycles_per_ns);
-  state->clock_offset = EstimateClockOffset(segments, records, state->clock_offset);
+  if (job.has_snapshot) {
+    DecodeChunks(snap.chunks.data(), snap.used_chunks, snap.chunk_bytes, &segments, &decode);
+    MapEventClocks(&segments, device->facts().cycles_per_ns);
+  }
+  const size_t fresh_segments = segments.size();
+  segments.insert(segments.end(), std::make_move_iterator(carried.begin()), std::make_move_iterator(carried.end()));
+  carried_ages.insert(carried_ages.begin(), fresh_segments, 0);  // ages line up with `segments`
+  clock_offset = EstimateClockOffset(segments, records, clock_offset);
   // Wanted launches are those whose API call was noted; a graph's kernel
   // nodes share their cuGraphLaunch's, and are kept if their kernel is selected.
   HostCalls* calls = job.host_calls;
@@ -259,19 +412,50 @@ void Harvester::Process(Job& job) {
   };
   MatchStats match;
   static const std::string kUnwanted = "\x01unwanted";
+  const auto kept = [](const std::string& name) {
+    return name.size() < kUnwanted.size() ||
+           name.compare(name.size() - kUnwanted.size(), kUnwanted.size(), kUnwanted) != 0;
+  };
   for (KernelRecord& r : records) {
-    if (!wanted(r)) r.name += kUnwanted;
+    if (kept(r.name) && !wanted(r)) r.name += kUnwanted;
   }
-  std::vector<Launch> launches = MatchLaunches(
-      segments, records,
-      [](const std::string& name) {
-        return name.size() < kUnwanted.size() || name.compare(name.size() - kUnwanted.size(), kUnwanted.size(), kUnwanted) != 0;
-      },
-      state->clock_offset, &match);
+  std::vector<const WarpSegment*> unmatched;
+  std::vector<size_t> unused;
+  std::vector<Launch> launches = MatchLaunches(segments, records, kept, clock_offset, &match, &unmatched, &unused);
+  // Segments still without a record wait (a bounded number of harvests and
+  // events); the rest ship now under synthetic launches.
+  std::vector<WarpSegment> waiting, given_up;
+  std::vector<int> waiting_ages;
+  size_t waiting_events = 0;
+  for (const WarpSegment* s : unmatched) {
+    const int age = carried_ages[static_cast<size_t>(s - segments.data())] + 1;
+    if (job.final || age > kCarryHarvests || waiting_events + s->events.size() > kMaxCarriedEvents) {
+      given_up.push_back(*s);
+    } else {
+      waiting.push_back(*s);
+      waiting_ages.push_back(age);
+      waiting_events += s->events.size();
+    }
+  }
+  if (!given_up.empty()) {
+    std::vector<Launch> synthetic = MatchLaunches(given_up, {}, kept, clock_offset, &match);
+    for (Launch& l : synthetic) launches.push_back(std::move(l));
+    std::stable_sort(launches.begin(), launches.end(), [](const Launch& a, const Launch& b) {
+      return std::tie(a.record.start_ns, a.record.correlation_id) < std::tie(b.record.start_ns, b.record.correlation_id);
+    });
+  }
+  std::vector<KernelRecord> waiting_records;
+  std::vector<int> waiting_record_ages;
+  for (size_t i : unused) {
+    const int age = record_ages[i] + 1;
+    if (!job.final && age <= kCarryHarvests) {
+      waiting_records.push_back(records[i]);
+      waiting_record_ages.push_back(age);
+    }
+  }
   for (Launch& l : launches) {
     if (calls != nullptr) l.call = calls->Find(l.record.correlation_id);
   }
-  if (calls != nullptr) calls->EndHarvest();
 
   // Names are read from device memory, so before a module unload completes.
   std::unordered_map<uint64_t, std::string> names;
@@ -279,12 +463,17 @@ void Harvester::Process(Job& job) {
     for (const LaunchEvents& w : l.warps) {
       for (const DecodedEvent& e : w.events) {
         const uint64_t address = w.segment->name_base + static_cast<int64_t>(e.name_offset);
-        if (!names.count(address)) names.emplace(address, ReadName(*state, device, address));
+        if (!names.count(address)) names.emplace(address, ReadName(*state, device, job.name_generation, address));
       }
     }
   }
   // What each kernel claimed per warp this time sizes the drain projection
-  // of its next launch.
+  // of its next launch (0 for kernels whose launches recorded nothing).
+  for (const KernelRecord& r : records) {
+    if (!r.name.empty() && wanted(r)) {
+      if (KernelClass* kernel = kernels_.FindClass(r.name)) kernel->chunks_per_warp.store(0, std::memory_order_relaxed);
+    }
+  }
   for (const Launch& l : launches) {
     const double warps = static_cast<double>(Warps(l.record));
     if (warps <= 0 || l.record.name.empty()) continue;
@@ -294,15 +483,36 @@ void Harvester::Process(Job& job) {
   }
   stage(wire::kStageDecode);
 
+  // In read order: launch ids increase with time across harvests.
+  if (!WaitTurn(ship_turn_, job.seq)) return;
+  struct ShipTurn {
+    Harvester* h;
+    ~ShipTurn() { h->EndTurn(&h->ship_turn_); }
+  } ship_turn{this};
+  state->clock_offset = clock_offset;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      state->carried_segments.push_back(std::move(waiting[i]));
+      state->carried_segment_ages.push_back(waiting_ages[i]);
+    }
+    for (size_t i = 0; i < waiting_records.size(); ++i) {
+      state->carried_records.push_back(std::move(waiting_records[i]));
+      state->carried_record_ages.push_back(waiting_record_ages[i]);
+    }
+  }
+  if (!job.has_snapshot && launches.empty()) return;  // a final flush with nothing left
   std::lock_guard<std::mutex> lock(ship_mu_);
   shipper_.SendLaunches(
       launches, job.reason == wire::kHarvestHighWater ? uint32_t{wire::kLaunchForcedDrain} : 0u,
       [&](uint64_t address) { return names[address]; },
       [](const std::string& mangled) { return mangled.empty() ? std::string("<unknown kernel>") : Demangle(mangled); });
   stage(wire::kStageShip);
-  shipper_.SendHarvest(snap.time_ns, device->facts().info.ordinal, job.reason, snap.dropped_events,
-                       snap.unplaced_events, snap.used_chunks, snap.total_chunks, job.host);
-  stats_.harvests += 1;
+  // A final flush closes the launches it shipped (events that waited for a
+  // record) with a harvest of its own: it read nothing back.
+  shipper_.SendHarvest(job.has_snapshot ? snap.time_ns : gpu_.Now(), device->facts().info.ordinal, job.reason,
+                       snap.dropped_events, snap.unplaced_events, snap.used_chunks, snap.total_chunks, job.host);
+  stats_.harvests += job.has_snapshot ? 1 : 0;
   stats_.forced_drains += job.reason == wire::kHarvestHighWater ? 1 : 0;
   stats_.events_dropped_device += snap.dropped_events;
   stats_.events_unplaced_device += snap.unplaced_events;
@@ -312,6 +522,35 @@ void Harvester::Process(Job& job) {
   Log().debug("harvest on GPU {} ({}): {} chunks, {} launches, {} events, {} dropped", device->facts().info.ordinal,
               static_cast<int>(job.reason), snap.used_chunks, launches.size(), match.events, snap.dropped_events);
   SendStatsLocked();
+}
+
+uint64_t Harvester::CountUnshipped() {
+  uint64_t events = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto count = [&](const Job* job) {
+      if (job == nullptr || !job->has_snapshot) return;
+      const ArenaSnapshot& snap = job->snapshot;
+      for (uint32_t c = 0; c < snap.used_chunks; ++c) {
+        const uint8_t* chunk = snap.chunks.data() + static_cast<size_t>(c) * snap.chunk_bytes;
+        for (size_t at = sizeof(wire::ChunkHeader); at + sizeof(wire::Event) <= snap.chunk_bytes;
+             at += sizeof(wire::Event)) {
+          wire::Event e;
+          std::memcpy(&e, chunk + at, sizeof(e));
+          events += e.info != 0;
+        }
+      }
+    };
+    for (const auto& job : queue_) count(job.get());
+    for (const Job* job : processing_) count(job);
+    for (const auto& [device, state] : states_) {
+      for (const WarpSegment& s : state->carried_segments) events += s.events.size();
+    }
+  }
+  std::lock_guard<std::mutex> lock(ship_mu_);
+  stats_.events_dropped_transport += events;
+  SendStatsLocked();
+  return events;
 }
 
 void Harvester::SendStats() {
@@ -324,8 +563,8 @@ void Harvester::SendStatsLocked() {
   stats_.launches_profiled = c.launches;
   stats_.events_recorded = c.events;
   stats_.messages_dropped = c.messages_dropped;
-  stats_.events_dropped_transport = c.events_dropped;
   wire::StatsMsg stats = stats_;
+  stats.events_dropped_transport += c.events_dropped;
   if (fill_stats_) fill_stats_(&stats);
   shipper_.SendStats(stats);
 }

@@ -1,10 +1,18 @@
 // Harvester: from a context's arena to transport messages, off the
 // application's threads.
 //
-//   application thread                 smprof's harvest thread
-//   Harvest(): DeviceContext::Read     --> queue --> probe the clocks, take CUPTI's
-//   (wait for recording work, copy                   records, decode, match, name,
-//    the used chunks, reset)                         ship, send the harvest and stats
+//   application thread                 smprof's harvest threads
+//   Harvest(): DeviceContext::Read     --> queue --> [in read order] probe the clocks,
+//   (wait for recording work, copy                   take CUPTI's records
+//    the used chunks, reset)                     --> [in parallel] decode, map clocks,
+//                                                    match, read names
+//                                                --> [in read order] ship, send the
+//                                                    harvest and the counters
+//
+// Several harvest threads (a quarter of the cores, 1 to 4) decode read-backs
+// at once; taking records and shipping go by turns in the order of the
+// read-backs, so a harvest never takes a later one's records and launch ids
+// keep increasing with time.
 //
 // An application thread is held only while the arena is copied (and, for a
 // forced drain, while the recording work it waits for finishes). The queue
@@ -15,9 +23,12 @@
 // stalled, and the wait shows as the harvest's `wait` stage); nothing is
 // dropped.
 //
-// Events whose CUPTI record has not arrived wait for the next harvest of
-// their context; the final harvest (exit, context end) ships them under a
-// synthetic launch. Only events of *wanted* launches are shipped: a launch
+// Events whose CUPTI record has not arrived wait for later harvests of their
+// context (and records that got no events wait for theirs), up to
+// kCarryHarvests harvests; then, or at the final harvest (exit, context
+// end), they ship under a synthetic launch, counted as unattributed.
+// Overflow policy: at most kMaxCarriedEvents wait; past it the oldest ship
+// at once, unattributed. Only events of *wanted* launches are shipped: a launch
 // whose API call was noted in the context's HostCalls (launches of kernels
 // that were excluded, outside the launch range or the capture window but ran
 // while their module recorded are filtered and counted).
@@ -29,6 +40,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -55,8 +67,9 @@ class Harvester {
  public:
   // Fills the process-wide counters the harvester does not own (launch counts).
   using StatsFiller = std::function<void(wire::StatsMsg*)>;
+  // `threads`: harvest threads (0: a quarter of the cores, 1 to kMaxThreads).
   Harvester(Gpu& gpu, ActivityStore& activity, KernelTable& kernels, Shipper& shipper, std::mutex& ship_mu,
-            StatsFiller fill_stats);
+            StatsFiller fill_stats, unsigned threads = 0);
   ~Harvester();  // stops the harvest thread (queued work is abandoned)
 
   // On an application thread: reads the arena back if it may (see
@@ -67,24 +80,44 @@ class Harvester {
   // of all contexts) has been shipped. `final`: events still waiting for a
   // CUPTI record ship now under synthetic launches.
   bool Flush(const DeviceContext* device, bool final, std::chrono::steady_clock::time_point deadline);
-  // The context is gone: free its buffers and names (after a final Flush).
-  void Forget(const DeviceContext* device);
-  // Marker names read from a context's modules are forgotten (module unload).
-  void ForgetNames(const DeviceContext* device);
+  // On the application's thread, inside a module-unload or context-destroy
+  // callback (after the forced harvest): reads every marker name the queued
+  // harvests of `device` need while the modules are still there (the
+  // harvest thread's own driver calls wait for the unload to finish, so it is
+  // never waited for here), then starts a new name generation: later
+  // harvests read names afresh (a new module may reuse the addresses).
+  void ReadNamesBeforeUnload(DeviceContext* device);
+  // The context is gone: its remaining harvests ship without touching the
+  // GPU (names from what ReadNamesBeforeUnload read); `final` as in Flush.
+  void EndContext(DeviceContext* device);
 
   // Sends the cumulative counters (ship mutex held by the caller or not: takes it).
   void SendStats();
+  // Exit could not wait any longer: the events of read-backs not yet shipped
+  // are counted as lost on the host (StatsMsg::events_dropped_transport) and
+  // returned.
+  uint64_t CountUnshipped();
 
-  static constexpr size_t kSnapshotsPerContext = 2;
+  static constexpr size_t kSnapshotsPerContext = 4;
+  static constexpr int kCarryHarvests = 4;
+  static constexpr size_t kMaxCarriedEvents = size_t{1} << 22;
+  static constexpr unsigned kMaxThreads = 4;
 
  private:
   struct Job;
   struct ContextState;
 
   ContextState& StateOf(const DeviceContext* device);  // mu_ held
+  void StartThreads();  // mu_ held
+  void Enqueue(std::unique_ptr<Job> job);  // mu_ held
   void Run();
   void Process(Job& job);
-  std::string ReadName(ContextState& state, DeviceContext* device, uint64_t address);
+  // Waits for the job's turn at a step done in read order (false: stopping).
+  bool WaitTurn(const uint64_t& turn, uint64_t seq);
+  void EndTurn(uint64_t* turn);
+  void AdvanceLocked(uint64_t* turn);  // mu_ held: past the turns of jobs that failed
+  void AbandonLocked(uint64_t seq);    // mu_ held: a failed job gives up its turns
+  std::string ReadName(ContextState& state, DeviceContext* device, uint64_t generation, uint64_t address);
   void SendStatsLocked();  // ship_mu_ held
 
   Gpu& gpu_;
@@ -93,15 +126,21 @@ class Harvester {
   Shipper& shipper_;
   std::mutex& ship_mu_;
   StatsFiller fill_stats_;
+  const unsigned thread_count_;
   wire::StatsMsg stats_{};  // ship_mu_
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Job>> queue_;
   size_t busy_ = 0;  // jobs being processed
+  std::vector<Job*> processing_;  // their snapshots stay valid while mu_ is held
+  uint64_t next_seq_ = 0;   // read order of the next job
+  uint64_t take_turn_ = 0;  // the job whose records are taken next
+  uint64_t ship_turn_ = 0;  // the job shipped next
+  std::set<uint64_t> abandoned_take_, abandoned_ship_;  // turns of jobs that failed before them
   bool stop_ = false;
   std::unordered_map<const DeviceContext*, std::unique_ptr<ContextState>> states_;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace smprof::injector

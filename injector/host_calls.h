@@ -8,10 +8,10 @@
 // (Find), and the collector draws it on that thread's track with a flow
 // arrow to the kernel. The harvest also keeps only events of launches whose
 // call was noted (the launches that were wanted). A context keeps its calls
-// for kCycles harvests: the cycle in progress and the ones before
-// (EndHarvest drops the oldest), so a kernel whose record comes a few
-// harvests late (the harvester carries its events over) still finds its
-// call. Overflow policy: a cycle holds at most kMaxCalls calls; at the limit
+// for kCycles harvests (a cycle ends at each read-back of the arena): the
+// cycle in progress and the ones before (EndHarvest drops the oldest), so
+// a read-back still queued for decoding, or a kernel whose record comes a few
+// harvests late, still finds its call. Overflow policy: a cycle holds at most kMaxCalls calls; at the limit
 // (a program that launches without synchronising, its kernels recording
 // nothing, so no drain comes) the cycle ends early and the calls of the
 // oldest are forgotten, counted in forgotten() (StatsMsg::host_calls_forgotten:
@@ -44,8 +44,10 @@ class HostCalls {
   // Calls forgotten at the limit before a harvest could ship them.
   uint64_t forgotten() const;
 
-  static constexpr size_t kMaxCalls = size_t{1} << 18;  // per cycle: ~16 MiB each
-  static constexpr size_t kCycles = 4;
+  static constexpr size_t kMaxCalls = size_t{1} << 17;  // per cycle: ~8 MiB each
+  // Read-backs queued for decoding (Harvester::kSnapshotsPerContext), the one
+  // in progress and records a few harvests late: 8 cycles cover them.
+  static constexpr size_t kCycles = 8;
 
  private:
   void EndCycle(bool early);  // mu_ held; early: at the limit, not at a harvest

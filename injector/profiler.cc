@@ -54,7 +54,7 @@ void HoldGate(DeviceContext& device) {
 
 }  // namespace
 
-Profiler::Profiler(Gpu& gpu, const Settings& settings, Shipper& shipper)
+Profiler::Profiler(Gpu& gpu, const Settings& settings, Shipper& shipper, unsigned harvest_threads)
     : gpu_(gpu),
       settings_(settings),
       arena_options_(ArenaOptionsOf(settings)),
@@ -66,7 +66,8 @@ Profiler::Profiler(Gpu& gpu, const Settings& settings, Shipper& shipper)
                  k->launch_items = settings_.launches.ItemsFor(k->demangled);
                  activity_.Track(k->mangled);
                }),
-      harvester_(gpu, activity_, kernels_, shipper, ship_mu_, [this](wire::StatsMsg* s) { FillStats(s); }),
+      harvester_(gpu, activity_, kernels_, shipper, ship_mu_, [this](wire::StatsMsg* s) { FillStats(s); },
+                 harvest_threads),
       window_open_(settings_.capture_range != CaptureRange::kProfilerApi) {
   activity_.Track(kClockProbeKernel);
   activity_.Track(kTimerStepKernel);
@@ -198,7 +199,7 @@ void Profiler::OnLaunchEnter(const LaunchCall& call) {
       return;
     }
     const bool capturing = gpu_.Capturing(stream);
-    if (device.DarkenInStreamOrder(m, call.stream, capturing)) return;
+    if (device.DarkenInStreamOrder(m, call.stream, call.per_thread, capturing)) return;
     HoldGate(device);
     if (!capturing) device.NoteLaunch(m, call.stream, call.per_thread, 0);
     return;
@@ -215,7 +216,7 @@ void Profiler::OnLaunchEnter(const LaunchCall& call) {
     device.Poll();
   }
   HoldGate(device);
-  if (!device.Light(m, call.stream, capturing) || capturing) return;  // a captured launch records with its graph
+  if (!device.Light(m, stream, capturing) || capturing) return;  // a captured launch records with its graph
   device.NoteLaunch(m, call.stream, call.per_thread, Projected(*info, call.warps, device.num_chunks()));
   t_call = CallInProgress{c, &c->host_calls, call.correlation_id, start_ns, call.api};
 }
@@ -270,9 +271,9 @@ void Profiler::EnterGraphLaunch(const LaunchCall& call) {
   HoldGate(device);
   bool lit = true;
   if (plan == nullptr) {
-    lit = device.LightSelected(call.stream, capturing);
+    lit = device.LightSelected(stream, capturing);
   } else {
-    for (DeviceContext::Module* m : modules) lit &= device.Light(m, call.stream, capturing);
+    for (DeviceContext::Module* m : modules) lit &= device.Light(m, stream, capturing);
   }
   if (!lit || capturing) return;
   device.NoteLaunch(nullptr, call.stream, call.per_thread, chunks);
@@ -338,24 +339,22 @@ void Profiler::OnModuleUnload(GpuCtx ctx) {
   Context* c = ContextFor(ctx, false);
   if (c == nullptr) return;
   Harvest(*c, wire::kHarvestModuleUnload, HarvestMode::kForce);
-  // Names are read from the module's memory: ship before it goes.
-  harvester_.Flush(&c->device, false, std::chrono::steady_clock::now() + std::chrono::seconds(10));
-  c->device.ForgetModules();
+  // Names are read from the module's memory: now, before it goes.
+  harvester_.ReadNamesBeforeUnload(&c->device);
+  c->device.ModulesMayBeStale();
+  // Function handles may be reused by the next module. Graph plans keep
+  // their kernels' entries (never freed): a graph of a module that stays
+  // loaded still lights it.
   kernels_.ForgetContext(ctx);
-  harvester_.ForgetNames(&c->device);
-  // Graph plans point at the context's forgotten functions: their launches
-  // fall back to lighting every module with a selected kernel.
-  std::lock_guard<std::mutex> lock(mu_);
-  graphs_.clear();
 }
 
 void Profiler::OnContextDestroy(GpuCtx ctx) {
   Context* c = ContextFor(ctx, false);
   if (c != nullptr) {
     Harvest(*c, wire::kHarvestContextDestroy, HarvestMode::kForce);
-    harvester_.Flush(&c->device, true, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    harvester_.ReadNamesBeforeUnload(&c->device);
     c->device.End();
-    harvester_.Forget(&c->device);
+    harvester_.EndContext(&c->device);
   }
   kernels_.ForgetContext(ctx);
   std::lock_guard<std::mutex> lock(mu_);
@@ -387,9 +386,11 @@ void Profiler::Shutdown() {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (Context* c : contexts) harvester_.Flush(&c->device, true, deadline);
   if (!harvester_.Flush(nullptr, false, deadline)) {
-    Log().warn("the last harvests did not finish shipping in 30 s; their events are lost");
+    const uint64_t lost = harvester_.CountUnshipped();
+    Log().warn("the last harvests did not finish shipping in 30 s: {} events are lost (counted)", lost);
+  } else {
+    harvester_.SendStats();
   }
-  harvester_.SendStats();
   if (uint64_t lost = activity_.dropped()) {
     Log().warn("{} CUPTI kernel records were not kept (store full); their events appear without launch details", lost);
   }

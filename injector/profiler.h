@@ -59,7 +59,8 @@ struct LaunchCall {
 class Profiler {
  public:
   // `shipper` must outlive the profiler; its calls are serialised here.
-  Profiler(Gpu& gpu, const Settings& settings, Shipper& shipper);
+  // `harvest_threads`: 0 chooses by the core count (harvester.h).
+  Profiler(Gpu& gpu, const Settings& settings, Shipper& shipper, unsigned harvest_threads = 0);
   ~Profiler();
 
   void OnLaunchEnter(const LaunchCall& call);

@@ -102,6 +102,12 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
                            const std::function<std::string(uint64_t)>& name_of,
                            const std::function<std::string(const std::string&)>& kernel_name) {
   address_ids_.clear();  // addresses are only stable while modules stay loaded
+  // In front of the map: the last ids by address (a kernel has few names).
+  struct Cached {
+    uint64_t address = 0;
+    uint32_t id = 0;
+  };
+  Cached recent[64];
   std::vector<wire::WireEvent> events;
   for (const Launch& launch : launches) {
     const KernelRecord& r = launch.record;
@@ -140,9 +146,13 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
         for (size_t i = first; i < first + count; ++i) {
           const DecodedEvent& e = warp.events[i];
           const uint64_t address = seg.name_base + static_cast<int64_t>(e.name_offset);
-          auto it = address_ids_.find(address);
-          if (it == address_ids_.end()) it = address_ids_.emplace(address, InternName(name_of(address))).first;
-          events.push_back({e.time_ns, static_cast<uint32_t>(e.clock), it->second, e.info, e.value});
+          Cached& slot = recent[(address >> 3) % 64];
+          if (slot.id == 0 || slot.address != address) {
+            auto it = address_ids_.find(address);
+            if (it == address_ids_.end()) it = address_ids_.emplace(address, InternName(name_of(address))).first;
+            slot = Cached{address, it->second};
+          }
+          events.push_back({e.time_ns, static_cast<uint32_t>(e.clock), slot.id, e.info, e.value});
         }
         auto w = Zeroed<wire::WarpEventsMsg>();
         w.launch_id = m.launch_id;

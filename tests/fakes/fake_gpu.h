@@ -127,6 +127,15 @@ class FakeGpu final : public Gpu {
     return app_copies_;
   }
 
+  // Its memory goes (names and arena reference read as zeros from now on).
+  void UnloadModule(GpuModule module) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Module& m = modules_.at(module);
+    if (!m.opted_in) return;
+    std::memset(At(m.name_base), 0, 16 + 64 * m.names.size());
+    std::memset(At(m.arena_ref), 0, sizeof(wire::ArenaRef));
+  }
+
   // Reads the module's arena reference as a kernel would.
   wire::ArenaRef Ref(GpuModule module) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -434,6 +434,68 @@ TEST(GpuScenarios, KernelFilterSelectsByDemangledName) {
   EXPECT_EQ(GroupsOf(excluded, "other_b").size(), 2u);
 }
 
+// Excluded kernels record nothing on the GPU: nothing of other_b is
+// recorded, so nothing is filtered on the host either.
+TEST(GpuScenarios, ExcludedKernelsRecordNothing) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("filter", "--kernels 'gemm*' --log-level info");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(GroupsOf(run, "gemm_like_a").size(), 2u);
+  EXPECT_EQ(SummaryNumber(run, R"((\d+) events from)"), 2 * 4 * 6);
+  // The run summary in the trace counts what the host filtered.
+  EXPECT_EQ(run.summary_event.value("filtered_events", -1), 0) << run.summary_event.dump();
+}
+
+TEST(GpuScenarios, LaunchRangesProfileOnlyTheChosenLaunches) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("ranges", "--launches 'gemm_like_a:2-4+8'");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(GroupsOf(run, "gemm_like_a").size(), 4u);
+  EXPECT_EQ(GroupsOf(run, "other_b").size(), 4u);  // no item matches it: not limited
+  EXPECT_EQ(SummaryNumber(run, R"((\d+) events from)"), 4 * 4 * 6 + 4 * 4 * 9);
+  EXPECT_EQ(run.summary_event.value("filtered_events", -1), 0) << run.summary_event.dump();
+}
+
+TEST(GpuScenarios, CaptureRangeFollowsCudaProfilerStartAndStop) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("profiler-window", "--capture-range cudaProfilerApi");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(GroupsOf(run, "gemm_like_a").size(), 3u);
+  const ProfiledRun all = Profile("profiler-window");
+  EXPECT_EQ(GroupsOf(all, "gemm_like_a").size(), 8u);
+}
+
+// 4 threads x 2 streams, 100,000 launches, a synchronisation every 1,000
+// launches per thread: every launch keeps its CUPTI record (kernel name,
+// stream, geometry), every event arrives.
+TEST(GpuScenarios, EveryLaunchIsAttributedUnderMultiThreadedLoad) {
+  REQUIRE_GPU();
+  char dir_template[] = "/tmp/smprof-gpu-mt-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  const std::string trace = dir + "/trace.pftrace";
+  constexpr long kLaunches = 100000;
+  const int rc = Shell(BuildDir() + "/bin/smprof-run -o " + trace + " -- " + BuildDir() +
+                           "/bin/smprof_gpu_scenarios many-threads " + std::to_string(kLaunches),
+                       dir + "/stdout.txt", dir + "/stderr.txt");
+  const std::string err = Slurp(dir + "/stderr.txt");
+  ASSERT_EQ(rc, 0) << err;
+  const json stats = json::parse(Slurp(trace + ".stats.json"), nullptr, false);
+  ASSERT_TRUE(stats.is_object()) << "no statistics beside " << trace;
+  long count_launches = 0, other = 0;
+  for (const json& k : stats["kernels"]) {
+    const std::string name = k["kernel"].get<std::string>();
+    (name.find("count_kernel") != std::string::npos ? count_launches : other) += k["launches"].get<long>();
+    EXPECT_EQ(name.find("no CUPTI record"), std::string::npos) << name;
+  }
+  EXPECT_EQ(count_launches, kLaunches);
+  EXPECT_EQ(other, 0);
+  EXPECT_EQ(stats["instants"].get<long>(), kLaunches * 2 * 2);
+  EXPECT_EQ(stats["lost_events"].get<long>(), 0);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(err, m, std::regex(R"(profiled (\d+) launch)"))) << err;
+  EXPECT_EQ(std::stol(m[1]), kLaunches);
+}
+
 TEST(GpuScenarios, CapturedGraphReplaysKeepEveryEvent) {
   REQUIRE_GPU();
   const ProfiledRun run = Profile("graph");

@@ -159,6 +159,8 @@ TEST(ClockMap, TakesTheTightestBoundOfNearbyAnchors) {
 // result must be what dividing for every neighbour within the span gives
 // (the rule above, written out here), on anchors like a busy SM's: read up
 // to a 32 ns tick late, a few hundred ns to a few us apart.
+// The cursor evaluates only the neighbours that can still win; ToNs all of
+// them: both must give the brute-force result exactly.
 TEST(ClockMap, SkippingDivisionsChangesNoResult) {
   struct A {
     uint64_t clock, time;
@@ -187,8 +189,13 @@ TEST(ClockMap, SkippingDivisionsChangesNoResult) {
     std::vector<A>& a = anchors[sm];
     std::sort(a.begin(), a.end(), [](const A& x, const A& y) { return x.clock < y.clock; });
     const double rate = map.CyclesPerNs(sm);
-    for (int q = 0; q < 20000; ++q) {
-      const uint64_t clock = a.front().clock - 5000 + next(a.back().clock - a.front().clock + 10000);
+    // Random order, then increasing runs (as within a chunk): the cursor's two ways.
+    std::vector<uint64_t> queries;
+    for (int q = 0; q < 20000; ++q) queries.push_back(a.front().clock - 5000 + next(a.back().clock - a.front().clock + 10000));
+    std::vector<uint64_t> sorted = queries;
+    std::sort(sorted.begin() + 10000, sorted.end());
+    ClockMap::Cursor cursor(map, sm);
+    for (const uint64_t clock : sorted) {
       size_t nearest = 0;
       while (nearest + 1 < a.size() && a[nearest + 1].clock <= clock) ++nearest;
       const auto through = [&](const A& x) {
@@ -206,6 +213,7 @@ TEST(ClockMap, SkippingDivisionsChangesNoResult) {
         if (estimate > best && estimate - base <= ClockMap::kMaxTickNs) best = estimate;
       }
       ASSERT_EQ(map.ToNs(sm, clock), static_cast<uint64_t>(best)) << "sm " << sm << " clock " << clock;
+      ASSERT_EQ(cursor.ToNs(clock), static_cast<uint64_t>(best)) << "cursor, sm " << sm << " clock " << clock;
       ++checked;
     }
   }

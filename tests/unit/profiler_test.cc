@@ -22,7 +22,7 @@ using fake::FakeGpu;
 // Decodes shipped messages: launches by kernel name, events, the last stats.
 class CaptureSink : public MessageSink {
  public:
-  bool Send(const void* data, uint32_t size, uint64_t) override {
+  bool Send(const void* data, uint32_t, uint64_t) override {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return !blocked; });
     wire::MsgHeader h;
@@ -90,16 +90,16 @@ Settings MakeSettings(const std::string& kernels = "", const std::string& launch
 // kernels (gemm, other), a module that did not opt in, and two streams.
 class ProfilerTest : public ::testing::Test {
  protected:
-  void Start(const Settings& settings) {
+  void Start(const Settings& settings, unsigned harvest_threads = 1) {
     shipper = std::make_unique<Shipper>(&sink);
-    profiler = std::make_unique<Profiler>(gpu, settings, *shipper);
+    profiler = std::make_unique<Profiler>(gpu, settings, *shipper, harvest_threads);
   }
   void TearDown() override {
     if (profiler) profiler->Shutdown();
   }
 
   // A launch as the driver API makes it: enter, the kernel queued, exit.
-  void LaunchOn(GpuFunction f, GpuModule module, const char* symbol, GpuStream stream, uint32_t warps = 8,
+  void LaunchOn(GpuFunction f, GpuModule m, const char* symbol, GpuStream stream, uint32_t warps = 8,
                 uint32_t ranges = 4, bool deliver = true) {
     const uint64_t correlation = ++next_correlation;
     LaunchCall call;
@@ -111,7 +111,7 @@ class ProfilerTest : public ::testing::Test {
     call.correlation_id = correlation;
     call.api = wire::kApiLaunchKernel;
     profiler->OnLaunchEnter(call);
-    gpu.Launch(module, stream, symbol, correlation, warps, ranges, &profiler->activity(), deliver);
+    gpu.Launch(m, stream, symbol, correlation, warps, ranges, &profiler->activity(), deliver);
     profiler->OnLaunchExit(correlation);
   }
   void Gemm(GpuStream s, uint32_t warps = 8, uint32_t ranges = 4) { LaunchOn(gemm, module, kGemm, s, warps, ranges); }
@@ -190,11 +190,11 @@ TEST_F(ProfilerTest, ExcludedLaunchAfterASelectedOneIsDarkenedInStreamOrder) {
   Other(s1);
   Gemm(s1);
   const auto copies = gpu.app_copies();
-  ASSERT_EQ(copies.size(), 2u);  // darken ahead of `other`, light again ahead of the second gemm
-  EXPECT_EQ(copies[0].stream, s1);
-  EXPECT_EQ(copies[0].value, 0u);
-  EXPECT_EQ(copies[1].stream, s1);
-  EXPECT_NE(copies[1].value, 0u);
+  ASSERT_EQ(copies.size(), 3u);  // light ahead of the gemm, darken ahead of `other`, light again
+  for (const auto& c : copies) EXPECT_EQ(c.stream, s1);
+  EXPECT_NE(copies[0].value, 0u);
+  EXPECT_EQ(copies[1].value, 0u);
+  EXPECT_NE(copies[2].value, 0u);
   gpu.Release(s1);
   Sync();
   Finish();
@@ -261,8 +261,9 @@ TEST_F(ProfilerTest, CaptureWindowFollowsProfilerStartAndStop) {
 
 TEST_F(ProfilerTest, ForcedDrainsKeepEveryEvent) {
   // 1 MiB arena of 1 KiB chunks: each launch of 200 warps takes 200 chunks,
-  // so the high-water mark (75 %) forces a drain every few launches.
-  Start(MakeSettings());
+  // so the high-water mark (75 %) forces a drain every few launches; three
+  // harvest threads decode the read-backs at once and ship them in order.
+  Start(MakeSettings(), /*harvest_threads=*/3);
   for (int i = 0; i < 20; ++i) Gemm(s1, 200, 4);
   Sync();
   Finish();
@@ -310,15 +311,24 @@ TEST_F(ProfilerTest, MarkerNamesAreReadOncePerContext) {
   EXPECT_EQ(sink.names[0], "load");
 }
 
-TEST_F(ProfilerTest, ModuleUnloadShipsFirstAndForgetsHandles) {
+TEST_F(ProfilerTest, ModuleUnloadReadsNamesFirstAndForgetsHandles) {
   Start(MakeSettings());
   Gemm(s1);
-  profiler->OnModuleUnload(gpu.context);
-  EXPECT_EQ(sink.events["gemm(float*)"], 64u);  // shipped before the unload returned
+  sink.Block(true);  // the harvest thread is held up shipping
+  Sync();
+  Gemm(s1);
+  profiler->OnModuleUnload(gpu.context);  // harvests, and reads the names the queued harvests need
+  gpu.UnloadModule(module);               // its memory is gone: names cannot be read any more
+  sink.Block(false);
+  module = gpu.AddModule(true);  // a new module, new handles
+  gemm = gpu.AddFunction(module, kGemm);
   Gemm(s1);
   Sync();
   Finish();
-  EXPECT_EQ(sink.events["gemm(float*)"], 128u);
+  EXPECT_EQ(sink.events["gemm(float*)"], 3u * 64);
+  ASSERT_EQ(sink.names.size(), 1u);
+  EXPECT_EQ(sink.names[0], "load");
+  EXPECT_EQ(sink.harvests[wire::kHarvestModuleUnload], 1);
 }
 
 TEST_F(ProfilerTest, LateCuptiRecordsAreMatchedAtTheNextHarvest) {
@@ -368,9 +378,22 @@ TEST_F(ProfilerTest, GraphLaunchesLightOnlyModulesOfTheirSelectedNodes) {
   EXPECT_EQ(sink.events["gemm(float*)"], 2u * 64);
 }
 
+TEST_F(ProfilerTest, EventsWhoseRecordNeverComesShipUnattributedAtTheEnd) {
+  Start(MakeSettings());
+  LaunchOn(gemm, module, kGemm, s1, 8, 4, /*deliver=*/false);
+  for (int i = 0; i < 6; ++i) {  // more harvests than events wait for a record
+    Gemm(s1);
+    Sync();
+  }
+  Finish();
+  EXPECT_EQ(sink.launches["gemm(float*)"], 6);
+  EXPECT_EQ(sink.stats.events_unattributed, 64u);
+  EXPECT_EQ(sink.total_events, 7u * 64);
+}
+
 // Threads launching and synchronising at once (run under TSan in CI).
 TEST_F(ProfilerTest, ConcurrentLaunchesAndHarvestsKeepEveryEvent) {
-  Start(MakeSettings("", "", "none", 4));
+  Start(MakeSettings("", "", "none", 4), /*harvest_threads=*/3);
   constexpr int kThreads = 4, kLaunches = 200;
   std::vector<GpuStream> streams;
   for (int t = 0; t < kThreads; ++t) streams.push_back(gpu.AddStream());
@@ -401,7 +424,7 @@ TEST_F(ProfilerTest, ConcurrentLaunchesAndHarvestsKeepEveryEvent) {
   for (auto& th : threads) th.join();
   Sync();
   Finish();
-  EXPECT_EQ(sink.launches["gemm(float*)"], kThreads * kLaunches);
+  EXPECT_EQ(sink.launches["gemm(float*)"], kThreads * kLaunches) << "filtered " << sink.stats.events_filtered << " unattributed " << sink.stats.events_unattributed << " dropped " << sink.stats.events_dropped_device << " harvests " << sink.stats.harvests << " written " << gpu.events_written() << " recorded " << sink.stats.events_recorded << " malformed " << sink.stats.events_malformed << " kernels " << gpu.kernels_that_recorded();
   EXPECT_EQ(sink.events["gemm(float*)"], uint64_t{kThreads} * kLaunches * 4 * 4);
   EXPECT_EQ(sink.stats.events_unattributed, 0u);
 }

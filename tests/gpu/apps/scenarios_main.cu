@@ -3,6 +3,7 @@
 // under smprof-run and checks the trace against the counts documented in
 // kernels_opted.cu and kernels_recorder.cu.
 #include <cuda.h>
+#include <cuda_profiler_api.h>
 #include <cupti.h>
 
 #include <cstdio>
@@ -112,6 +113,61 @@ int Threads() {  // two threads launch count_kernel(5) and (7) on their per-thre
   std::thread a(work, 5), b(work, 7);
   a.join();
   b.join();
+  CHECK(cudaDeviceSynchronize());
+  return 0;
+}
+
+// 4 threads x 2 streams each: `launches` launches of count_kernel(2) on
+// 1x64 threads (2 warps x 2 events) in all, each thread alternating its
+// streams and synchronising both every 1,000 of its launches.
+int ManyThreads(long launches) {
+  constexpr int kThreads = 4;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([launches] {
+      cudaStream_t s[2];
+      for (auto& x : s) {
+        if (cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking) != cudaSuccess) std::exit(93);
+      }
+      for (long i = 0; i < launches / kThreads; ++i) {
+        LaunchCount(1, 64, 2, 0, s[i % 2]);
+        if (i % 1000 == 999) {
+          for (auto& x : s) {
+            if (cudaStreamSynchronize(x) != cudaSuccess) std::exit(94);
+          }
+        }
+      }
+      for (auto& x : s) {
+        if (cudaStreamSynchronize(x) != cudaSuccess || cudaStreamDestroy(x) != cudaSuccess) std::exit(95);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(cudaGetLastError());
+  return 0;
+}
+
+// gemm_like_a(6) ten times and other_b(9) three times, interleaved, on one
+// stream, synchronised once at the end (for --launches).
+int Ranges() {
+  for (int i = 0; i < 10; ++i) {
+    LaunchGemmLikeA(6, nullptr);
+    if (i % 3 == 0) LaunchOtherB(9, nullptr);
+  }
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  return 0;
+}
+
+// gemm_like_a(6) eight times; launches 3 to 5 between cudaProfilerStart and
+// cudaProfilerStop (for --capture-range cudaProfilerApi).
+int ProfilerWindow() {
+  for (int i = 0; i < 8; ++i) {
+    if (i == 3) CHECK(cudaProfilerStart());
+    LaunchGemmLikeA(6, nullptr);
+    if (i == 5) CHECK(cudaProfilerStop());
+  }
+  CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
   return 0;
 }
@@ -347,6 +403,9 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "exit7")) return ExitNoSync(7);
   if (!std::strcmp(scenario, "destroyed-stream")) return DestroyedStream();
   if (!std::strcmp(scenario, "threads")) return Threads();
+  if (!std::strcmp(scenario, "many-threads")) return ManyThreads(argc > 2 ? std::atol(argv[2]) : 100000);
+  if (!std::strcmp(scenario, "ranges")) return Ranges();
+  if (!std::strcmp(scenario, "profiler-window")) return ProfilerWindow();
   if (!std::strcmp(scenario, "driver-api") && argc > 2) return DriverApi(argv[2]);
   if (!std::strcmp(scenario, "cupti-taken")) return CuptiTaken();
   if (!std::strcmp(scenario, "silent-big")) return SilentBig();
@@ -362,7 +421,8 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "recorder-cycle-ranges") && argc > 2) return RecorderCycleRanges(argv[2]);
   if (!std::strcmp(scenario, "recorder-cross-sm") && argc > 2) return RecorderCrossSm(argv[2]);
   std::fprintf(stderr,
-               "usage: %s basic|streams|filter|graph|overflow|highwater|exit7|destroyed-stream|threads|driver-api "
+               "usage: %s basic|streams|filter|graph|overflow|highwater|exit7|destroyed-stream|threads|"
+               "many-threads [launches]|ranges|profiler-window|driver-api "
                "<fatbin>|cupti-taken|silent-big|capture-after-eager|unload-replay <fatbin>|exit-running|"
                "recorder-divergent-halves|recorder-early-exit|recorder-partial-warps|recorder-big-blocks|"
                "recorder-many-markers|recorder-device-functions|recorder-cycle-ranges <file>|recorder-cross-sm <file>\n",
