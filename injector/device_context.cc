@@ -260,10 +260,17 @@ void DeviceContext::AddBusy(GpuStream stream, bool per_thread, uint64_t thread) 
   }
 }
 
-void DeviceContext::NoteLaunch(Module* m, GpuStream stream, bool per_thread, double chunks) {
+void DeviceContext::NoteLaunch(Module* m, GpuStream stream, bool per_thread, double chunks,
+                               std::atomic<double>* chunks_per_warp, uint64_t warps) {
   std::lock_guard<std::mutex> lock(mu_);
   ++pending_;
   projected_chunks_ += chunks;
+  if (chunks_per_warp == nullptr || cycle_kernels_.size() >= 64) {
+    cycle_mixed_ = true;
+  } else if (std::find(cycle_kernels_.begin(), cycle_kernels_.end(), chunks_per_warp) == cycle_kernels_.end()) {
+    cycle_kernels_.push_back(chunks_per_warp);
+  }
+  cycle_warps_ += warps;
   if (m != nullptr) {
     if (!m->any_stream) {
       m->only_stream = stream;
@@ -464,6 +471,14 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   }
   __atomic_store_n(reinterpret_cast<uint32_t*>(&words_[2]), 0u, __ATOMIC_RELAXED);
   std::lock_guard<std::mutex> lock(mu_);
+  if (used == 0) {  // nothing claimed: none of these kernels records (for now)
+    for (std::atomic<double>* rate : cycle_kernels_) rate->store(0, std::memory_order_relaxed);
+  } else if (!cycle_mixed_ && cycle_kernels_.size() == 1 && cycle_warps_ > 0) {
+    cycle_kernels_[0]->store(static_cast<double>(used) / static_cast<double>(cycle_warps_), std::memory_order_relaxed);
+  }
+  cycle_kernels_.clear();
+  cycle_mixed_ = false;
+  cycle_warps_ = 0;
   for (auto& [module, m] : modules_) {
     m->written = true;
     m->is_lit.store(false, std::memory_order_release);

@@ -158,8 +158,13 @@ class DeviceContext {
   // (a ThreadToken()).
   void AdoptQuietLaunch(GpuStream stream, bool per_thread, uint64_t thread);
   // Gate held. Recording work was queued on `stream` (or the calling
-  // thread's per-thread stream); `chunks` it may claim.
-  void NoteLaunch(Module* m, GpuStream stream, bool per_thread, double chunks);
+  // thread's per-thread stream); `chunks` it may claim. `chunks_per_warp`
+  // (with the launch's `warps`): the kernel's learned claim rate, which the
+  // read-back sets at once when it can tell (every launch since the last one
+  // was of this kernel, or nothing was claimed at all), so the projection of
+  // the next launches is right before the harvest threads have decoded.
+  void NoteLaunch(Module* m, GpuStream stream, bool per_thread, double chunks,
+                  std::atomic<double>* chunks_per_warp = nullptr, uint64_t warps = 0);
   void NoteStreamDestroy(GpuStream stream);
   // A module is being unloaded: the next read-back checks every module's
   // arena reference again (a stale handle is dropped, a reused one gets the
@@ -217,6 +222,9 @@ class DeviceContext {
   std::atomic<uint64_t> quiet_generation_{1};  // bumped at each harvest
   uint64_t pending_ = 0;                  // recording launches since the last harvest
   double projected_chunks_ = 0;
+  std::vector<std::atomic<double>*> cycle_kernels_;  // claim rates of the kernels launched since (at most 64)
+  bool cycle_mixed_ = false;                         // ... more than that, or graphs
+  uint64_t cycle_warps_ = 0;
 };
 
 }  // namespace smprof::injector

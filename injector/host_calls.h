@@ -44,10 +44,11 @@ class HostCalls {
   // Calls forgotten at the limit before a harvest could ship them.
   uint64_t forgotten() const;
 
-  static constexpr size_t kMaxCalls = size_t{1} << 17;  // per cycle: ~8 MiB each
+  static constexpr size_t kMaxCalls = size_t{1} << 16;  // per cycle: ~4 MiB each at most
   // Read-backs queued for decoding (Harvester::kSnapshotsPerContext), the one
-  // in progress and records a few harvests late: 8 cycles cover them.
-  static constexpr size_t kCycles = 8;
+  // in progress, and events and records that wait a few harvests for each
+  // other (Harvester::kCarryHarvests), with room to spare.
+  static constexpr size_t kCycles = 32;
 
  private:
   void EndCycle(bool early);  // mu_ held; early: at the limit, not at a harvest

@@ -217,7 +217,8 @@ void Profiler::OnLaunchEnter(const LaunchCall& call) {
   }
   HoldGate(device);
   if (!device.Light(m, stream, capturing) || capturing) return;  // a captured launch records with its graph
-  device.NoteLaunch(m, call.stream, call.per_thread, Projected(*info, call.warps, device.num_chunks()));
+  device.NoteLaunch(m, call.stream, call.per_thread, Projected(*info, call.warps, device.num_chunks()),
+                    &info->kernel->chunks_per_warp, call.warps);
   t_call = CallInProgress{c, &c->host_calls, call.correlation_id, start_ns, call.api};
 }
 

@@ -273,6 +273,19 @@ TEST_F(ProfilerTest, ForcedDrainsKeepEveryEvent) {
   EXPECT_EQ(sink.stats.events_dropped_device, 0u);
 }
 
+// A kernel of an opted-in module that records nothing is projected at one
+// chunk per warp until a read-back shows otherwise: the first drain teaches
+// it at once (not when the harvest threads get to it), so no more follow.
+TEST_F(ProfilerTest, SilentKernelsDoNotKeepForcingDrains) {
+  Start(MakeSettings());
+  for (int i = 0; i < 50; ++i) Gemm(s1, 200, /*ranges=*/0);
+  Gemm(s1);
+  Sync();
+  Finish();
+  EXPECT_LE(sink.stats.forced_drains, 1u);
+  EXPECT_EQ(sink.events["gemm(float*)"], 64u);
+}
+
 TEST_F(ProfilerTest, DecodingAndShippingRunOffTheApplicationThread) {
   Start(MakeSettings());
   Gemm(s1);
