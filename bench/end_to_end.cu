@@ -26,6 +26,9 @@
 //     outside the kernel shows up in an event-timed launch.
 #include <cuda_runtime.h>
 #include <smprof/smprof.cuh>
+
+#include "bench/child_runs.h"
+#include "bench/cuda_check.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,6 +45,8 @@
 
 namespace {
 
+using smprof::bench::Now;
+
 __global__ void e2e_ranges(float* out, int ranges) {
   float a = threadIdx.x, b = 1.0001f;
   for (int r = 0; r < ranges; ++r) {
@@ -55,18 +60,6 @@ __global__ void e2e_ranges(float* out, int ranges) {
 
 __global__ void e2e_warm_up() { SMPROF_INSTANT("warm"); }
 
-#define CHECK(call)                                                                              \
-  do {                                                                                           \
-    const cudaError_t e = (call);                                                                \
-    if (e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 int Child(int launches, int ranges, int blocks_per_sm) {
   const double start = Now();
@@ -120,48 +113,10 @@ int Child(int launches, int ranges, int blocks_per_sm) {
   return 0;
 }
 
-std::map<std::string, double> RunChild(const std::vector<std::string>& args, double* wall) {
-  int fds[2];
-  if (pipe(fds) != 0) std::exit(1);
-  const double t0 = Now();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
-  }
-  close(fds[1]);
-  std::map<std::string, double> out;
-  FILE* f = fdopen(fds[0], "r");
-  char key[64];
-  double value = 0;
-  while (std::fscanf(f, "%63s %lf", key, &value) == 2) out[key] = value;
-  std::fclose(f);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  *wall = Now() - t0;
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "FAILED: %s exited with status %d\n", args[0].c_str(), status);
-    std::exit(1);
-  }
-  return out;
-}
-
-std::string SelfPath() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) std::exit(1);
-  buf[n] = '\0';
-  return buf;
-}
-
 }  // namespace
+
+using smprof::bench::RunChild;
+using smprof::bench::SelfPath;
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--child") == 0) {

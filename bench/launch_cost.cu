@@ -26,6 +26,9 @@
 // launch: the figures come from one invocation on one machine.
 #include <cuda_runtime.h>
 #include <smprof/smprof.cuh>
+
+#include "bench/child_runs.h"
+#include "bench/cuda_check.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,6 +43,8 @@
 void LaunchPlain(cudaStream_t s, int* out);  // launch_cost_plain.cu
 
 namespace {
+
+using smprof::bench::Now;
 
 __global__ void lc_excluded(int* out) {
   SMPROF_INSTANT("lc");
@@ -56,18 +61,6 @@ __global__ void lc_selected(int* out) {
   if (threadIdx.x == 0) atomicAdd(out, 1);
 }
 
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    const cudaError_t e = (call);                                                            \
-    if (e != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 enum Kind { kPlain, kExcluded, kRanged, kSelected };
 const char* const kKindNames[] = {"not opted in", "excluded", "outside range", "selected"};
@@ -131,47 +124,10 @@ int Child(long launches, long replays) {
   return 0;
 }
 
-// Runs `argv` with stdout into a pipe; returns the "<key> <value>" lines.
-std::map<std::string, double> RunChild(const std::vector<std::string>& args) {
-  int fds[2];
-  if (pipe(fds) != 0) std::exit(1);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
-  }
-  close(fds[1]);
-  std::map<std::string, double> out;
-  FILE* f = fdopen(fds[0], "r");
-  char key[64];
-  double value = 0;
-  while (std::fscanf(f, "%63s %lf", key, &value) == 2) out[key] = value;
-  std::fclose(f);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "FAILED: %s exited with status %d\n", args[0].c_str(), status);
-    std::exit(1);
-  }
-  return out;
-}
-
-std::string SelfPath() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) std::exit(1);
-  buf[n] = '\0';
-  return buf;
-}
-
 }  // namespace
+
+using smprof::bench::RunChild;
+using smprof::bench::SelfPath;
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--child") == 0) {

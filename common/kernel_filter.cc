@@ -11,16 +11,27 @@
 #include "common/names.h"
 
 namespace smprof {
-namespace {
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsSpecSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
-// True when s[i] is preceded by an odd number of backslashes.
-bool IsEscaped(std::string_view s, size_t i) {
+bool IsEscapedAt(std::string_view s, size_t i) {
   size_t n = 0;
   while (i > n && s[i - n - 1] == '\\') ++n;
   return n % 2 == 1;
 }
+
+std::string_view TrimSpecItem(std::string_view s) {
+  size_t b = 0;
+  size_t e = s.size();
+  while (b < e && IsSpecSpace(s[b])) ++b;
+  while (e > b && IsSpecSpace(s[e - 1]) && !IsEscapedAt(s, e - 1)) --e;
+  return s.substr(b, e - b);
+}
+
+namespace {
+
+bool IsSpace(char c) { return IsSpecSpace(c); }
+bool IsEscaped(std::string_view s, size_t i) { return IsEscapedAt(s, i); }
 
 // Parses the class starting at pattern[open] == '['. On success returns true
 // and sets *end to the index just past the closing ']' and *matched to whether

@@ -43,4 +43,12 @@ class KernelFilter {
 // Glob match of one pattern against one string ('*', '?', '[...]').
 bool GlobMatch(std::string_view pattern, std::string_view text);
 
+// The text rules every list setting shares (SMPROF_KERNELS, SMPROF_LAUNCHES):
+// white space, and characters escaped by an odd number of backslashes.
+bool IsSpecSpace(char c);
+// True when s[i] is preceded by an odd number of backslashes.
+bool IsEscapedAt(std::string_view s, size_t i);
+// Trims white space, keeping an escaped one at the end.
+std::string_view TrimSpecItem(std::string_view s);
+
 }  // namespace smprof

@@ -11,23 +11,8 @@
 namespace smprof {
 namespace {
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
-// True when s[i] is preceded by an odd number of backslashes.
-bool IsEscaped(std::string_view s, size_t i) {
-  size_t n = 0;
-  while (i > n && s[i - n - 1] == '\\') ++n;
-  return n % 2 == 1;
-}
-
-// Trims white space, keeping an escaped one at the end.
-std::string_view Trim(std::string_view s) {
-  size_t b = 0;
-  size_t e = s.size();
-  while (b < e && IsSpace(s[b])) ++b;
-  while (e > b && IsSpace(s[e - 1]) && !IsEscaped(s, e - 1)) --e;
-  return s.substr(b, e - b);
-}
+bool IsEscaped(std::string_view s, size_t i) { return IsEscapedAt(s, i); }
+std::string_view Trim(std::string_view s) { return TrimSpecItem(s); }
 
 std::string Quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
