@@ -110,15 +110,16 @@ int main(int argc, char** argv) {
       Seconds([&] { offset = smprof::injector::EstimateClockOffset(segments, records, 0); });
   MatchStats match;
   std::vector<Launch> launches;
-  // Selection as the injector answers it: a lookup by mangled name under a mutex.
+  // Selection as the injector answers it: a lookup by mangled name under a
+  // mutex (and, there, the launch's API call).
   std::mutex selection_mu;
   const std::unordered_map<std::string, bool> selection = {{records[0].name, true}};
   const double t_match = Seconds([&] {
     launches = smprof::injector::MatchLaunches(
         segments, records,
-        [&](const std::string& name) {
+        [&](const smprof::injector::KernelRecord& r) {
           std::lock_guard<std::mutex> lock(selection_mu);
-          return selection.at(name);
+          return selection.at(r.name);
         },
         offset, &match);
   });

@@ -138,7 +138,7 @@ int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std:
 
 std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
                                   const std::vector<KernelRecord>& records,
-                                  const std::function<bool(const std::string&)>& selected,
+                                  const std::function<bool(const KernelRecord&)>& selected,
                                   int64_t clock_offset, MatchStats* stats,
                                   std::vector<const WarpSegment*>* unmatched, std::vector<size_t>* unused) {
   std::unordered_map<uint64_t, std::vector<size_t>> by_grid;  // grid id -> record indexes
@@ -148,7 +148,7 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
   std::vector<char> keep(records.size());  // selected(name), asked once per record
   for (size_t i = 0; i < records.size(); ++i) {
     launches[i].record = records[i];
-    keep[i] = selected(records[i].name) ? 1 : 0;
+    keep[i] = selected(records[i]) ? 1 : 0;
   }
   std::map<uint64_t, Launch> synthetic;  // grid id -> launch without a record
   std::vector<char> touched(records.size());  // received an event (kept or filtered)

@@ -124,8 +124,9 @@ int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std:
 // Returns launches sorted by start time, with event times moved onto CUPTI's
 // clock by `clock_offset`: each record of a selected kernel that received
 // events, and one synthetic launch per grid id that has events but no record.
-// Launches that recorded nothing are left out. `selected(mangled_name)`
-// decides whether a kernel's events are kept (others count as filtered).
+// Launches that recorded nothing are left out. `selected(record)` decides
+// whether a launch's events are kept (others count as filtered); it is asked
+// once per record.
 //
 // CUPTI delivers records late at times: with `unmatched` set, segments whose
 // grid id has no record are put there (times not moved) instead of becoming
@@ -134,7 +135,7 @@ int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std:
 // come with a later harvest's segments).
 std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
                                   const std::vector<KernelRecord>& records,
-                                  const std::function<bool(const std::string&)>& selected,
+                                  const std::function<bool(const KernelRecord&)>& selected,
                                   int64_t clock_offset, MatchStats* stats,
                                   std::vector<const WarpSegment*>* unmatched = nullptr,
                                   std::vector<size_t>* unused = nullptr);

@@ -411,17 +411,9 @@ void Harvester::Process(Job& job) {
            calls->Find(r.correlation_id).api != wire::kApiNone;
   };
   MatchStats match;
-  static const std::string kUnwanted = "\x01unwanted";
-  const auto kept = [](const std::string& name) {
-    return name.size() < kUnwanted.size() ||
-           name.compare(name.size() - kUnwanted.size(), kUnwanted.size(), kUnwanted) != 0;
-  };
-  for (KernelRecord& r : records) {
-    if (kept(r.name) && !wanted(r)) r.name += kUnwanted;
-  }
   std::vector<const WarpSegment*> unmatched;
   std::vector<size_t> unused;
-  std::vector<Launch> launches = MatchLaunches(segments, records, kept, clock_offset, &match, &unmatched, &unused);
+  std::vector<Launch> launches = MatchLaunches(segments, records, wanted, clock_offset, &match, &unmatched, &unused);
   // Segments still without a record wait (a bounded number of harvests and
   // events); the rest ship now under synthetic launches.
   std::vector<WarpSegment> waiting, given_up;
@@ -438,7 +430,7 @@ void Harvester::Process(Job& job) {
     }
   }
   if (!given_up.empty()) {
-    std::vector<Launch> synthetic = MatchLaunches(given_up, {}, kept, clock_offset, &match);
+    std::vector<Launch> synthetic = MatchLaunches(given_up, {}, wanted, clock_offset, &match);
     for (Launch& l : synthetic) launches.push_back(std::move(l));
     std::stable_sort(launches.begin(), launches.end(), [](const Launch& a, const Launch& b) {
       return std::tie(a.record.start_ns, a.record.correlation_id) < std::tie(b.record.start_ns, b.record.correlation_id);
@@ -451,6 +443,8 @@ void Harvester::Process(Job& job) {
     if (!job.final && age <= kCarryHarvests) {
       waiting_records.push_back(records[i]);
       waiting_record_ages.push_back(age);
+    } else if (KernelClass* kernel = kernels_.FindClass(records[i].name); kernel != nullptr && wanted(records[i])) {
+      kernel->chunks_per_warp.store(0, std::memory_order_relaxed);  // it records nothing
     }
   }
   for (Launch& l : launches) {
@@ -468,12 +462,8 @@ void Harvester::Process(Job& job) {
     }
   }
   // What each kernel claimed per warp this time sizes the drain projection
-  // of its next launch (0 for kernels whose launches recorded nothing).
-  for (const KernelRecord& r : records) {
-    if (!r.name.empty() && wanted(r)) {
-      if (KernelClass* kernel = kernels_.FindClass(r.name)) kernel->chunks_per_warp.store(0, std::memory_order_relaxed);
-    }
-  }
+  // of its next launch (0 above, for kernels whose records waited for events
+  // in vain).
   for (const Launch& l : launches) {
     const double warps = static_cast<double>(Warps(l.record));
     if (warps <= 0 || l.record.name.empty()) continue;

@@ -240,7 +240,7 @@ KernelRecord Record(uint64_t grid, uint64_t start, uint64_t end, uint64_t corr, 
   return r;
 }
 
-const auto kAll = [](const std::string&) { return true; };
+const auto kAll = [](const KernelRecord&) { return true; };
 
 TEST(MatchLaunches, SeparatesGraphReplaysSharingAGridIdByTime) {
   // One warp continued the same chunk across two replays of grid 9.
@@ -275,7 +275,7 @@ TEST(MatchLaunches, FiltersUnselectedKernelsAndKeepsOrphans) {
   const std::vector<KernelRecord> records = {Record(1, 50, 150, 1, "gemm"), Record(2, 50, 150, 2, "other"),
                                              Record(4, 10, 20, 3, "gemm")};
   MatchStats ms;
-  const auto launches = MatchLaunches(segs, records, [](const std::string& n) { return n == "gemm"; }, 0, &ms);
+  const auto launches = MatchLaunches(segs, records, [](const KernelRecord& r) { return r.name == "gemm"; }, 0, &ms);
   ASSERT_EQ(launches.size(), 2u);  // gemm with events, orphan grid 3; not "other", not the silent gemm
   EXPECT_EQ(ms.filtered, 2u);
   EXPECT_EQ(ms.unattributed, 1u);
