@@ -42,6 +42,16 @@ struct DeviceContext::Module {
   // run before they land, so it queues its own), or at once (everywhere).
   std::vector<GpuStream> lit_on;
   bool lit_everywhere = false;
+
+  // A recording launch of it on `stream` (DeviceContext::mu_ held).
+  void NoteStream(GpuStream stream) {
+    if (!any_stream) {
+      only_stream = stream;
+      any_stream = true;
+    } else if (only_stream != stream) {
+      many_streams = true;
+    }
+  }
 };
 
 HostBuffer::HostBuffer(Gpu* gpu, size_t bytes) : size_(bytes) {
@@ -158,12 +168,7 @@ bool DeviceContext::Light(Module* m, GpuStream stream, bool capturing) {
   };
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!m->any_stream) {
-      m->only_stream = stream;
-      m->any_stream = true;
-    } else if (m->only_stream != stream) {
-      m->many_streams = true;
-    }
+    m->NoteStream(stream);
     if (lit_here()) return true;
   }
   // One light at a time: two threads publishing a module for the first time
@@ -272,12 +277,7 @@ void DeviceContext::NoteLaunch(Module* m, GpuStream stream, bool per_thread, dou
   }
   cycle_warps_ += warps;
   if (m != nullptr) {
-    if (!m->any_stream) {
-      m->only_stream = stream;
-      m->any_stream = true;
-    } else if (m->only_stream != stream) {
-      m->many_streams = true;
-    }
+    m->NoteStream(stream);
   }
   AddBusy(stream, per_thread, ThreadToken());
 }

@@ -18,20 +18,27 @@ uint64_t Warps(const KernelRecord& r) {
   return (uint64_t{r.block[0]} * r.block[1] * r.block[2] + 31) / 32 * r.grid[0] * r.grid[1] * r.grid[2];
 }
 
-// The distinct name addresses (name base + offset) of the events in a
-// read-back, without decoding them: a scan of chunk headers and event words.
-void CollectNameAddresses(const ArenaSnapshot& snap, std::unordered_set<uint64_t>* out) {
+// Calls fn(chunk header, event) for every used event slot of a read-back,
+// without decoding: a scan of chunk headers and event words.
+template <typename Fn>
+void ForEachUsedSlot(const ArenaSnapshot& snap, Fn fn) {
   for (uint32_t c = 0; c < snap.used_chunks; ++c) {
     const uint8_t* chunk = snap.chunks.data() + static_cast<size_t>(c) * snap.chunk_bytes;
     wire::ChunkHeader h;
     std::memcpy(&h, chunk, sizeof(h));
-    if (h.magic != wire::kChunkMagic) continue;
     for (size_t at = sizeof(h); at + sizeof(wire::Event) <= snap.chunk_bytes; at += sizeof(wire::Event)) {
       wire::Event e;
       std::memcpy(&e, chunk + at, sizeof(e));
-      if (e.info != 0) out->insert(h.name_base + static_cast<int64_t>(e.name_offset));
+      if (e.info != 0) fn(h, e);
     }
   }
+}
+
+// The distinct name addresses (name base + offset) of the events in a read-back.
+void CollectNameAddresses(const ArenaSnapshot& snap, std::unordered_set<uint64_t>* out) {
+  ForEachUsedSlot(snap, [&](const wire::ChunkHeader& h, const wire::Event& e) {
+    if (h.magic == wire::kChunkMagic) out->insert(h.name_base + static_cast<int64_t>(e.name_offset));
+  });
 }
 
 uint32_t Micros(uint64_t from, uint64_t to) {
@@ -152,13 +159,14 @@ bool Harvester::Harvest(HarvestTarget target, wire::HarvestReason reason, Harves
   const auto deadline = std::chrono::steady_clock::now() +
                         (reason == wire::kHarvestHighWater ? std::chrono::seconds(2) : std::chrono::seconds(5));
   auto job = std::make_unique<Job>();
+  ContextState* state;
   {
     // A buffer for the copy: when all of this context's are queued, wait for
     // the harvest thread (the overflow policy); a non-forced harvest skips.
     std::unique_lock<std::mutex> lock(mu_);
     StartThreads();
-    ContextState& state = StateOf(device);
-    const auto available = [&] { return state.out < kSnapshotsPerContext || stop_; };
+    state = &StateOf(device);
+    const auto available = [&] { return state->out < kSnapshotsPerContext || stop_; };
     if (!available()) {
       if (!force && reason == wire::kHarvestSync) {
         cv_.wait_until(lock, std::chrono::steady_clock::now() + std::chrono::seconds(5), available);
@@ -167,16 +175,11 @@ bool Harvester::Harvest(HarvestTarget target, wire::HarvestReason reason, Harves
       }
       if (!available()) return false;
     }
-    ++state.out;
-    if (!state.free.empty()) {
-      job->snapshot = std::move(state.free.back());
-      state.free.pop_back();
+    ++state->out;
+    if (!state->free.empty()) {
+      job->snapshot = std::move(state->free.back());
+      state->free.pop_back();
     }
-  }
-  ContextState* state;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    state = &StateOf(device);
   }
   std::unique_lock<std::mutex> order(state->order, std::defer_lock);
   const bool ordered = force ? LockBefore(order, deadline) : order.try_lock();
@@ -332,13 +335,10 @@ std::string Harvester::ReadName(ContextState& state, DeviceContext* device, uint
 void Harvester::Process(Job& job) {
   DeviceContext* device = job.device;
   ContextState* state;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    state = &StateOf(device);
-  }
   bool gone;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    state = &StateOf(device);
     gone = state->ended;
   }
   std::optional<ContextScope> scope;
@@ -520,16 +520,7 @@ uint64_t Harvester::CountUnshipped() {
     std::lock_guard<std::mutex> lock(mu_);
     const auto count = [&](const Job* job) {
       if (job == nullptr || !job->has_snapshot) return;
-      const ArenaSnapshot& snap = job->snapshot;
-      for (uint32_t c = 0; c < snap.used_chunks; ++c) {
-        const uint8_t* chunk = snap.chunks.data() + static_cast<size_t>(c) * snap.chunk_bytes;
-        for (size_t at = sizeof(wire::ChunkHeader); at + sizeof(wire::Event) <= snap.chunk_bytes;
-             at += sizeof(wire::Event)) {
-          wire::Event e;
-          std::memcpy(&e, chunk + at, sizeof(e));
-          events += e.info != 0;
-        }
-      }
+      ForEachUsedSlot(job->snapshot, [&](const wire::ChunkHeader&, const wire::Event&) { ++events; });
     };
     for (const auto& job : queue_) count(job.get());
     for (const Job* job : processing_) count(job);
