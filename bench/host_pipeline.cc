@@ -1,0 +1,308 @@
+// Benchmark: the host side of the record path after the device -> host copy,
+// stage by stage, each on one core, then the ship -> shared memory ->
+// collector part as it runs (a producer thread and the collector's thread).
+// Issue 8's target is >= 50 M events/s end to end: <= 20 ns per event for
+// any stage that runs on one thread.
+//
+// A synthetic arena shaped like one launch of smprof_example_gemm 1024: 2048
+// warps over 132 SMs, 258 events each (load/compute ranges and an instant),
+// in 1 KiB chunks (61 events each) claimed as warps fill them, with clock
+// anchors at 1.98 GHz on a 32 ns %globaltimer tick, repeated for `launches`
+// launches. The stages are the real functions:
+//   injector (harvest.h)  DecodeChunks, MapEventClocks, EstimateClockOffset,
+//                         MatchLaunches
+//   ship (shipper.h)      Shipper::SendLaunches into memory (name lookups,
+//                         WireEvents, framing)
+//   transport             the framed messages through a real shared-memory
+//                         ring (transport.h), consumer doing nothing
+//   collect               Collector::HandleMessage for every message (message
+//                         decode, range matching, Perfetto writer and
+//                         statistics), then Finish (writes the statistics,
+//                         places the trace); the trace goes to /tmp
+//   ship->collect         a producer thread shipping through the ring to
+//                         a consumer thread running the collector, as
+//                         smprof-run does (wall time)
+//   smprof_bench_host_pipeline [warps (2048)] [events per warp (258)] [launches (4)]
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <unordered_map>
+#include <vector>
+
+#include "collector/collector.h"
+#include "common/transport.h"
+#include "injector/harvest.h"
+#include "injector/shipper.h"
+#include "smprof/wire.h"
+
+namespace {
+
+using smprof::injector::DecodeChunks;
+using smprof::injector::DecodeStats;
+using smprof::injector::KernelRecord;
+using smprof::injector::Launch;
+using smprof::injector::MatchStats;
+using smprof::injector::WarpSegment;
+namespace wire = smprof::wire;
+namespace transport = smprof::transport;
+
+constexpr uint32_t kChunk = 1024;
+constexpr uint32_t kSlots = kChunk / 16;
+constexpr uint64_t kFirstGrid = 77;
+constexpr uint64_t kNameBase = 0x7f0000001000ull;
+constexpr uint64_t kCyclesPerLaunch = 20000000000ull;  // ~10 s apart
+
+template <typename F>
+double Seconds(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The arena: warps claim chunks in an interleaved order, as warps of many
+// SMs do; each chunk's anchor is its claim time. One launch after another.
+std::vector<uint8_t> BuildArena(uint32_t warps, uint32_t events_per_warp, uint32_t launches, uint32_t* chunks_used) {
+  const uint32_t per_chunk = kSlots - wire::kChunkHeaderSlots;
+  const uint32_t chunks_per_warp = (events_per_warp + per_chunk - 1) / per_chunk;
+  const uint32_t total = warps * chunks_per_warp * launches;
+  std::vector<uint8_t> bytes(static_cast<size_t>(total) * kChunk, 0);
+  uint32_t next = 0;
+  for (uint32_t launch = 0; launch < launches; ++launch) {
+    for (uint32_t round = 0; round < chunks_per_warp; ++round) {
+      for (uint32_t w = 0; w < warps; ++w) {
+        const uint32_t c = next++;
+        const uint16_t sm = static_cast<uint16_t>(w / 16 % 132);
+        const uint64_t clock0 = 1000000ull + launch * kCyclesPerLaunch + w * 37ull + round * per_chunk * 1300ull;
+        wire::ChunkHeader h{};
+        h.grid_id = kFirstGrid + launch;
+        h.name_base = kNameBase;
+        h.block_x = w / 8;
+        h.sm = sm;
+        h.warp = static_cast<uint8_t>(w % 8);
+        h.magic = wire::kChunkMagic;
+        h.hw_warp = static_cast<uint8_t>(w % 64);
+        h.anchor_clock = clock0;
+        // %globaltimer ticks every 32 ns (Hopper): an anchor reads its tick.
+        h.anchor_time_ns = (5000000000ull + static_cast<uint64_t>(clock0 / 1.98)) / 32 * 32;
+        std::memcpy(bytes.data() + static_cast<size_t>(c) * kChunk, &h, sizeof(h));
+        for (uint32_t i = 0; i < per_chunk; ++i) {
+          const uint32_t k = round * per_chunk + i;
+          if (k >= events_per_warp) break;
+          const uint64_t clock = clock0 + i * 1300ull;
+          // load B, load E, compute B, compute E, ..., an instant every 64th.
+          const uint32_t kind =
+              k % 64 == 63 ? wire::kEventInstant : (k % 2 == 0 ? wire::kEventBegin : wire::kEventEnd);
+          const int32_t name = static_cast<int32_t>((k / 2 % 2) * 8 + (kind == wire::kEventInstant ? 16 : 0));
+          const wire::Event e{static_cast<uint32_t>(clock),
+                              static_cast<uint32_t>(clock >> 32 << wire::kEventClockShift) | kind,
+                              name, 0};
+          std::memcpy(bytes.data() + static_cast<size_t>(c) * kChunk + (wire::kChunkHeaderSlots + i) * 16, &e,
+                      sizeof(e));
+        }
+      }
+    }
+  }
+  *chunks_used = total;
+  return bytes;
+}
+
+// Keeps every framed message the shipper sends, back to back.
+class MemorySink : public smprof::injector::MessageSink {
+ public:
+  bool Send(const void* data, uint32_t size, uint64_t /*events*/) override {
+    offsets.push_back(bytes.size());
+    bytes.insert(bytes.end(), static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + size);
+    return true;
+  }
+  std::vector<uint8_t> bytes;
+  std::vector<size_t> offsets;
+};
+
+std::string NameAt(uint64_t address) {
+  switch (address - kNameBase) {
+    case 0: return "load";
+    case 8: return "compute";
+    default: return "tile_done";
+  }
+}
+
+// The messages of one process: who it is, its GPU, its launches, a harvest.
+void Ship(smprof::injector::MessageSink* sink, const std::vector<Launch>& launches) {
+  smprof::injector::Shipper shipper(sink);
+  shipper.SendProcess(4242, 1, 1700000000000000000ull, 4000000000ull, "bench");
+  smprof::injector::DeviceInfo device;
+  device.sm_count = 132;
+  device.name = "synthetic";
+  shipper.SendDevice(device);
+  shipper.SendLaunches(launches, 0, NameAt, [](const std::string& mangled) { return mangled; });
+  smprof::injector::HarvestHost host;
+  shipper.SendHarvest(launches.back().record.end_ns, 0, wire::kHarvestSync, 0, 0, 1, 1, host);
+}
+
+std::unique_ptr<smprof::Collector> OpenCollector(const std::string& path) {
+  smprof::CollectorOptions options;
+  options.trace_path = path;
+  options.overwrite = true;
+  options.stats = true;
+  std::string error;
+  auto collector = smprof::Collector::Create(options, &error);
+  if (!collector) {
+    std::fprintf(stderr, "FAILED: %s\n", error.c_str());
+    std::exit(1);
+  }
+  return collector;
+}
+
+struct Row {
+  const char* name;
+  double seconds;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const uint32_t warps = argc > 1 ? static_cast<uint32_t>(std::atoi(argv[1])) : 2048;
+  const uint32_t per_warp = argc > 2 ? static_cast<uint32_t>(std::atoi(argv[2])) : 258;
+  const uint32_t launch_count = argc > 3 ? static_cast<uint32_t>(std::atoi(argv[3])) : 4;
+  uint32_t used = 0;
+  const std::vector<uint8_t> arena = BuildArena(warps, per_warp, launch_count, &used);
+  const double events = static_cast<double>(warps) * per_warp * launch_count;
+
+  std::vector<WarpSegment> segments;
+  DecodeStats decode;
+  const double t_decode = Seconds([&] { DecodeChunks(arena.data(), used, kChunk, &segments, &decode); });
+  const double t_map = Seconds([&] { smprof::injector::MapEventClocks(&segments, 1.98); });
+  std::vector<KernelRecord> records(launch_count);
+  for (uint32_t l = 0; l < launch_count; ++l) {
+    KernelRecord& r = records[l];
+    r.grid_id = kFirstGrid + l;
+    r.start_ns = 5000000000ull + static_cast<uint64_t>(l * kCyclesPerLaunch / 1.98);
+    r.end_ns = r.start_ns + 9000000000ull;
+    r.correlation_id = 1 + l;
+    r.stream_id = 7;
+    r.grid[0] = warps / 8;
+    r.block[0] = 256;
+    r.name = "_Z10gemm_tiledPKfS0_Pfi";
+  }
+  int64_t offset = 0;
+  const double t_offset = Seconds([&] { offset = smprof::injector::EstimateClockOffset(segments, records, 0); });
+  MatchStats match;
+  std::vector<Launch> launches;
+  // Selection as the injector answers it: a lookup by mangled name under a mutex.
+  std::mutex selection_mu;
+  const std::unordered_map<std::string, bool> selection = {{records[0].name, true}};
+  const double t_match = Seconds([&] {
+    launches = smprof::injector::MatchLaunches(
+        segments, records,
+        [&](const KernelRecord& r) {
+          std::lock_guard<std::mutex> lock(selection_mu);
+          return selection.at(r.name);
+        },
+        offset, &match);
+  });
+  if (decode.events != static_cast<uint64_t>(events) || match.events != static_cast<uint64_t>(events)) {
+    std::fprintf(stderr, "FAILED: decoded %llu and matched %llu of %.0f events\n",
+                 static_cast<unsigned long long>(decode.events), static_cast<unsigned long long>(match.events),
+                 events);
+    return 1;
+  }
+
+  MemorySink shipped;
+  const double t_ship = Seconds([&] { Ship(&shipped, launches); });
+
+  // The messages through a shared-memory ring (the consumer only counts).
+  const std::string run = "bench-" + std::to_string(getpid());
+  std::string error;
+  auto ring_seconds = [&](const std::function<void(const uint8_t*, uint32_t)>& handle) {
+    auto consumer = transport::Consumer::Create(run, {}, &error);
+    transport::ProducerOptions po;
+    po.ring_bytes = 64u << 20;
+    auto producer = consumer ? transport::Producer::Attach(run, po, &error) : nullptr;
+    if (!producer) {
+      std::fprintf(stderr, "FAILED: %s\n", error.c_str());
+      std::exit(1);
+    }
+    std::atomic<bool> sent{false};
+    uint64_t delivered = 0;
+    const double s = Seconds([&] {
+      std::thread sender([&] {
+        for (size_t i = 0; i < shipped.offsets.size(); ++i) {
+          const size_t end = i + 1 < shipped.offsets.size() ? shipped.offsets[i + 1] : shipped.bytes.size();
+          const uint32_t size = static_cast<uint32_t>(end - shipped.offsets[i]);
+          producer->Send(shipped.bytes.data() + shipped.offsets[i], size, 0);
+        }
+        sent = true;
+      });
+      while (delivered < shipped.offsets.size()) {
+        delivered += consumer->Poll([&](const transport::ProducerInfo&, const uint8_t* data, uint32_t size) {
+          handle(data, size);
+        });
+      }
+      sender.join();
+    });
+    const transport::ProducerStats ps = producer->stats();
+    if (ps.messages_dropped != 0) {
+      std::fprintf(stderr, "FAILED: the ring dropped %llu messages\n",
+                   static_cast<unsigned long long>(ps.messages_dropped));
+      std::exit(1);
+    }
+    return s;
+  };
+  const double t_ring = ring_seconds([](const uint8_t*, uint32_t) {});
+
+  // The collector on its own thread's work: every message, then Finish.
+  const std::string trace = "/tmp/smprof-bench-host-pipeline-" + std::to_string(getpid()) + ".pftrace";
+  auto collector = OpenCollector(trace);
+  const transport::ProducerInfo info{0, 4242};
+  const double t_collect = Seconds([&] {
+    for (size_t i = 0; i < shipped.offsets.size(); ++i) {
+      const size_t end = i + 1 < shipped.offsets.size() ? shipped.offsets[i + 1] : shipped.bytes.size();
+      collector->HandleMessage(info, shipped.bytes.data() + shipped.offsets[i],
+                               static_cast<uint32_t>(end - shipped.offsets[i]));
+    }
+  });
+  collector->HandleProducerEnd(info, true);
+  smprof::CollectorSummary summary;
+  const double t_finish = Seconds([&] { summary = collector->Finish(); });
+  if (!summary.trace_ok || summary.events != static_cast<uint64_t>(events)) {
+    std::fprintf(stderr, "FAILED: the collector wrote %llu of %.0f events (%s)\n",
+                 static_cast<unsigned long long>(summary.events), events, summary.trace_error.c_str());
+    return 1;
+  }
+  collector.reset();
+
+  // Shipping and collecting as they run: a producer thread, the collector's thread.
+  auto piped = OpenCollector(trace);
+  const double t_pipe = ring_seconds([&](const uint8_t* data, uint32_t size) { piped->HandleMessage(info, data, size); });
+  piped->HandleProducerEnd(info, true);
+  piped->Finish();
+  std::remove(trace.c_str());
+  for (const char* suffix : {".stats.json", ".stats.csv"}) std::remove((trace + suffix).c_str());
+
+  std::printf("host pipeline, %u launches x %u warps x %u events = %.0f events (%u chunks of %u bytes, %.1f MB shipped)\n",
+              launch_count, warps, per_warp, events, used, kChunk, shipped.bytes.size() / 1e6);
+  std::printf("%-44s %10s %10s %12s\n", "stage (one thread each)", "ms", "ns/event", "M events/s");
+  const Row rows[] = {{"injector: DecodeChunks", t_decode},
+                      {"injector: MapEventClocks", t_map},
+                      {"injector: EstimateClockOffset", t_offset},
+                      {"injector: MatchLaunches", t_match},
+                      {"injector: ship (Shipper into memory)", t_ship},
+                      {"transport: ring, consumer idle (2 threads)", t_ring},
+                      {"collector: HandleMessage", t_collect},
+                      {"collector: Finish", t_finish},
+                      {"ship -> ring -> collector (2 threads)", t_pipe}};
+  for (const Row& r : rows) {
+    std::printf("%-44s %10.2f %10.1f %12.1f\n", r.name, r.seconds * 1e3, r.seconds * 1e9 / events,
+                events / r.seconds / 1e6);
+  }
+  const double injector = t_decode + t_map + t_offset + t_match + t_ship;
+  std::printf("%-44s %10.2f %10.1f %12.1f\n", "injector total (one harvest thread)", injector * 1e3,
+              injector * 1e9 / events, events / injector / 1e6);
+  return 0;
+}
