@@ -44,7 +44,8 @@ const std::vector<SettingSpec> kSettings = {
      "have them; ~12 bytes an event), counter (a \"cycles\" counter value per\n"
      "range; ~1.7 bytes an event more) or args (a slice argument; ~3.4 more)"},
     {Setting::kChunkBytes, "SMPROF_CHUNK_BYTES", nullptr, 0, "N", "1024",
-     "device chunk size in bytes, a power of two 256-65536"},
+     "largest device chunk size in bytes, a power of two 256-65536; a launch\n"
+     "whose warps would not fit in chunks this large gets smaller ones"},
     {Setting::kHighWater, "SMPROF_HIGH_WATER", nullptr, 0, "N", "75",
      "percent of the device buffer, 10-95, at which a drain is forced"},
 };

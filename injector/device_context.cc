@@ -124,6 +124,10 @@ bool DeviceContext::SetUp() {
   ref_.chunks = arena_ + chunks_offset;
   ref_.num_chunks = header.num_chunks;
   ref_.chunk_shift = static_cast<uint32_t>(__builtin_ctzll(chunk));
+  chunk_region_bytes_ = bytes - chunks_offset;
+  max_chunk_class_ = ChunkClassOf(ref_.chunk_shift);
+  num_chunks_.store(ref_.num_chunks, std::memory_order_relaxed);
+  chunk_class_.store(max_chunk_class_, std::memory_order_relaxed);
   ref_.warp_mask = options_.warp_mask;
   ref_.epoch = 1;
   if (!gpu_.SetUpDevice(&facts_)) {
@@ -177,16 +181,18 @@ bool DeviceContext::Light(Module* m, GpuStream stream, bool capturing) {
   std::lock_guard<std::mutex> lighting(light_mu_);
   bool written;
   GpuStream dark_pending;
+  wire::ArenaRef ref;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (lit_here()) return true;
     written = m->written;
     dark_pending = m->dark_pending_on;
+    ref = ref_;
+    sized_ = true;  // lit: the chunk size stays until the next read-back
   }
   if (!written) {
     // Everything but `arena` first, then `arena`: a kernel of this module that
     // is already running sees either nothing or a complete reference.
-    wire::ArenaRef ref = ref_;
     ref.arena = 0;
     if (!gpu_.CopyToDevice(m->global, &ref, sizeof(ref), stream_) || !gpu_.Wait(stream_, kOwnCopyTimeout)) {
       return false;
@@ -265,15 +271,15 @@ void DeviceContext::AddBusy(GpuStream stream, bool per_thread, uint64_t thread) 
   }
 }
 
-void DeviceContext::NoteLaunch(Module* m, GpuStream stream, bool per_thread, double chunks,
-                               std::atomic<double>* chunks_per_warp, uint64_t warps) {
+void DeviceContext::NoteLaunch(Module* m, GpuStream stream, bool per_thread, double chunks, ClaimRates* rates,
+                               uint64_t warps) {
   std::lock_guard<std::mutex> lock(mu_);
   ++pending_;
   projected_chunks_ += chunks;
-  if (chunks_per_warp == nullptr || cycle_kernels_.size() >= 64) {
+  if (rates == nullptr || cycle_kernels_.size() >= 64) {
     cycle_mixed_ = true;
-  } else if (std::find(cycle_kernels_.begin(), cycle_kernels_.end(), chunks_per_warp) == cycle_kernels_.end()) {
-    cycle_kernels_.push_back(chunks_per_warp);
+  } else if (std::find(cycle_kernels_.begin(), cycle_kernels_.end(), rates) == cycle_kernels_.end()) {
+    cycle_kernels_.push_back(rates);
   }
   cycle_warps_ += warps;
   if (m != nullptr) {
@@ -336,11 +342,28 @@ bool DeviceContext::has_pending() const {
 }
 
 bool DeviceContext::NeedsDrain(double chunks) {
-  const double limit = static_cast<double>(ref_.num_chunks) * options_.high_water_percent / 100.0;
+  const double limit = static_cast<double>(num_chunks()) * options_.high_water_percent / 100.0;
   const uint32_t sampled = __atomic_load_n(reinterpret_cast<const uint32_t*>(&words_[2]), __ATOMIC_RELAXED);
   std::lock_guard<std::mutex> lock(mu_);
   if (pending_ == 0) return false;
   return sampled >= limit || projected_chunks_ + chunks > limit;
+}
+
+void DeviceContext::SizeChunks(const std::function<double(int)>& chunks_at) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (sized_) return;
+  sized_ = true;
+  const double limit = static_cast<double>(chunk_region_bytes_) * options_.high_water_percent / 100.0;
+  const int chosen = ChooseChunkClass(chunks_at, max_chunk_class_, limit);
+  if (chosen == chunk_class()) return;
+  // Nothing is lit and nothing records (a new generation): every module gets
+  // the new size with its next light.
+  ref_.chunk_shift = kMinChunkShift + static_cast<uint32_t>(chosen);
+  ref_.num_chunks = static_cast<uint32_t>(std::min<uint64_t>(chunk_region_bytes_ >> ref_.chunk_shift, 0x7fffffffu));
+  num_chunks_.store(ref_.num_chunks, std::memory_order_relaxed);
+  chunk_class_.store(chosen, std::memory_order_relaxed);
+  for (auto& [module, m] : modules_) m->written = false;
+  Log().debug("GPU {}: chunks of {} bytes until the next harvest", facts_.info.ordinal, ChunkBytesOf(chosen));
 }
 
 // One thread at a time samples the claim counter, at most every 100 us and
@@ -472,9 +495,9 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   __atomic_store_n(reinterpret_cast<uint32_t*>(&words_[2]), 0u, __ATOMIC_RELAXED);
   std::lock_guard<std::mutex> lock(mu_);
   if (used == 0) {  // nothing claimed: none of these kernels records (for now)
-    for (std::atomic<double>* rate : cycle_kernels_) rate->store(0, std::memory_order_relaxed);
+    for (ClaimRates* rates : cycle_kernels_) rates->set_all(0);
   } else if (!cycle_mixed_ && cycle_kernels_.size() == 1 && cycle_warps_ > 0) {
-    cycle_kernels_[0]->store(static_cast<double>(used) / static_cast<double>(cycle_warps_), std::memory_order_relaxed);
+    cycle_kernels_[0]->set(chunk_class(), static_cast<double>(used) / static_cast<double>(cycle_warps_));
   }
   cycle_kernels_.clear();
   cycle_mixed_ = false;
@@ -497,6 +520,7 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   orphaned_work_ = false;
   pending_ = 0;
   projected_chunks_ = 0;
+  sized_ = false;
   return ReadBack::kDone;
 }
 

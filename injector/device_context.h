@@ -29,7 +29,8 @@
 // half-way through while the arena is read and reset. Fill level: Poll()
 // samples the device's claim counter asynchronously, NeedsDrain() adds the
 // projection of the launches since the last harvest, so a drain comes before
-// the arena overflows.
+// the arena overflows. Chunk size: SizeChunks() fixes it for the launches
+// until the next read-back, at the first of them (chunk_sizing.h).
 //
 // ReadBack() runs on the application's thread and holds it only for the
 // copy: it checks that no recording kernel can still run (HarvestMode),
@@ -43,6 +44,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -50,6 +52,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "injector/chunk_sizing.h"
 #include "injector/gpu.h"
 #include "smprof/wire.h"
 
@@ -57,7 +60,7 @@ namespace smprof::injector {
 
 struct ArenaOptions {
   uint64_t buffer_bytes = 64u << 20;
-  uint32_t chunk_bytes = 1024;
+  uint32_t chunk_bytes = 1024;  // the largest chunk size (chunk_sizing.h)
   uint32_t warp_mask = 0xffffffffu;
   uint32_t high_water_percent = 75;
 };
@@ -120,7 +123,9 @@ class DeviceContext {
   bool SetUp();
   GpuCtx ctx() const { return ctx_; }
   const DeviceFacts& facts() const { return facts_; }
-  uint32_t num_chunks() const { return ref_.num_chunks; }
+  // The chunks of the current generation (changes only at its first launch).
+  uint32_t num_chunks() const { return num_chunks_.load(std::memory_order_relaxed); }
+  int chunk_class() const { return chunk_class_.load(std::memory_order_relaxed); }
   bool usable() const { return !failed_.load(std::memory_order_acquire) && !ended_.load(std::memory_order_acquire); }
   // The context is being destroyed: nothing more is launched or read.
   void End() { ended_.store(true, std::memory_order_release); }
@@ -138,6 +143,10 @@ class DeviceContext {
 
   bool NeedsDrain(double chunks);
   void Poll();
+  // Gate held, before the first Light of a generation (later calls do
+  // nothing): fixes its chunk size from `chunks_at(class)`, the chunks the
+  // launch may claim at each chunk class (chunk_sizing.h).
+  void SizeChunks(const std::function<double(int)>& chunks_at);
   void LockGate() { gate_.lock_shared(); }
   void UnlockGate() { gate_.unlock_shared(); }
 
@@ -158,13 +167,13 @@ class DeviceContext {
   // (a ThreadToken()).
   void AdoptQuietLaunch(GpuStream stream, bool per_thread, uint64_t thread);
   // Gate held. Recording work was queued on `stream` (or the calling
-  // thread's per-thread stream); `chunks` it may claim. `chunks_per_warp`
+  // thread's per-thread stream); `chunks` it may claim. `rates`
   // (with the launch's `warps`): the kernel's learned claim rate, which the
   // read-back sets at once when it can tell (every launch since the last one
   // was of this kernel, or nothing was claimed at all), so the projection of
   // the next launches is right before the harvest threads have decoded.
   void NoteLaunch(Module* m, GpuStream stream, bool per_thread, double chunks,
-                  std::atomic<double>* chunks_per_warp = nullptr, uint64_t warps = 0);
+                  ClaimRates* rates = nullptr, uint64_t warps = 0);
   void NoteStreamDestroy(GpuStream stream);
   // A module is being unloaded: the next read-back checks every module's
   // arena reference again (a stale handle is dropped, a reused one gets the
@@ -196,6 +205,10 @@ class DeviceContext {
 
   DevPtr arena_ = 0;
   wire::ArenaRef ref_{};      // what modules get; `arena` is written last, and only when lit
+  uint64_t chunk_region_bytes_ = 0;  // from ref_.chunks to the arena's end
+  int max_chunk_class_ = 0;          // options_.chunk_bytes
+  std::atomic<uint32_t> num_chunks_{0};  // ref_'s, for readers without a lock
+  std::atomic<int> chunk_class_{0};
   GpuStream stream_ = nullptr;  // private, non-blocking
   // Page-locked words the GPU copies from and into asynchronously:
   // [0] the arena address, [1] zero (sources of in-stream-order lighting and
@@ -221,8 +234,9 @@ class DeviceContext {
   std::vector<uint64_t> quiet_ptds_users_;
   std::atomic<uint64_t> quiet_generation_{1};  // bumped at each harvest
   uint64_t pending_ = 0;                  // recording launches since the last harvest
+  bool sized_ = false;                    // the chunk size of this generation is fixed
   double projected_chunks_ = 0;
-  std::vector<std::atomic<double>*> cycle_kernels_;  // claim rates of the kernels launched since (at most 64)
+  std::vector<ClaimRates*> cycle_kernels_;  // claim rates of the kernels launched since (at most 64)
   bool cycle_mixed_ = false;                         // ... more than that, or graphs
   uint64_t cycle_warps_ = 0;
 };

@@ -39,6 +39,7 @@ void MergeWarps(Launch* launch) {
     }
     std::vector<DecodedEvent>& into = merged.back().events;
     into.insert(into.end(), w.events.begin(), w.events.end());
+    merged.back().chunks += w.chunks;
   }
   const auto by_clock = [](const DecodedEvent& a, const DecodedEvent& b) { return a.clock < b.clock; };
   for (LaunchEvents& w : merged) {
@@ -167,7 +168,7 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
         r.start_ns = UINT64_MAX;
         launch.flags = wire::kLaunchNoActivity;
       }
-      launch.warps.push_back({&segment, segment.events});
+      launch.warps.push_back({&segment, segment.events, 1});
       for (DecodedEvent& e : launch.warps.back().events) {
         e.time_ns += static_cast<uint64_t>(clock_offset);
         r.start_ns = std::min(r.start_ns, e.time_ns);
@@ -186,7 +187,7 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
         continue;
       }
       Launch& launch = launches[only];
-      launch.warps.push_back({&segment, segment.events});
+      launch.warps.push_back({&segment, segment.events, 1});
       for (DecodedEvent& e : launch.warps.back().events) e.time_ns += static_cast<uint64_t>(clock_offset);
       launch.event_count += segment.events.size();
       continue;
@@ -212,7 +213,7 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
         continue;
       }
       if (best != current || launch.warps.empty() || launch.warps.back().segment != &segment) {
-        launch.warps.push_back({&segment, {}});
+        launch.warps.push_back({&segment, {}, 1});
         launch.warps.back().events.reserve(segment.events.size());
         current = best;
       }

@@ -100,6 +100,7 @@ struct KernelRecord {
 struct LaunchEvents {
   const WarpSegment* segment = nullptr;
   std::vector<DecodedEvent> events;
+  uint32_t chunks = 1;  // the chunks they were read from
 };
 
 struct Launch {

@@ -444,7 +444,7 @@ void Harvester::Process(Job& job) {
       waiting_records.push_back(records[i]);
       waiting_record_ages.push_back(age);
     } else if (KernelClass* kernel = kernels_.FindClass(records[i].name); kernel != nullptr && wanted(records[i])) {
-      kernel->chunks_per_warp.store(0, std::memory_order_relaxed);  // it records nothing
+      kernel->claims.set_all(0);  // it records nothing
     }
   }
   for (Launch& l : launches) {
@@ -461,14 +461,16 @@ void Harvester::Process(Job& job) {
       }
     }
   }
-  // What each kernel claimed per warp this time sizes the drain projection
-  // of its next launch (0 above, for kernels whose records waited for events
-  // in vain).
+  // What each kernel claimed per warp this time sizes the chunks and the
+  // drain projection of its next launch (0 above, for kernels whose records
+  // waited for events in vain).
   for (const Launch& l : launches) {
-    const double warps = static_cast<double>(Warps(l.record));
-    if (warps <= 0 || l.record.name.empty()) continue;
+    const uint64_t warps = Warps(l.record);
+    if (warps == 0 || l.record.name.empty() || job.snapshot.chunk_bytes == 0) continue;
     if (KernelClass* kernel = kernels_.FindClass(l.record.name)) {
-      kernel->chunks_per_warp.store(l.warps.size() / warps, std::memory_order_relaxed);
+      ClaimTally tally(job.snapshot.chunk_bytes);
+      for (const LaunchEvents& w : l.warps) tally.AddWarp(w.events.size(), w.chunks);
+      tally.Teach(warps, &kernel->claims);
     }
   }
   stage(wire::kStageDecode);

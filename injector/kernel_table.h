@@ -5,7 +5,7 @@
 // tells whether the module opted in (it defines the arena reference of this
 // ABI), and classifies the kernel by its mangled name once per process:
 // selected by SMPROF_KERNELS or not, which SMPROF_LAUNCHES items count its
-// launches, how many chunks a warp of it claimed at its last harvest.
+// launches, how many chunks a warp of it claims at each chunk size.
 //
 // Hot path: Find() answers from a small thread-local cache (no lock) while
 // the table's generation is unchanged; a module unload or a context's end
@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "injector/chunk_sizing.h"
 #include "injector/gpu.h"
 
 namespace smprof::injector {
@@ -33,7 +34,7 @@ struct KernelClass {
   std::string demangled;
   bool selected = false;                 // SMPROF_KERNELS
   std::vector<uint32_t> launch_items;    // SMPROF_LAUNCHES items whose pattern matches it
-  std::atomic<double> chunks_per_warp{1.0};  // learned at each harvest: sizes the drain projection
+  ClaimRates claims;  // chunks per warp by chunk size, learned at each harvest (chunk_sizing.h)
 };
 
 // One function in one context.

@@ -164,11 +164,11 @@ DeviceContext::Module* Profiler::ModuleOf(Context& c, const KernelInfo& info) {
 
 namespace {
 
-// The chunks `warps` warps of `kernel` may claim, from what it claimed per
-// warp at its last harvest.
-double Projected(const KernelInfo& info, uint64_t warps, uint32_t num_chunks) {
-  return std::min(static_cast<double>(warps) * info.kernel->chunks_per_warp.load(std::memory_order_relaxed),
-                  static_cast<double>(num_chunks));
+// The chunks `warps` warps of `kernel` may claim at the context's chunk
+// size, from what it claimed per warp at its last harvest.
+double Projected(const KernelInfo& info, uint64_t warps, const DeviceContext& device) {
+  return std::min(static_cast<double>(warps) * info.kernel->claims.at(device.chunk_class()),
+                  static_cast<double>(device.num_chunks()));
 }
 
 }  // namespace
@@ -210,15 +210,17 @@ void Profiler::OnLaunchEnter(const LaunchCall& call) {
   const bool capturing = gpu_.Capturing(stream);
   if (!capturing) {
     // A drain below may just teach what the kernel claims per warp.
-    if (device.NeedsDrain(Projected(*info, call.warps, device.num_chunks()))) {
+    if (device.NeedsDrain(Projected(*info, call.warps, device))) {
       Harvest(*c, wire::kHarvestHighWater, HarvestMode::kForce);
     }
     device.Poll();
   }
   HoldGate(device);
+  const ClaimRates& claims = info->kernel->claims;
+  device.SizeChunks([&](int chunk_class) { return static_cast<double>(call.warps) * claims.at(chunk_class); });
   if (!device.Light(m, stream, capturing) || capturing) return;  // a captured launch records with its graph
-  device.NoteLaunch(m, call.stream, call.per_thread, Projected(*info, call.warps, device.num_chunks()),
-                    &info->kernel->chunks_per_warp, call.warps);
+  device.NoteLaunch(m, call.stream, call.per_thread, Projected(*info, call.warps, device),
+                    &info->kernel->claims, call.warps);
   t_call = CallInProgress{c, &c->host_calls, call.correlation_id, start_ns, call.api};
 }
 
@@ -251,25 +253,34 @@ void Profiler::EnterGraphLaunch(const LaunchCall& call) {
   const uint64_t start_ns = gpu_.Now();
   const bool capturing = gpu_.Capturing(stream);
   std::vector<DeviceContext::Module*> modules;
-  double chunks = 0;
+  std::vector<size_t> recording_nodes;  // every node of a module that records may claim chunks
   if (plan != nullptr) {
     for (size_t i = 0; i < plan->kernels.size(); ++i) {
       const KernelInfo& k = *plan->kernels[i];
       DeviceContext::Module* m = ModuleOf(*c, k);
       if (k.kernel->selected && std::find(modules.begin(), modules.end(), m) == modules.end()) modules.push_back(m);
     }
-    // Every node of a module that records may claim chunks.
     for (size_t i = 0; i < plan->kernels.size(); ++i) {
       if (std::find(modules.begin(), modules.end(), ModuleOf(*c, *plan->kernels[i])) != modules.end()) {
-        chunks += Projected(*plan->kernels[i], plan->warps[i], device.num_chunks());
+        recording_nodes.push_back(i);
       }
     }
   }
+  const auto chunks_at = [&](int chunk_class) {
+    double sum = 0;
+    for (size_t i : recording_nodes) {
+      sum += static_cast<double>(plan->warps[i]) * plan->kernels[i]->kernel->claims.at(chunk_class);
+    }
+    return sum;
+  };
+  double chunks = std::min(chunks_at(device.chunk_class()), static_cast<double>(device.num_chunks()));
   if (!capturing) {
     if (device.NeedsDrain(chunks)) Harvest(*c, wire::kHarvestHighWater, HarvestMode::kForce);
     device.Poll();
   }
   HoldGate(device);
+  device.SizeChunks(chunks_at);
+  chunks = std::min(chunks_at(device.chunk_class()), static_cast<double>(device.num_chunks()));
   bool lit = true;
   if (plan == nullptr) {
     lit = device.LightSelected(stream, capturing);

@@ -540,6 +540,19 @@ TEST(GpuScenarios, OverflowIsCountedExactly) {
   EXPECT_EQ(recorded, events);
 }
 
+// 2048 warps of 2 events in a 1 MiB arena: one 1 KiB chunk per warp would
+// not fit (1023 do); the arena's chunk size follows the launch.
+TEST(GpuScenarios, ManySmallWarpsFitASmallArena) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("small-warps", "--buffer-mb 1");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(SummaryNumber(run, R"(lost (\d+) events)"), 0) << run.stderr_text;
+  EXPECT_EQ(SummaryNumber(run, R"((\d+) events from)"), 3L * 2048 * 2);
+  const auto groups = GroupsOf(run, "flood");
+  ASSERT_EQ(groups.size(), 3u);
+  for (const LaunchGroup* g : groups) EXPECT_EQ(g->Warps(), 2048) << g->name;
+}
+
 TEST(GpuScenarios, HighWaterForcesDrainsInsteadOfDropping) {
   REQUIRE_GPU();
   const ProfiledRun run = Profile("highwater", "--buffer-mb 2");

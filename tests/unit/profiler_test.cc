@@ -286,6 +286,49 @@ TEST_F(ProfilerTest, SilentKernelsDoNotKeepForcingDrains) {
   EXPECT_EQ(sink.events["gemm(float*)"], 64u);
 }
 
+// 1 MiB arena: 2048 warps of 2 events each took 2048 chunks of 1 KiB (1023
+// fit) before the chunk size followed the launch; now the generation gets
+// chunks small enough for every warp, and later launches of the same kernel
+// go on fitting (learned: one chunk per warp).
+TEST_F(ProfilerTest, ManySmallWarpsFitTheArena) {
+  Start(MakeSettings());
+  for (int i = 0; i < 3; ++i) {
+    Gemm(s1, 2048, /*ranges=*/1);
+    Sync();
+  }
+  Finish();
+  EXPECT_EQ(sink.events["gemm(float*)"], 3u * 2048 * 2);
+  EXPECT_EQ(sink.stats.events_dropped_device, 0u);
+  EXPECT_EQ(sink.stats.forced_drains, 0u);
+}
+
+// Back-to-back replays of a graph whose node fills a third of the arena:
+// each replay projects its node's chunks, so drains come before overflows.
+TEST_F(ProfilerTest, GraphReplaysProjectTheirNodesAndNeverOverflow) {
+  Start(MakeSettings("gemm"));
+  void* graph = gpu.AddGraph({{gemm, 300}});
+  void* exec = reinterpret_cast<void*>(0xE3);
+  profiler->OnGraphExecCreated(gpu.context, graph, exec);
+  for (int replay = 0; replay < 12; ++replay) {
+    const uint64_t correlation = ++next_correlation;
+    LaunchCall call;
+    call.ctx = gpu.context;
+    call.stream = s1;
+    call.correlation_id = correlation;
+    call.api = wire::kApiGraphLaunch;
+    call.graph_exec = exec;
+    profiler->OnLaunchEnter(call);
+    gpu.LaunchGraph(graph, s1, correlation, 4, &profiler->activity());
+    profiler->OnLaunchExit(correlation);
+  }
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.launches["gemm(float*)"], 12);
+  EXPECT_EQ(sink.events["gemm(float*)"], 12u * 300 * 8);
+  EXPECT_EQ(sink.stats.events_dropped_device, 0u);
+  EXPECT_GT(sink.stats.forced_drains, 0u);
+}
+
 TEST_F(ProfilerTest, DecodingAndShippingRunOffTheApplicationThread) {
   Start(MakeSettings());
   Gemm(s1);

@@ -88,6 +88,15 @@ int Overflow() {  // 2 launches of flood(1000) on 264x256 threads: 2112 warps x 
   return 0;
 }
 
+int SmallWarps() {  // 3 launches of flood(2) on 256x256 threads (2048 warps x 2 events), a sync after each
+  for (int i = 0; i < 3; ++i) {
+    LaunchFlood(256, 256, 2, 0, nullptr);
+    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
+  }
+  return 0;
+}
+
 int HighWater() {  // 12 launches of flood(20) on 66x256 (528 warps x 20), no sync until the end
   for (int i = 0; i < 12; ++i) LaunchFlood(66, 256, 20, 2000000, nullptr);
   CHECK(cudaGetLastError());
@@ -400,6 +409,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "graph")) return Graph();
   if (!std::strcmp(scenario, "overflow")) return Overflow();
   if (!std::strcmp(scenario, "highwater")) return HighWater();
+  if (!std::strcmp(scenario, "small-warps")) return SmallWarps();
   if (!std::strcmp(scenario, "exit7")) return ExitNoSync(7);
   if (!std::strcmp(scenario, "destroyed-stream")) return DestroyedStream();
   if (!std::strcmp(scenario, "threads")) return Threads();
@@ -421,7 +431,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "recorder-cycle-ranges") && argc > 2) return RecorderCycleRanges(argv[2]);
   if (!std::strcmp(scenario, "recorder-cross-sm") && argc > 2) return RecorderCrossSm(argv[2]);
   std::fprintf(stderr,
-               "usage: %s basic|streams|filter|graph|overflow|highwater|exit7|destroyed-stream|threads|"
+               "usage: %s basic|streams|filter|graph|overflow|highwater|small-warps|exit7|destroyed-stream|threads|"
                "many-threads [launches]|ranges|profiler-window|driver-api "
                "<fatbin>|cupti-taken|silent-big|capture-after-eager|unload-replay <fatbin>|exit-running|"
                "recorder-divergent-halves|recorder-early-exit|recorder-partial-warps|recorder-big-blocks|"

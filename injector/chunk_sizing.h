@@ -1,0 +1,77 @@
+// Chunk sizing: how many chunks a kernel's warps claim, at every chunk size,
+// and which chunk size the arena uses until the next read-back.
+//
+// Every recording warp takes whole chunks, so with one fixed size a kernel
+// of many warps that each write a few events fills the arena with empty
+// slots (2048 warps x 2 events took 2 MiB of 1 KiB chunks for 64 KiB of
+// events). So the size is chosen per *generation* of the arena (the launches
+// between two read-backs), at its first recording launch: the largest size
+// up to SMPROF_CHUNK_BYTES at which that launch's projected chunks fit under
+// the high-water mark. Later launches of the generation use the same size
+// (chunks of one generation are all alike: the recorder tells a full chunk
+// by its cursor reaching a multiple of the size); a launch that would not fit
+// forces a drain first and then sizes the next generation.
+//
+// What a kernel claims is learned per kernel at every size class at once
+// from its decoded warps: a warp with e events in k chunks of size c0 needs
+// ceil(e / slots(c)) chunks of size c, plus the chunks it took beyond
+// ceil(e / slots(c0)) at c0 (a warp writes to a second chunk when a diverged
+// marker goes to its shared-memory cursor). Unknown kernels count one chunk
+// per launched warp at every size: the first launch of a kernel of many small
+// warps already gets small chunks.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+
+namespace smprof::injector {
+
+inline constexpr uint32_t kMinChunkShift = 8;   // 256 bytes
+inline constexpr uint32_t kMaxChunkShift = 16;  // 64 KiB
+inline constexpr int kChunkClasses = kMaxChunkShift - kMinChunkShift + 1;
+
+inline constexpr int ChunkClassOf(uint32_t chunk_shift) { return static_cast<int>(chunk_shift - kMinChunkShift); }
+inline constexpr uint32_t ChunkBytesOf(int chunk_class) { return 1u << (kMinChunkShift + chunk_class); }
+
+// Chunks claimed per launched warp, by chunk class; lock-free (read on every
+// launch, written by harvests).
+class ClaimRates {
+ public:
+  ClaimRates() {
+    for (auto& r : per_warp_) r.store(1.0f, std::memory_order_relaxed);
+  }
+  double at(int chunk_class) const { return per_warp_[chunk_class].load(std::memory_order_relaxed); }
+  void set(int chunk_class, double rate) { per_warp_[chunk_class].store(static_cast<float>(rate), std::memory_order_relaxed); }
+  void set_all(double rate) {
+    for (auto& r : per_warp_) r.store(static_cast<float>(rate), std::memory_order_relaxed);
+  }
+
+ private:
+  std::array<std::atomic<float>, kChunkClasses> per_warp_;
+};
+
+// Accumulates one launch's warps, then teaches the rates.
+class ClaimTally {
+ public:
+  // `observed_chunk_bytes`: the size of the chunks the warps were read in.
+  explicit ClaimTally(uint32_t observed_chunk_bytes) : observed_slots_(SlotsOf(observed_chunk_bytes)) {}
+  // One recording warp: `events` events in `chunks` chunks.
+  void AddWarp(uint64_t events, uint32_t chunks);
+  // Sets `rates` for `launched_warps` launched warps (nothing when 0).
+  void Teach(uint64_t launched_warps, ClaimRates* rates) const;
+
+  static uint64_t SlotsOf(uint32_t chunk_bytes);
+
+ private:
+  uint64_t observed_slots_;
+  std::array<uint64_t, kChunkClasses> chunks_{};
+};
+
+// The chunk class for a generation: the largest class up to `max_class` at
+// which `chunks_at(class)` chunks of that size fit in `limit_bytes`; when
+// none fits, the class that needs the fewest bytes.
+int ChooseChunkClass(const std::function<double(int)>& chunks_at, int max_class, double limit_bytes);
+
+}  // namespace smprof::injector
