@@ -137,7 +137,7 @@ int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std:
   return std::clamp(estimate, lo, hi);
 }
 
-std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
+std::vector<Launch> MatchLaunches(std::vector<WarpSegment>* segments,
                                   const std::vector<KernelRecord>& records,
                                   const std::function<bool(const KernelRecord&)>& selected,
                                   int64_t clock_offset, MatchStats* stats,
@@ -154,7 +154,7 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
   std::map<uint64_t, Launch> synthetic;  // grid id -> launch without a record
   std::vector<char> touched(records.size());  // received an event (kept or filtered)
 
-  for (const WarpSegment& segment : segments) {
+  for (WarpSegment& segment : *segments) {
     auto it = by_grid.find(segment.grid_id);
     if (it == by_grid.end() && unmatched != nullptr) {
       unmatched->push_back(&segment);
@@ -168,14 +168,14 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
         r.start_ns = UINT64_MAX;
         launch.flags = wire::kLaunchNoActivity;
       }
-      launch.warps.push_back({&segment, segment.events, 1});
+      launch.warps.push_back({&segment, std::move(segment.events), 1});
       for (DecodedEvent& e : launch.warps.back().events) {
         e.time_ns += static_cast<uint64_t>(clock_offset);
         r.start_ns = std::min(r.start_ns, e.time_ns);
         r.end_ns = std::max(r.end_ns, e.time_ns);
       }
-      launch.event_count += segment.events.size();
-      stats->unattributed += segment.events.size();
+      launch.event_count += launch.warps.back().events.size();
+      stats->unattributed += launch.warps.back().events.size();
       continue;
     }
     const std::vector<size_t>& candidates = it->second;
@@ -187,9 +187,9 @@ std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
         continue;
       }
       Launch& launch = launches[only];
-      launch.warps.push_back({&segment, segment.events, 1});
-      for (DecodedEvent& e : launch.warps.back().events) e.time_ns += static_cast<uint64_t>(clock_offset);
       launch.event_count += segment.events.size();
+      launch.warps.push_back({&segment, std::move(segment.events), 1});
+      for (DecodedEvent& e : launch.warps.back().events) e.time_ns += static_cast<uint64_t>(clock_offset);
       continue;
     }
     // Graph replays share the grid id: each event goes to the replay whose

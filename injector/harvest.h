@@ -125,7 +125,9 @@ int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std:
 // Returns launches sorted by start time, with event times moved onto CUPTI's
 // clock by `clock_offset`: each record of a selected kernel that received
 // events, and one synthetic launch per grid id that has events but no record.
-// Launches that recorded nothing are left out. `selected(record)` decides
+// Launches that recorded nothing are left out. The events of the segments
+// placed in launches are moved there (their `events` are left empty; the
+// segments stay the warps' identities). `selected(record)` decides
 // whether a launch's events are kept (others count as filtered); it is asked
 // once per record.
 //
@@ -134,7 +136,7 @@ int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std:
 // synthetic launches, for the caller to match at a later harvest; `unused`
 // receives the indexes of records that received no event (their events may
 // come with a later harvest's segments).
-std::vector<Launch> MatchLaunches(const std::vector<WarpSegment>& segments,
+std::vector<Launch> MatchLaunches(std::vector<WarpSegment>* segments,
                                   const std::vector<KernelRecord>& records,
                                   const std::function<bool(const KernelRecord&)>& selected,
                                   int64_t clock_offset, MatchStats* stats,

@@ -413,7 +413,7 @@ void Harvester::Process(Job& job) {
   MatchStats match;
   std::vector<const WarpSegment*> unmatched;
   std::vector<size_t> unused;
-  std::vector<Launch> launches = MatchLaunches(segments, records, wanted, clock_offset, &match, &unmatched, &unused);
+  std::vector<Launch> launches = MatchLaunches(&segments, records, wanted, clock_offset, &match, &unmatched, &unused);
   // Segments still without a record wait (a bounded number of harvests and
   // events); the rest ship now under synthetic launches.
   std::vector<WarpSegment> waiting, given_up;
@@ -430,7 +430,7 @@ void Harvester::Process(Job& job) {
     }
   }
   if (!given_up.empty()) {
-    std::vector<Launch> synthetic = MatchLaunches(given_up, {}, wanted, clock_offset, &match);
+    std::vector<Launch> synthetic = MatchLaunches(&given_up, {}, wanted, clock_offset, &match);
     for (Launch& l : synthetic) launches.push_back(std::move(l));
     std::stable_sort(launches.begin(), launches.end(), [](const Launch& a, const Launch& b) {
       return std::tie(a.record.start_ns, a.record.correlation_id) < std::tie(b.record.start_ns, b.record.correlation_id);

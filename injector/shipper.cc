@@ -21,13 +21,24 @@ uint32_t ClampedLength(const std::string& s) {
 
 }  // namespace
 
+uint8_t* Shipper::Frame(uint32_t bytes) {
+  const uint32_t size = wire::PaddedSize(bytes);
+  buffer_.resize(size);
+  std::memset(buffer_.data() + bytes, 0, size - bytes);
+  return buffer_.data();
+}
+
 bool Shipper::Send(uint32_t type, const void* fixed, uint32_t fixed_size, const void* tail, uint32_t tail_size,
                    uint64_t events) {
-  const uint32_t size = wire::PaddedSize(fixed_size + tail_size);
-  buffer_.assign(size, 0);
-  std::memcpy(buffer_.data(), fixed, fixed_size);
-  if (tail_size > 0) std::memcpy(buffer_.data() + fixed_size, tail, tail_size);
-  wire::MsgHeader header{type, size};
+  uint8_t* message = Frame(fixed_size + tail_size);
+  std::memcpy(message, fixed, fixed_size);
+  if (tail_size > 0) std::memcpy(message + fixed_size, tail, tail_size);
+  return Commit(type, events);
+}
+
+bool Shipper::Commit(uint32_t type, uint64_t events) {
+  const auto size = static_cast<uint32_t>(buffer_.size());
+  const wire::MsgHeader header{type, size};
   std::memcpy(buffer_.data(), &header, sizeof(header));
   if (sink_->Send(buffer_.data(), size, events)) {
     counters_.events += events;
@@ -108,7 +119,6 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
     uint32_t id = 0;
   };
   Cached recent[64];
-  std::vector<wire::WireEvent> events;
   for (const Launch& launch : launches) {
     const KernelRecord& r = launch.record;
     auto m = Zeroed<wire::LaunchMsg>();
@@ -142,17 +152,15 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
       const WarpSegment& seg = *warp.segment;
       for (size_t first = 0; first < warp.events.size(); first += kMaxEventsPerMessage) {
         const size_t count = std::min<size_t>(kMaxEventsPerMessage, warp.events.size() - first);
-        events.clear();
+        // Names first: interning one sends a NameMsg (through buffer_).
         for (size_t i = first; i < first + count; ++i) {
-          const DecodedEvent& e = warp.events[i];
-          const uint64_t address = seg.name_base + static_cast<int64_t>(e.name_offset);
+          const uint64_t address = seg.name_base + static_cast<int64_t>(warp.events[i].name_offset);
           Cached& slot = recent[(address >> 3) % 64];
           if (slot.id == 0 || slot.address != address) {
             auto it = address_ids_.find(address);
             if (it == address_ids_.end()) it = address_ids_.emplace(address, InternName(name_of(address))).first;
             slot = Cached{address, it->second};
           }
-          events.push_back({e.time_ns, static_cast<uint32_t>(e.clock), slot.id, e.info, e.value});
         }
         auto w = Zeroed<wire::WarpEventsMsg>();
         w.launch_id = m.launch_id;
@@ -161,8 +169,18 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
         w.warp = seg.warp;
         w.hw_warp = seg.hw_warp;
         w.count = static_cast<uint32_t>(count);
-        Send(wire::kMsgWarpEvents, &w, sizeof(w), events.data(),
-             static_cast<uint32_t>(events.size() * sizeof(wire::WireEvent)), count);
+        uint8_t* message = Frame(static_cast<uint32_t>(sizeof(w) + count * sizeof(wire::WireEvent)));
+        std::memcpy(message, &w, sizeof(w));
+        uint8_t* out = message + sizeof(w);
+        for (size_t i = first; i < first + count; ++i, out += sizeof(wire::WireEvent)) {
+          const DecodedEvent& e = warp.events[i];
+          const uint64_t address = seg.name_base + static_cast<int64_t>(e.name_offset);
+          const Cached& slot = recent[(address >> 3) % 64];
+          const uint32_t id = slot.id != 0 && slot.address == address ? slot.id : address_ids_.at(address);
+          const wire::WireEvent wire_event{e.time_ns, static_cast<uint32_t>(e.clock), id, e.info, e.value};
+          std::memcpy(out, &wire_event, sizeof(wire_event));
+        }
+        Commit(wire::kMsgWarpEvents, count);
       }
     }
   }

@@ -102,6 +102,10 @@ class Shipper {
   void AnnounceThread(uint32_t tid);
   bool Send(uint32_t type, const void* fixed, uint32_t fixed_size, const void* tail, uint32_t tail_size,
             uint64_t events);
+  // A message built in place: Frame() returns room for `bytes` (padding
+  // zeroed), Commit() sets the header over the first bytes and sends it.
+  uint8_t* Frame(uint32_t bytes);
+  bool Commit(uint32_t type, uint64_t events);
 
   MessageSink* sink_;
   ShipperCounters counters_;

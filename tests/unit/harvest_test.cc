@@ -250,10 +250,10 @@ TEST(MatchLaunches, SeparatesGraphReplaysSharingAGridIdByTime) {
   a.Add(c, 1100, 0, wire::kEventInstant);
   a.Add(c, 50000, 0, wire::kEventInstant);
   DecodeStats ds;
-  const std::vector<WarpSegment> segs = Decode(a, &ds);
+  std::vector<WarpSegment> segs = Decode(a, &ds);
   const std::vector<KernelRecord> records = {Record(9, 40000, 60000, 2, "k"), Record(9, 900, 1200, 1, "k")};
   MatchStats ms;
-  const auto launches = MatchLaunches(segs, records, kAll, 0, &ms);
+  const auto launches = MatchLaunches(&segs, records, kAll, 0, &ms);
   ASSERT_EQ(launches.size(), 2u);
   EXPECT_EQ(launches[0].record.correlation_id, 1u);  // sorted by start
   EXPECT_EQ(launches[0].event_count, 2u);
@@ -271,11 +271,11 @@ TEST(MatchLaunches, FiltersUnselectedKernelsAndKeepsOrphans) {
   const uint32_t orphan = a.Claim(3, 5, 1, 2);
   a.Add(orphan, 300, 0, wire::kEventInstant);
   DecodeStats ds;
-  const std::vector<WarpSegment> segs = Decode(a, &ds);
+  std::vector<WarpSegment> segs = Decode(a, &ds);
   const std::vector<KernelRecord> records = {Record(1, 50, 150, 1, "gemm"), Record(2, 50, 150, 2, "other"),
                                              Record(4, 10, 20, 3, "gemm")};
   MatchStats ms;
-  const auto launches = MatchLaunches(segs, records, [](const KernelRecord& r) { return r.name == "gemm"; }, 0, &ms);
+  const auto launches = MatchLaunches(&segs, records, [](const KernelRecord& r) { return r.name == "gemm"; }, 0, &ms);
   ASSERT_EQ(launches.size(), 2u);  // gemm with events, orphan grid 3; not "other", not the silent gemm
   EXPECT_EQ(ms.filtered, 2u);
   EXPECT_EQ(ms.unattributed, 1u);
@@ -293,9 +293,9 @@ TEST(MatchLaunches, MovesEventsOntoCuptiClock) {
   const uint32_t c = a.Claim(5, 0, 0, 0);
   a.Add(c, 1000, 0, wire::kEventInstant);
   DecodeStats ds;
-  const std::vector<WarpSegment> segs = Decode(a, &ds);
+  std::vector<WarpSegment> segs = Decode(a, &ds);
   MatchStats ms;
-  const auto launches = MatchLaunches(segs, {Record(5, 100900, 101200, 1, "k")}, kAll, 100000, &ms);
+  const auto launches = MatchLaunches(&segs, {Record(5, 100900, 101200, 1, "k")}, kAll, 100000, &ms);
   ASSERT_EQ(launches.size(), 1u);
   EXPECT_EQ(launches[0].warps[0].events[0].time_ns, 101000u);
 }
@@ -310,7 +310,7 @@ TEST(EstimateClockOffset, ClampsTheProbeIntoWhatUnambiguousLaunchesAllow) {
   const uint32_t c3 = a.Claim(3, 0, 0, 0);  // two records: ambiguous, ignored
   a.Add(c3, 9000, 0, wire::kEventInstant);
   DecodeStats ds;
-  const std::vector<WarpSegment> segs = Decode(a, &ds);
+  std::vector<WarpSegment> segs = Decode(a, &ds);
   // Grid 1 allows offsets [100800-1000, 101600-1500] = [99800, 100100];
   // grid 2 allows [104950-5000, 105100-5000] = [99950, 100100].
   const std::vector<KernelRecord> records = {Record(1, 100800, 101600, 1, "k"), Record(2, 104950, 105100, 2, "k"),
@@ -338,9 +338,9 @@ TEST(MatchLaunches, MergesTheChunksOfOneWarpInClockOrder) {
   a.Add(ctx2, 140, 4, wire::kEventInstant);
   a.Add(other, 105, 5, wire::kEventInstant);
   DecodeStats ds;
-  const std::vector<WarpSegment> segs = Decode(a, &ds);
+  std::vector<WarpSegment> segs = Decode(a, &ds);
   MatchStats ms;
-  const auto launches = MatchLaunches(segs, {Record(7, 0, 1000, 1, "k")}, kAll, 0, &ms);
+  const auto launches = MatchLaunches(&segs, {Record(7, 0, 1000, 1, "k")}, kAll, 0, &ms);
   ASSERT_EQ(launches.size(), 1u);
   ASSERT_EQ(launches[0].warps.size(), 2u);
   const LaunchEvents& w0 = launches[0].warps[0];
