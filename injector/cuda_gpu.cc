@@ -418,6 +418,8 @@ bool CudaGpu::GraphKernels(void* graph, std::vector<GraphKernel>* kernels) {
   return true;
 }
 
-void CudaGpu::FlushActivity() { cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); }
+void CudaGpu::FlushActivity(bool incomplete_too) {
+  cuptiActivityFlushAll(incomplete_too ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+}
 
 }  // namespace smprof::injector

@@ -46,7 +46,7 @@ class CudaGpu final : public Gpu {
   std::string ReadString(DevPtr address, GpuStream stream) override;
   bool ProbeClock(uint64_t* globaltimer, uint64_t* launched_ns) override;
   bool GraphKernels(void* graph, std::vector<GraphKernel>* kernels) override;
-  void FlushActivity() override;
+  void FlushActivity(bool incomplete_too) override;
 
  private:
   struct Probes;

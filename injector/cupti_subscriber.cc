@@ -84,6 +84,12 @@ void CUPTIAPI OnBufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, si
     while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
       if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || g_profiler == nullptr) continue;
       const auto& k = *reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+      // A record flushed while its kernel ran has no times (and is never
+      // sent again): its events wait, then ship unattributed (counted).
+      if (k.start == 0 || k.end < k.start) {
+        Log().debug("CUPTI kernel record {} incomplete: ignored", k.correlationId);
+        continue;
+      }
       if (!g_profiler->activity().Tracked(k.name)) continue;
       KernelRecord r;
       r.grid_id = static_cast<uint64_t>(k.gridId);

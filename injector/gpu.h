@@ -112,7 +112,10 @@ class Gpu {
   // The kernel nodes of a graph (`graph` is a CUgraph).
   virtual bool GraphKernels(void* graph, std::vector<GraphKernel>* kernels) = 0;
   // Delivers the kernel records CUPTI holds now (to the ActivityStore).
-  virtual void FlushActivity() = 0;
+  // `incomplete_too`: also buffers holding records of kernels still running
+  // (CUPTI then gives them zero times, and never the real ones): only when
+  // no kernel can be running any more (the final harvest).
+  virtual void FlushActivity(bool incomplete_too) = 0;
 };
 
 // Kernel names of the injector's own probes, left out of every trace.

@@ -367,7 +367,8 @@ void Harvester::Process(Job& job) {
   }
   uint64_t probe_time = 0, probe_launched = 0;
   const bool probed = !gone && job.has_snapshot && gpu_.ProbeClock(&probe_time, &probe_launched);
-  gpu_.FlushActivity();
+  // A kernel launched after the read-back may be running: only complete records now.
+  gpu_.FlushActivity(/*incomplete_too=*/job.final);
   const uint32_t context_id = device->facts().context_id;
   const std::vector<KernelRecord> probes = activity_.TakeNamed(context_id, kClockProbeKernel);
   activity_.TakeNamed(context_id, kTimerStepKernel);

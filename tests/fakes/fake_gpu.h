@@ -287,7 +287,7 @@ class FakeGpu final : public Gpu {
     for (const auto& [f, warps] : graphs_.at(graph)) kernels->push_back(GraphKernel{f, symbols_.at(f), warps});
     return true;
   }
-  void FlushActivity() override {}
+  void FlushActivity(bool) override {}
 
   uint64_t string_reads() const {
     std::lock_guard<std::mutex> lock(mu_);
