@@ -114,6 +114,19 @@ class ProfilerTest : public ::testing::Test {
     gpu.Launch(m, stream, symbol, correlation, warps, ranges, &profiler->activity(), deliver);
     profiler->OnLaunchExit(correlation);
   }
+  // A graph launch (cuGraphLaunch): its kernel nodes each record `ranges` ranges per warp.
+  void LaunchGraphOn(void* graph, void* exec, GpuStream stream, uint32_t ranges = 4) {
+    const uint64_t correlation = ++next_correlation;
+    LaunchCall call;
+    call.ctx = gpu.context;
+    call.stream = stream;
+    call.correlation_id = correlation;
+    call.api = wire::kApiGraphLaunch;
+    call.graph_exec = exec;
+    profiler->OnLaunchEnter(call);
+    gpu.LaunchGraph(graph, stream, correlation, ranges, &profiler->activity());
+    profiler->OnLaunchExit(correlation);
+  }
   void Gemm(GpuStream s, uint32_t warps = 8, uint32_t ranges = 4) { LaunchOn(gemm, module, kGemm, s, warps, ranges); }
   void Other(GpuStream s, uint32_t warps = 8, uint32_t ranges = 4) { LaunchOn(other, module, kOther, s, warps, ranges); }
   void Sync() {
@@ -309,18 +322,7 @@ TEST_F(ProfilerTest, GraphReplaysProjectTheirNodesAndNeverOverflow) {
   void* graph = gpu.AddGraph({{gemm, 300}});
   void* exec = reinterpret_cast<void*>(0xE3);
   profiler->OnGraphExecCreated(gpu.context, graph, exec);
-  for (int replay = 0; replay < 12; ++replay) {
-    const uint64_t correlation = ++next_correlation;
-    LaunchCall call;
-    call.ctx = gpu.context;
-    call.stream = s1;
-    call.correlation_id = correlation;
-    call.api = wire::kApiGraphLaunch;
-    call.graph_exec = exec;
-    profiler->OnLaunchEnter(call);
-    gpu.LaunchGraph(graph, s1, correlation, 4, &profiler->activity());
-    profiler->OnLaunchExit(correlation);
-  }
+  for (int replay = 0; replay < 12; ++replay) LaunchGraphOn(graph, exec, s1);
   Sync();
   Finish();
   EXPECT_EQ(sink.launches["gemm(float*)"], 12);
@@ -412,16 +414,7 @@ TEST_F(ProfilerTest, GraphLaunchesLightOnlyModulesOfTheirSelectedNodes) {
   profiler->OnGraphExecCreated(gpu.context, without, exec_without);
   for (int replay = 0; replay < 2; ++replay) {
     for (auto [graph, exec] : {std::pair{with_gemm, exec_with}, std::pair{without, exec_without}}) {
-      const uint64_t correlation = ++next_correlation;
-      LaunchCall call;
-      call.ctx = gpu.context;
-      call.stream = s1;
-      call.correlation_id = correlation;
-      call.api = wire::kApiGraphLaunch;
-      call.graph_exec = exec;
-      profiler->OnLaunchEnter(call);
-      gpu.LaunchGraph(graph, s1, correlation, 4, &profiler->activity());
-      profiler->OnLaunchExit(correlation);
+      LaunchGraphOn(graph, exec, s1);
     }
   }
   Sync();
