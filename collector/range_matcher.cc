@@ -1,8 +1,79 @@
 #include "collector/range_matcher.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace smprof {
+
+// --- the name index -------------------------------------------------------------
+
+size_t RangeMatcher::TopIndex::Home(uint32_t name_id) const {
+  return static_cast<size_t>((uint64_t{name_id} * 0x9E3779B97F4A7C15ull) >> 32) & (slots_.size() - 1);
+}
+
+uint32_t RangeMatcher::TopIndex::Find(uint32_t name_id) const {
+  if (slots_.empty()) return kNone;
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = Home(name_id);; i = (i + 1) & mask) {
+    const Slot& s = slots_[i];
+    if (s.pos == kNone) return kNone;
+    if (s.name_id == name_id) return s.pos;
+  }
+}
+
+uint32_t& RangeMatcher::TopIndex::At(uint32_t name_id) {
+  if (2 * (used_ + 1) > slots_.size()) Grow();
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = Home(name_id);; i = (i + 1) & mask) {
+    Slot& s = slots_[i];
+    if (s.pos == kNone) {
+      s.name_id = name_id;
+      ++used_;
+      return s.pos;
+    }
+    if (s.name_id == name_id) return s.pos;
+  }
+}
+
+void RangeMatcher::TopIndex::Erase(uint32_t name_id) {
+  if (slots_.empty()) return;
+  const size_t mask = slots_.size() - 1;
+  size_t hole = Home(name_id);
+  for (;; hole = (hole + 1) & mask) {
+    if (slots_[hole].pos == kNone) return;
+    if (slots_[hole].name_id == name_id) break;
+  }
+  // Shift back every later entry of the run that may move into the hole:
+  // one whose home is not cyclically in (hole, j].
+  for (size_t j = (hole + 1) & mask; slots_[j].pos != kNone; j = (j + 1) & mask) {
+    const size_t home = Home(slots_[j].name_id);
+    const bool stays = hole < j ? (home > hole && home <= j) : (home > hole || home <= j);
+    if (!stays) {
+      slots_[hole] = slots_[j];
+      hole = j;
+    }
+  }
+  slots_[hole].pos = kNone;
+  --used_;
+}
+
+void RangeMatcher::TopIndex::Clear() {
+  if (slots_.size() > 4 * kKeptCapacity) {
+    std::vector<Slot>().swap(slots_);
+  } else {
+    for (Slot& s : slots_) s.pos = kNone;
+  }
+  used_ = 0;
+}
+
+void RangeMatcher::TopIndex::Grow() {
+  std::vector<Slot> old(std::max<size_t>(16, 2 * slots_.size()), Slot{0, kNone});
+  old.swap(slots_);
+  used_ = 0;
+  for (const Slot& s : old) {
+    if (s.pos != kNone) At(s.name_id) = s.pos;
+  }
+}
 
 // --- open BEGINs ---------------------------------------------------------------
 // Oldest first. `top_` maps a name to its most recent open BEGIN and each
@@ -12,17 +83,17 @@ namespace smprof {
 
 void RangeMatcher::Push(uint32_t name_id, uint64_t ns, uint32_t cycles) {
   const auto pos = static_cast<uint32_t>(open_.size());
-  auto [it, inserted] = top_.try_emplace(name_id, pos);
-  const uint32_t prev = inserted ? kNone : it->second;
-  it->second = pos;
-  open_.push_back({name_id, prev, ns, cycles, true, false});
+  uint32_t& top = top_.At(name_id);
+  const uint32_t prev = top;
+  top = pos;
+  const auto slot = static_cast<uint32_t>(episode_.size());
+  episode_.push_back({Kind::kSlice, Why::kNone, name_id, ns, ns, 0, kNone, 0, slot});
+  open_.push_back({name_id, prev, ns, cycles, slot, true, false});
   ++live_;
+  ++reserved_;
 }
 
-uint32_t RangeMatcher::Find(uint32_t name_id) const {
-  auto it = top_.find(name_id);
-  return it == top_.end() ? kNone : it->second;
-}
+uint32_t RangeMatcher::Find(uint32_t name_id) const { return top_.Find(name_id); }
 
 // Closes the BEGIN at `pos`: the latest open one of its name, or the oldest
 // of all (Oldest()). A link to the latter from a newer BEGIN of its name is
@@ -31,12 +102,11 @@ void RangeMatcher::Close(uint32_t pos) {
   Open& o = open_[pos];
   o.live = false;
   --live_;
-  auto it = top_.find(o.name_id);
-  if (it->second == pos) {
+  if (top_.Find(o.name_id) == pos) {
     if (o.prev_same == kNone || !open_[o.prev_same].live) {
-      top_.erase(it);
+      top_.Erase(o.name_id);
     } else {
-      it->second = o.prev_same;
+      top_.At(o.name_id) = o.prev_same;
     }
   }
   while (!open_.empty() && !open_.back().live) open_.pop_back();
@@ -56,14 +126,14 @@ uint32_t RangeMatcher::Oldest() {
 void RangeMatcher::Compact() {
   std::vector<Open> kept;
   kept.reserve(live_);
-  top_.clear();
+  top_.Clear();
   for (const Open& o : open_) {
     if (!o.live) continue;
     const auto pos = static_cast<uint32_t>(kept.size());
-    auto [it, inserted] = top_.try_emplace(o.name_id, pos);
+    uint32_t& top = top_.At(o.name_id);
     kept.push_back(o);
-    kept.back().prev_same = inserted ? kNone : it->second;
-    it->second = pos;
+    kept.back().prev_same = top;
+    top = pos;
   }
   open_.swap(kept);
   bottom_ = 0;
@@ -77,8 +147,7 @@ void RangeMatcher::Begin(uint32_t name_id, uint64_t ns, uint32_t cycles) {
     const uint32_t oldest = Oldest();
     const Open o = open_[oldest];
     Close(oldest);
-    Buffer({Kind::kUnterminated, Why::kTooManyOpen, o.name_id, o.begin_ns, std::max(o.begin_ns, ns), 0, 0, 0},
-           o.early);
+    Settle(o, {Kind::kUnterminated, Why::kTooManyOpen, o.name_id, o.begin_ns, std::max(o.begin_ns, ns), 0, 0, 0, 0});
   }
   Push(name_id, ns, cycles);
 }
@@ -87,19 +156,18 @@ void RangeMatcher::End(uint32_t name_id, uint64_t ns, uint32_t cycles) {
   last_ns_ = std::max(last_ns_, ns);
   const uint32_t pos = Find(name_id);
   if (pos == kNone) {
-    Buffer({Kind::kUnmatchedEnd, Why::kNone, name_id, ns, ns, 0, 0, 0}, false);
+    Append({Kind::kUnmatchedEnd, Why::kNone, name_id, ns, ns, 0, 0, 0, 0});
   } else {
     const Open o = open_[pos];
     Close(pos);
-    Buffer({Kind::kSlice, Why::kNone, name_id, o.begin_ns, std::max(o.begin_ns, ns), cycles - o.begin_cycles, 0, 0},
-           o.early);
+    Settle(o, {Kind::kSlice, Why::kNone, name_id, o.begin_ns, std::max(o.begin_ns, ns), cycles - o.begin_cycles, 0, 0, 0});
   }
   if (live_ == 0) Release();
 }
 
 void RangeMatcher::Instant(uint32_t name_id, uint64_t ns) {
   last_ns_ = std::max(last_ns_, ns);
-  Buffer({Kind::kInstant, Why::kNone, name_id, ns, ns, 0, 0, 0}, false);
+  Append({Kind::kInstant, Why::kNone, name_id, ns, ns, 0, 0, 0, 0});
   if (live_ == 0) Release();
 }
 
@@ -109,34 +177,51 @@ void RangeMatcher::CloseAll(uint64_t end_ns, Why why) {
     const auto pos = static_cast<uint32_t>(open_.size() - 1);  // the top is always live
     const Open o = open_[pos];
     Close(pos);
-    Buffer({Kind::kUnterminated, why, o.name_id, o.begin_ns, std::max(o.begin_ns, end_ns), 0, 0, 0}, o.early);
+    Settle(o, {Kind::kUnterminated, why, o.name_id, o.begin_ns, std::max(o.begin_ns, end_ns), 0, 0, 0, 0});
   }
   Release();
 }
 
-void RangeMatcher::Buffer(const Record& r, bool early) {
-  if (!early) {
-    episode_.push_back(r);
-    if (episode_.size() >= kMaxBuffered) {
-      // Write the episode out now: what is still open may start before it.
-      for (Open& o : open_) o.early = o.early || o.live;
-      if (early_lane_ == kNone) early_lane_ = std::max<uint32_t>(1, static_cast<uint32_t>(lanes_.size()));
-      Release();
-    }
+void RangeMatcher::Settle(const Open& o, Record r) {
+  if (o.early) {  // open across an early write-out: on its own lane, as it closes
+    r.lane = early_lane_;
+    ready_.push_back(r);
     return;
   }
-  // A range open across an early write-out: on its own lane, as it closes.
-  ready_.push_back(r);
-  ready_.back().lane = early_lane_;
+  r.order = o.slot;
+  episode_[o.slot] = r;
+  --reserved_;
+  WriteOutEarlyIfFull();
+}
+
+void RangeMatcher::Append(const Record& r) {
+  episode_.push_back(r);
+  episode_.back().order = static_cast<uint32_t>(episode_.size() - 1);
+  WriteOutEarlyIfFull();
+}
+
+void RangeMatcher::WriteOutEarlyIfFull() {
+  if (episode_.size() - reserved_ < kMaxBuffered) return;
+  // Write the episode out now: what is still open may start before it, so
+  // it leaves the episode (its reserved slots) and closes on a lane of its own.
+  for (Open& o : open_) o.early = o.early || o.live;
+  if (early_lane_ == kNone) early_lane_ = std::max<uint32_t>(1, static_cast<uint32_t>(lanes_.size()));
+  episode_.erase(std::remove_if(episode_.begin(), episode_.end(), [](const Record& r) { return r.lane == kNone; }),
+                 episode_.end());
+  reserved_ = 0;
+  Release();
 }
 
 void RangeMatcher::Release() {
   if (episode_.empty()) return;
   // Start order; the longer first on equal starts (the enclosing one), else
-  // recording order.
-  std::stable_sort(episode_.begin(), episode_.end(), [](const Record& a, const Record& b) {
-    return a.begin_ns != b.begin_ns ? a.begin_ns < b.begin_ns : a.end_ns > b.end_ns;
-  });
+  // recording order. Slots are in recording order, which is start order
+  // unless a warp's clock went backwards or equal starts are out of order.
+  const auto before = [](const Record& a, const Record& b) {
+    if (a.begin_ns != b.begin_ns) return a.begin_ns < b.begin_ns;
+    return a.end_ns != b.end_ns ? a.end_ns > b.end_ns : a.order < b.order;
+  };
+  if (!std::is_sorted(episode_.begin(), episode_.end(), before)) std::sort(episode_.begin(), episode_.end(), before);
   if (lanes_.empty()) lanes_.emplace_back();
   for (Record& r : episode_) {
     const bool slice = r.kind == Kind::kSlice || r.kind == Kind::kUnterminated;
@@ -152,9 +237,33 @@ void RangeMatcher::Release() {
     r.lane = lane;
     r.depth = static_cast<uint32_t>(lanes_[lane].size());
     if (slice) lanes_[lane].push_back(r.end_ns);
-    ready_.push_back(r);
+  }
+  if (ready_.empty()) {
+    ready_.swap(episode_);  // the usual case: no copy
+  } else {
+    ready_.insert(ready_.end(), episode_.begin(), episode_.end());
   }
   episode_.clear();
+}
+
+void RangeMatcher::Reset() {
+  const auto keep = [](auto& v) {
+    if (v.capacity() > kKeptCapacity) {
+      std::remove_reference_t<decltype(v)>().swap(v);
+    } else {
+      v.clear();
+    }
+  };
+  keep(open_);
+  keep(episode_);
+  keep(ready_);
+  lanes_.clear();
+  top_.Clear();
+  live_ = 0;
+  bottom_ = 0;
+  reserved_ = 0;
+  last_ns_ = 0;
+  early_lane_ = kNone;
 }
 
 }  // namespace smprof

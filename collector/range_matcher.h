@@ -17,12 +17,15 @@
 // ranges still open then are given a lane of their own when they close, as
 // they may start before records already written).
 //
-// Single-threaded; one matcher per (launch, warp).
+// Cost: no allocation per event once a matcher's buffers have grown (the
+// name index is an open-addressing table, episodes sort in place), and
+// Reset() lets one matcher serve warp after warp with the buffers it has.
+//
+// Single-threaded; one matcher per (launch, warp) at a time.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 namespace smprof {
@@ -49,6 +52,7 @@ class RangeMatcher {
     uint32_t cycles;  // END cycles - BEGIN cycles (32-bit wrap), slices only
     uint32_t lane;
     uint32_t depth;  // open slices around it on its lane
+    uint32_t order;  // its start's place in its episode's recording order (the last tie-break)
   };
 
   void Begin(uint32_t name_id, uint64_t ns, uint32_t cycles);
@@ -66,13 +70,41 @@ class RangeMatcher {
   size_t open() const { return live_; }
   uint64_t last_ns() const { return last_ns_; }  // latest event time seen
 
+  // Forgets everything (as a new matcher) but keeps the buffers, unless
+  // they grew beyond what a typical warp needs.
+  void Reset();
+
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
+  static constexpr size_t kKeptCapacity = size_t{1} << 14;  // records or BEGINs a Reset keeps room for
+
+  // Name -> position of its latest open BEGIN: linear probing, deletion by
+  // shifting back (no tombstones), at most half full.
+  class TopIndex {
+   public:
+    uint32_t Find(uint32_t name_id) const;
+    // The position stored for `name_id`, inserted as kNone when absent.
+    uint32_t& At(uint32_t name_id);
+    void Erase(uint32_t name_id);
+    void Clear();
+    size_t capacity() const { return slots_.size(); }
+
+   private:
+    struct Slot {
+      uint32_t name_id;
+      uint32_t pos;  // kNone: empty
+    };
+    size_t Home(uint32_t name_id) const;
+    void Grow();
+    std::vector<Slot> slots_;  // a power of two in size, or empty
+    size_t used_ = 0;
+  };
   struct Open {
     uint32_t name_id;
     uint32_t prev_same;  // position of the previous open BEGIN of this name, or kNone
     uint64_t begin_ns;
     uint32_t begin_cycles;
+    uint32_t slot;  // its record's place in episode_ (unless early)
     bool live;
     bool early;  // still open when its episode was written out early
   };
@@ -82,17 +114,27 @@ class RangeMatcher {
   void Close(uint32_t pos);
   uint32_t Oldest();
   void Compact();
-  void Buffer(const Record& r, bool early);
-  // Sorts the episode by start, assigns lanes, moves it to ready_.
+  // A closed BEGIN's record: into its slot of the episode, or out at once
+  // when it was open across an early write-out.
+  void Settle(const Open& o, Record r);
+  // An instant or an unmatched END: appended to the episode.
+  void Append(const Record& r);
+  // Writes the episode out once it holds kMaxBuffered complete records.
+  void WriteOutEarlyIfFull();
+  // Sorts the episode by start (unless it is in order: the usual case, as
+  // records take the place of their start), assigns lanes, moves it to ready_.
   void Release();
 
   std::vector<Open> open_;                      // BEGINs, oldest first; closed ones dead until removed
   size_t live_ = 0;                             // live entries of open_
   size_t bottom_ = 0;                           // no live entry below this position
-  std::unordered_map<uint32_t, uint32_t> top_;  // name -> position of its latest open BEGIN
+  TopIndex top_;                                // name -> position of its latest open BEGIN
   uint64_t last_ns_ = 0;
 
+  // In recording order of their starts: a BEGIN reserves its record's slot
+  // (lane kNone until its END comes), instants are appended.
   std::vector<Record> episode_;
+  size_t reserved_ = 0;  // slots of episode_ still waiting for their END
   std::vector<Record> ready_;
   // Per lane, the end times of the slices open on it (innermost last), as
   // of the last released record.

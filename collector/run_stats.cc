@@ -111,12 +111,22 @@ struct KernelAcc {
   std::map<uint32_t, InstantAcc> instants;
 };
 
+// A region as one warp saw it: the region's accumulator (found once per
+// warp, not per slice) and the warp's total of its terminated slices.
+struct WarpRegion {
+  uint32_t id = 0;
+  RegionAcc* region = nullptr;  // in KernelAcc::regions (std::map: stable)
+  bool terminated = false;      // a terminated slice was seen: the total counts
+  uint64_t ns = 0;
+};
+
 struct WarpAcc {
+  bool seen = false;  // OnWarp or a record came for it
   WarpLocation where;
   bool has_top = false;  // a top-level slice was seen
   uint64_t top_end = 0;  // the latest end of one
   uint32_t top_name = 0;
-  std::vector<std::pair<uint32_t, uint64_t>> totals;  // name id -> ns of terminated slices
+  std::vector<WarpRegion> regions;  // few: searched linearly
 };
 
 struct LaunchAcc {
@@ -126,7 +136,8 @@ struct LaunchAcc {
   uint64_t launch_id = 0;
   int32_t gpu = -1;
   uint64_t start_ns = 0, end_ns = 0;
-  std::map<uint32_t, WarpAcc> warps;  // by WarpRecord::index
+  std::vector<WarpAcc> warps;  // by WarpRecord::index (dense: in order of arrival)
+  uint64_t warp_count = 0;     // of them seen
 };
 
 uint64_t SmKey(int32_t gpu, uint32_t sm) { return (uint64_t{static_cast<uint32_t>(gpu)} << 32) | sm; }
@@ -152,6 +163,10 @@ struct StatsBuilder::State {
   std::vector<std::string> names;
   std::map<std::string, KernelAcc, std::less<>> kernels;
   std::unordered_map<uint64_t, LaunchAcc> launches;  // open ones, by LaunchRecord::index
+  LaunchAcc* last_launch = nullptr;                  // the latest looked up (records come launch by launch)
+  uint64_t last_launch_index = 0;
+  std::vector<uint32_t> id_of_key;                   // SliceRecord::name_key -> name id (kNoId: not yet)
+  static constexpr uint32_t kNoId = UINT32_MAX;
   std::vector<Gap> gaps;                             // a heap whose front is the gap to drop first
   uint64_t slices = 0, unterminated = 0, instants = 0;
 
@@ -164,7 +179,20 @@ struct StatsBuilder::State {
     return id;
   }
 
+  // The name id of a record's name, by its key when it has one.
+  uint32_t NameIdOf(std::string_view name, uint32_t key) {
+    if (key == 0) return NameId(name);
+    if (key < id_of_key.size() && id_of_key[key] != kNoId) return id_of_key[key];
+    if (key >= id_of_key.size()) id_of_key.resize(static_cast<size_t>(key) + 1, kNoId);
+    return id_of_key[key] = NameId(name);
+  }
+
   LaunchAcc& Launch(const trace::LaunchRecord& launch) {
+    if (last_launch != nullptr && last_launch_index == launch.index) {
+      last_launch->start_ns = launch.start_ns;
+      last_launch->end_ns = launch.end_ns;
+      return *last_launch;
+    }
     auto [it, added] = launches.try_emplace(launch.index);
     LaunchAcc& l = it->second;
     if (added) {
@@ -179,13 +207,23 @@ struct StatsBuilder::State {
     }
     l.start_ns = launch.start_ns;
     l.end_ns = launch.end_ns;
+    last_launch = &l;
+    last_launch_index = launch.index;
     return l;
   }
 
+  void Forget(uint64_t launch_index) {
+    launches.erase(launch_index);
+    if (last_launch_index == launch_index) last_launch = nullptr;
+  }
+
   WarpAcc& Warp(LaunchAcc& l, const trace::WarpRecord& warp) {
-    auto [it, added] = l.warps.try_emplace(warp.index);
-    if (added) {
-      WarpLocation& w = it->second.where;
+    if (warp.index >= l.warps.size()) l.warps.resize(static_cast<size_t>(warp.index) + 1);
+    WarpAcc& acc = l.warps[warp.index];
+    if (!acc.seen) {
+      acc.seen = true;
+      ++l.warp_count;
+      WarpLocation& w = acc.where;
       w.pid = l.pid;
       w.launch_id = l.launch_id;
       w.gpu = l.gpu;
@@ -193,7 +231,15 @@ struct StatsBuilder::State {
       std::copy(warp.block, warp.block + 3, w.block);
       w.warp = warp.warp;
     }
-    return it->second;
+    return acc;
+  }
+
+  WarpRegion& Region(LaunchAcc& l, WarpAcc& w, uint32_t id) {
+    for (WarpRegion& r : w.regions) {
+      if (r.id == id) return r;
+    }
+    w.regions.push_back({id, &l.kernel->regions[id], false, 0});
+    return w.regions.back();
   }
 
   void OfferGap(const LaunchAcc& l, const WarpAcc& w, uint32_t after, uint64_t begin_ns) {
@@ -216,16 +262,18 @@ struct StatsBuilder::State {
     KernelAcc& k = *l.kernel;
     const uint64_t span = l.end_ns > l.start_ns ? l.end_ns - l.start_ns : 0;
     ++k.launches;
-    k.warps += l.warps.size();
+    k.warps += l.warp_count;
     k.span_ns += span;
-    k.warp_time_ns += span * l.warps.size();
-    for (const auto& [index, w] : l.warps) {
-      for (const auto& [id, total] : w.totals) {
-        RegionAcc& r = k.regions[id];
+    k.warp_time_ns += span * l.warp_count;
+    for (const WarpAcc& w : l.warps) {
+      for (const WarpRegion& wr : w.regions) {
+        if (!wr.terminated) continue;
+        RegionAcc& r = *wr.region;
+        r.sm_totals[SmKey(l.gpu, w.where.sm)] += wr.ns;
         ++r.warps;
-        r.warp_sum += total;
-        if (r.warps == 1 || total > r.warp_max) {
-          r.warp_max = total;
+        r.warp_sum += wr.ns;
+        if (r.warps == 1 || wr.ns > r.warp_max) {
+          r.warp_max = wr.ns;
           r.warp_max_at = w.where;
         }
       }
@@ -249,8 +297,9 @@ void StatsBuilder::OnSlice(const trace::LaunchRecord& launch, const trace::WarpR
   State& s = *state_;
   LaunchAcc& l = s.Launch(launch);
   WarpAcc& w = s.Warp(l, warp);
-  const uint32_t id = s.NameId(slice.name);
-  RegionAcc& r = l.kernel->regions[id];
+  const uint32_t id = s.NameIdOf(slice.name, slice.name_key);
+  WarpRegion& wr = s.Region(l, w, id);
+  RegionAcc& r = *wr.region;
   ++s.slices;
   if (slice.unterminated) {
     ++r.unterminated;
@@ -259,13 +308,8 @@ void StatsBuilder::OnSlice(const trace::LaunchRecord& launch, const trace::WarpR
     const uint64_t ns = slice.end_ns > slice.begin_ns ? slice.end_ns - slice.begin_ns : 0;
     r.ns.Add(ns);
     r.cycles.Add(slice.cycles);
-    r.sm_totals[SmKey(l.gpu, warp.sm)] += ns;
-    auto t = std::find_if(w.totals.begin(), w.totals.end(), [id](const auto& e) { return e.first == id; });
-    if (t == w.totals.end()) {
-      w.totals.emplace_back(id, ns);
-    } else {
-      t->second += ns;
-    }
+    wr.terminated = true;
+    wr.ns += ns;  // into the SM's and the warp's totals when the launch closes
   }
   if (slice.lane == 0 && slice.depth == 0) {
     if (w.has_top && slice.begin_ns > w.top_end) s.OfferGap(l, w, id, slice.begin_ns);
@@ -282,7 +326,7 @@ void StatsBuilder::OnInstant(const trace::LaunchRecord& launch, const trace::War
   State& s = *state_;
   LaunchAcc& l = s.Launch(launch);
   s.Warp(l, warp);
-  InstantAcc& i = l.kernel->instants[s.NameId(instant.name)];
+  InstantAcc& i = l.kernel->instants[s.NameIdOf(instant.name, instant.name_key)];
   ++i.count;
   if (instant.unmatched_end) ++i.unmatched_ends;
   ++s.instants;
@@ -291,7 +335,7 @@ void StatsBuilder::OnInstant(const trace::LaunchRecord& launch, const trace::War
 void StatsBuilder::OnLaunchEnd(const trace::LaunchRecord& launch) {
   State& s = *state_;
   s.Close(s.Launch(launch));
-  s.launches.erase(launch.index);
+  s.Forget(launch.index);
 }
 
 RunStats StatsBuilder::Build() {
@@ -301,6 +345,7 @@ RunStats StatsBuilder::Build() {
   std::sort(open.begin(), open.end());
   for (uint64_t index : open) s.Close(s.launches.at(index));
   s.launches.clear();
+  s.last_launch = nullptr;
 
   RunStats run;
   run.slices = s.slices;

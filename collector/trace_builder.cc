@@ -10,7 +10,6 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "collector/range_matcher.h"
 #include "collector/trace_labels.h"
 #include "common/names.h"
 
@@ -91,7 +90,13 @@ struct TraceBuilder::Producer {
   bool have_process = false;
   bool named = false;
   uint64_t last_ns = 0;  // latest absolute timestamp seen from this producer
-  std::map<uint32_t, std::string> names;
+  std::unordered_map<uint32_t, Name> names;  // node-stable: the cache below points into it
+  // NameOf's cache: a few names are looked up for every record.
+  struct CachedName {
+    uint32_t id = 0;
+    const Name* name = nullptr;
+  };
+  CachedName name_cache[64];
   std::map<uint32_t, std::string> threads;  // host tid -> name (ThreadMsg)
   std::map<uint32_t, std::string> gpu_of_ordinal;  // CUDA ordinal in this process -> Gpu key
   std::map<uint64_t, Launch> launches;             // announced, not yet ended
@@ -139,12 +144,22 @@ uint64_t TraceBuilder::Rel(uint64_t ns) {
 
 void TraceBuilder::Touch(uint64_t rel_ns) { last_rel_ns_ = std::max(last_rel_ns_, rel_ns); }
 
-std::string_view TraceBuilder::NameOf(const Producer& p, uint32_t name_id) {
+const TraceBuilder::Name& TraceBuilder::NameOf(Producer& p, uint32_t name_id) {
+  Producer::CachedName& c = p.name_cache[(name_id * 0x9E3779B1u) >> 26];
+  if (c.name != nullptr && c.id == name_id) return *c.name;
   auto it = p.names.find(name_id);
-  if (it != p.names.end()) return it->second;
+  if (it != p.names.end()) {
+    c = {name_id, &it->second};
+    return it->second;
+  }
   ++summary_.unknown_names;
-  unknown_name_ = "<unknown name #" + std::to_string(name_id) + ">";
+  unknown_name_.text = "<unknown name #" + std::to_string(name_id) + ">";
+  unknown_name_.key = KeyOf(unknown_name_.text);
   return unknown_name_;
+}
+
+uint32_t TraceBuilder::KeyOf(const std::string& text) {
+  return name_keys_.try_emplace(text, static_cast<uint32_t>(name_keys_.size() + 1)).first->second;
 }
 
 TraceBuilder::Producer& TraceBuilder::GetProducer(const transport::ProducerInfo& info) {
@@ -199,9 +214,12 @@ void TraceBuilder::HandleMessage(const transport::ProducerInfo& info, const uint
     case wire::kMsgDevice:
       OnDevice(p, m);
       break;
-    case wire::kMsgName:
-      p.names[m.name.name_id] = std::string(m.text);
+    case wire::kMsgName: {
+      Name& n = p.names[m.name.name_id];  // a new text for a known id replaces it in place
+      n.text = std::string(m.text);
+      n.key = KeyOf(n.text);
       break;
+    }
     case wire::kMsgLaunch:
       OnLaunch(p, m);
       break;
@@ -365,10 +383,11 @@ void TraceBuilder::OnLaunch(Producer& p, const DecodedMessage& m) {
 
 void TraceBuilder::Emit(Producer& p, const Launch& l, Warp& w) {
   for (const RangeMatcher::Record& e : w.ranges.ready()) {
-    const std::string_view name = NameOf(p, e.name_id);
+    const Name& name = NameOf(p, e.name_id);
     if (e.kind == RangeMatcher::Kind::kInstant || e.kind == RangeMatcher::Kind::kUnmatchedEnd) {
       trace::InstantRecord r;
-      r.name = name;
+      r.name = name.text;
+      r.name_key = name.key;
       r.ts_ns = Rel(e.begin_ns);
       r.unmatched_end = e.kind == RangeMatcher::Kind::kUnmatchedEnd;
       Touch(r.ts_ns);
@@ -376,7 +395,8 @@ void TraceBuilder::Emit(Producer& p, const Launch& l, Warp& w) {
       continue;
     }
     trace::SliceRecord r;
-    r.name = name;
+    r.name = name.text;
+    r.name_key = name.key;
     r.begin_ns = Rel(e.begin_ns);
     r.end_ns = std::max(r.begin_ns, Rel(e.end_ns));
     r.cycles = e.cycles;
@@ -406,6 +426,10 @@ void TraceBuilder::OnWarpEvents(Producer& p, const DecodedMessage& m) {
   auto [wit, inserted] = l.warps.try_emplace(key);
   Warp& w = wit->second;
   if (inserted) {
+    if (!spare_matchers_.empty()) {
+      w.ranges = std::move(spare_matchers_.back());
+      spare_matchers_.pop_back();
+    }
     w.record.index = static_cast<uint32_t>(l.warps.size() - 1);
     w.record.sm = msg.sm;
     std::copy(msg.block, msg.block + 3, w.record.block);
@@ -458,6 +482,10 @@ void TraceBuilder::EndLaunch(Producer& p, Launch& l, bool producer_lost) {
     w.ranges.CloseAll(end, producer_lost ? RangeMatcher::Why::kProducerLost : RangeMatcher::Why::kNone);
     Emit(p, l, w);
     order.push_back(w.record.index);
+    if (spare_matchers_.size() < kSpareMatchers) {
+      w.ranges.Reset();
+      spare_matchers_.push_back(std::move(w.ranges));
+    }
   }
   for (trace::TraceSink* s : sinks_) s->OnLaunchEnd(l.record, order.data(), order.size());
 }

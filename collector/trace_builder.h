@@ -37,10 +37,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "collector/message_decoder.h"
+#include "collector/range_matcher.h"
 #include "collector/run_summary.h"
 #include "collector/trace_sink.h"
 #include "common/transport.h"
@@ -80,12 +82,17 @@ class TraceBuilder {
   struct Launch;
   struct Warp;
   struct Gpu;
+  struct Name {
+    std::string text;
+    uint32_t key = 0;  // trace::SliceRecord::name_key
+  };
 
   Producer& GetProducer(const transport::ProducerInfo& info);
   uint64_t Rel(uint64_t ns);
   void Touch(uint64_t rel_ns);
   // Valid until the next call.
-  std::string_view NameOf(const Producer& p, uint32_t name_id);
+  const Name& NameOf(Producer& p, uint32_t name_id);
+  uint32_t KeyOf(const std::string& text);
   void NameProcess(Producer& p);
   void CountMalformed(const Producer& p, const char* why, uint32_t type);
 
@@ -119,7 +126,11 @@ class TraceBuilder {
   uint64_t next_call_key_ = 1;
   static constexpr size_t kCallKeysKept = 65536;
   uint64_t malformed_logged_ = 0;
-  std::string unknown_name_;  // NameOf's storage for "<unknown name #id>"
+  Name unknown_name_;  // NameOf's storage for "<unknown name #id>"
+  std::unordered_map<std::string, uint32_t> name_keys_;  // text -> key (from 1)
+  // Matchers of ended warps, their buffers kept for new warps (bounded).
+  std::vector<RangeMatcher> spare_matchers_;
+  static constexpr size_t kSpareMatchers = 4096;
   bool finished_ = false;
 };
 

@@ -104,6 +104,9 @@ struct WarpRecord {
 
 struct SliceRecord {
   std::string_view name;
+  // A run-wide key of the name's text (the same text, the same key), for
+  // sinks that index by name; 0: not given (key by the text).
+  uint32_t name_key = 0;
   uint64_t begin_ns = 0, end_ns = 0;
   uint32_t cycles = 0;  // SM cycles between BEGIN and END (exact; 0 for unterminated)
   uint32_t lane = 0;    // 0, or a sibling lane (see above)
@@ -114,6 +117,7 @@ struct SliceRecord {
 
 struct InstantRecord {
   std::string_view name;
+  uint32_t name_key = 0;  // as SliceRecord::name_key
   uint64_t ts_ns = 0;
   bool unmatched_end = false;  // an END without a BEGIN, shown as an instant
 };

@@ -97,6 +97,44 @@ TEST(RangeMatcherTest, CloseAllEndsOpenRangesUnterminated) {
 
 // An episode longer than kMaxBuffered is written out early; the range open
 // across it comes later, on a lane of its own, so every lane still nests.
+TEST(RangeMatcherTest, RecordsAreReleasedInStartOrderEvenWhenTheClockStepsBack) {
+  RangeMatcher m;
+  m.Begin(1, 100, 0);
+  m.Begin(2, 120, 0);
+  m.End(2, 130, 0);
+  m.Begin(3, 110, 0);  // recorded later, starts earlier
+  m.End(3, 115, 0);
+  m.Instant(4, 105);
+  m.End(1, 200, 0);
+  const auto r = Take(m);
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r[0].name_id, 1u);
+  EXPECT_EQ(r[1].name_id, 4u);
+  EXPECT_EQ(r[2].name_id, 3u);
+  EXPECT_EQ(r[3].name_id, 2u);
+  for (const auto& e : r) EXPECT_EQ(e.lane, 0u);
+}
+
+TEST(RangeMatcherTest, AReusedMatcherStartsFromScratch) {
+  RangeMatcher m;
+  m.Begin(1, 100, 0);
+  m.Begin(2, 110, 0);
+  m.Reset();
+  EXPECT_EQ(m.open(), 0u);
+  EXPECT_EQ(m.last_ns(), 0u);
+  m.End(1, 120, 0);  // nothing is open any more: unmatched
+  auto r = Take(m);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].kind, Kind::kUnmatchedEnd);
+  m.Begin(5, 130, 7);
+  m.End(5, 140, 17);
+  r = Take(m);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].kind, Kind::kSlice);
+  EXPECT_EQ(r[0].cycles, 10u);
+  EXPECT_EQ(r[0].lane, 0u);
+}
+
 TEST(RangeMatcherTest, AVeryLongEpisodeIsWrittenOutEarly) {
   RangeMatcher m;
   m.Begin(1, 0, 0);  // open across the whole episode
