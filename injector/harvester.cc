@@ -76,6 +76,7 @@ struct Harvester::ContextState {
   std::vector<KernelRecord> carried_records;
   std::vector<int> carried_record_ages;
   std::vector<ArenaSnapshot> free;                  // buffers to reuse (mu_)
+  bool preparing = false;                           // a harvest thread is pinning a spare (mu_)
   size_t out = 0;                                   // snapshots queued or being processed (mu_)
   size_t queued = 0;                                // jobs queued or being processed (mu_)
   // Held from a read-back until its job is queued: jobs are processed in the
@@ -332,6 +333,31 @@ std::string Harvester::ReadName(ContextState& state, DeviceContext* device, uint
   return state.names.emplace(key, std::move(name)).first->second;  // an unload's read may have come first
 }
 
+// Page-locking a large buffer takes longer than copying into it (2 GB: about
+// half a second): done on the application's thread at a read-back, it would
+// hold the application that long. So while a context has no free buffer and
+// may have another, a harvest thread pins one, as large as the one just
+// filled, before it decodes.
+void Harvester::PrepareSpare(ContextState& state, size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes == 0 || state.ended || state.preparing || !state.free.empty() ||
+        state.out + state.free.size() >= kSnapshotsPerContext) {
+      return;
+    }
+    state.preparing = true;
+  }
+  ArenaSnapshot spare;
+  spare.chunks = HostBuffer(&gpu_, bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  state.preparing = false;
+  // Bounded as ever: a read-back may have taken a buffer of its own meanwhile.
+  if (!state.ended && state.out + state.free.size() < kSnapshotsPerContext) {
+    state.free.push_back(std::move(spare));
+  }
+  cv_.notify_all();
+}
+
 void Harvester::Process(Job& job) {
   DeviceContext* device = job.device;
   ContextState* state;
@@ -344,6 +370,7 @@ void Harvester::Process(Job& job) {
   std::optional<ContextScope> scope;
   if (!gone) scope.emplace(gpu_, device->ctx());
   if (scope && !scope->ok()) gone = true;
+  if (!gone && job.has_snapshot) PrepareSpare(*state, job.snapshot.chunks.size());
   uint64_t stage_start = gpu_.Now();
   const auto stage = [&](wire::HarvestStage s) {
     const uint64_t now = gpu_.Now();

@@ -112,6 +112,9 @@ class Harvester {
   void Enqueue(std::unique_ptr<Job> job);  // mu_ held
   void Run();
   void Process(Job& job);
+  // Pins a read-back buffer of `bytes` for the context's next harvest (see
+  // harvester.cc) when it has no free one and may have another.
+  void PrepareSpare(ContextState& state, size_t bytes);
   // Waits for the job's turn at a step done in read order (false: stopping).
   bool WaitTurn(const uint64_t& turn, uint64_t seq);
   void EndTurn(uint64_t* turn);

@@ -14,6 +14,7 @@
 // Thread-safe (one mutex), so TSan tests can launch from several threads.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -21,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -190,7 +192,18 @@ class FakeGpu final : public Gpu {
     std::lock_guard<std::mutex> lock(mu_);
     memory_.erase(ptr);
   }
-  void* AllocatePinned(size_t bytes) override { return new uint8_t[bytes](); }
+  void* AllocatePinned(size_t bytes) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pinned_by_.push_back(std::this_thread::get_id());
+    }
+    return new uint8_t[bytes]();
+  }
+  // How many page-locked buffers thread `t` allocated.
+  size_t pinned_on(std::thread::id t) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<size_t>(std::count(pinned_by_.begin(), pinned_by_.end(), t));
+  }
   void FreePinned(void* ptr) override { delete[] static_cast<uint8_t*>(ptr); }
   bool CreateStream(GpuStream* stream) override {
     *stream = AddStream();
@@ -423,6 +436,7 @@ class FakeGpu final : public Gpu {
   }
 
   mutable std::mutex mu_;
+  std::vector<std::thread::id> pinned_by_;  // AllocatePinned's callers, in order
   uintptr_t next_handle_ = 0x1000;
   DevPtr next_address_ = 0x10000000;
   std::map<DevPtr, std::vector<uint8_t>> memory_;

@@ -24,7 +24,10 @@ class CaptureSink : public MessageSink {
  public:
   bool Send(const void* data, uint32_t, uint64_t) override {
     std::unique_lock<std::mutex> lock(mu);
+    ++held;
+    cv.notify_all();
     cv.wait(lock, [&] { return !blocked; });
+    --held;
     wire::MsgHeader h;
     std::memcpy(&h, data, sizeof(h));
     const auto* bytes = static_cast<const uint8_t*>(data);
@@ -52,7 +55,18 @@ class CaptureSink : public MessageSink {
       std::memcpy(&m, data, sizeof(m));
       names.emplace_back(reinterpret_cast<const char*>(bytes + sizeof(m)), m.name_len);
     }
+    cv.notify_all();
     return true;
+  }
+  // Until the counters after the n-th read-back came (its last message).
+  void WaitForHarvests(uint64_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return stats.harvests >= n; });
+  }
+  // Until a sender waits in a blocked Send.
+  void WaitUntilASenderIsHeld() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return blocked && held > 0; });
   }
   void Block(bool b) {
     {
@@ -65,6 +79,7 @@ class CaptureSink : public MessageSink {
   std::mutex mu;
   std::condition_variable cv;
   bool blocked = false;
+  int held = 0;  // senders inside Send
   std::map<std::string, int> launches, calls;
   std::map<std::string, uint32_t> flags;
   std::map<std::string, uint64_t> events;
@@ -342,6 +357,26 @@ TEST_F(ProfilerTest, DecodingAndShippingRunOffTheApplicationThread) {
   Sync();
   Finish();
   EXPECT_EQ(sink.events["gemm(float*)"], 2u * 64);
+}
+
+TEST_F(ProfilerTest, ReadBackBuffersArePinnedOffTheApplicationThread) {
+  Start(MakeSettings());
+  const std::thread::id app = std::this_thread::get_id();
+  Gemm(s1);
+  Sync();  // the first read-back pins its buffer on the application thread
+  sink.WaitForHarvests(1);
+  const size_t pinned = gpu.pinned_on(app);
+  sink.Block(true);
+  Gemm(s1);
+  Sync();  // reuses that buffer; its harvest thread pins a spare before it ships
+  sink.WaitUntilASenderIsHeld();
+  Gemm(s1);
+  Sync();  // the first buffer is still being shipped: this one takes the spare
+  EXPECT_EQ(gpu.pinned_on(app), pinned);
+  sink.Block(false);
+  Finish();
+  EXPECT_EQ(sink.events["gemm(float*)"], 3u * 64);
+  EXPECT_EQ(sink.harvests[wire::kHarvestSync], 3);
 }
 
 TEST_F(ProfilerTest, ABusyStreamDefersTheHarvestToALaterSync) {
