@@ -76,7 +76,7 @@ class RangeMatcher {
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
-  static constexpr size_t kKeptCapacity = size_t{1} << 14;  // records or BEGINs a Reset keeps room for
+  static constexpr size_t kKeptCapacity = 512;  // records (or BEGINs) per buffer a Reset keeps room for
 
   // Name -> position of its latest open BEGIN: linear probing, deletion by
   // shifting back (no tombstones), at most half full.

@@ -128,9 +128,12 @@ class TraceBuilder {
   uint64_t malformed_logged_ = 0;
   Name unknown_name_;  // NameOf's storage for "<unknown name #id>"
   std::unordered_map<std::string, uint32_t> name_keys_;  // text -> key (from 1)
-  // Matchers of ended warps, their buffers kept for new warps (bounded).
+  // Matchers of ended warps, their buffers kept for new warps. Bounded: at
+  // most kSpareMatchers, each keeping room for RangeMatcher::kKeptCapacity
+  // records per buffer (about 50 KB), so at most ~100 MB however large the
+  // run; a warp that needs more grows its own buffers and gives them back.
   std::vector<RangeMatcher> spare_matchers_;
-  static constexpr size_t kSpareMatchers = 4096;
+  static constexpr size_t kSpareMatchers = 2048;
   bool finished_ = false;
 };
 
