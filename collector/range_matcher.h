@@ -18,7 +18,8 @@
 // they may start before records already written).
 //
 // Cost: no allocation per event once a matcher's buffers have grown (the
-// name index is an open-addressing table, episodes sort in place), and
+// name index is an open-addressing table; records take the slot of their
+// start, so an episode is checked, and sorted only when out of order), and
 // Reset() lets one matcher serve warp after warp with the buffers it has.
 //
 // Single-threaded; one matcher per (launch, warp) at a time.
@@ -87,7 +88,6 @@ class RangeMatcher {
     uint32_t& At(uint32_t name_id);
     void Erase(uint32_t name_id);
     void Clear();
-    size_t capacity() const { return slots_.size(); }
 
    private:
     struct Slot {

@@ -188,11 +188,17 @@ struct StatsBuilder::State {
   }
 
   LaunchAcc& Launch(const trace::LaunchRecord& launch) {
-    if (last_launch != nullptr && last_launch_index == launch.index) {
-      last_launch->start_ns = launch.start_ns;
-      last_launch->end_ns = launch.end_ns;
-      return *last_launch;
+    if (last_launch == nullptr || last_launch_index != launch.index) {
+      last_launch = &Open(launch);
+      last_launch_index = launch.index;
     }
+    last_launch->start_ns = launch.start_ns;
+    last_launch->end_ns = launch.end_ns;
+    return *last_launch;
+  }
+
+  // The launch's accumulator, created at its first record.
+  LaunchAcc& Open(const trace::LaunchRecord& launch) {
     auto [it, added] = launches.try_emplace(launch.index);
     LaunchAcc& l = it->second;
     if (added) {
@@ -205,10 +211,6 @@ struct StatsBuilder::State {
       l.launch_id = launch.launch_id;
       l.gpu = launch.gpu;
     }
-    l.start_ns = launch.start_ns;
-    l.end_ns = launch.end_ns;
-    last_launch = &l;
-    last_launch_index = launch.index;
     return l;
   }
 
