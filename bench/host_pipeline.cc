@@ -21,7 +21,10 @@
 //                         places the trace); the trace goes to /tmp
 //   ship->collect         a producer thread shipping through the ring to
 //                         a consumer thread running the collector, as
-//                         smprof-run does (wall time)
+//                         smprof-run does (wall time, Finish included)
+//   The collector runs twice each time: on one thread, and with its trace
+//   writer and statistics on threads of their own (sink threads: what
+//   smprof-collector does on machines of 4 cores or more).
 //   smprof_bench_host_pipeline [warps (2048)] [events per warp (258)] [launches (4)]
 #include <atomic>
 #include <chrono>
@@ -145,8 +148,10 @@ void Ship(smprof::injector::MessageSink* sink, const std::vector<Launch>& launch
   shipper.SendHarvest(launches.back().record.end_ns, 0, wire::kHarvestSync, 0, 0, 1, 1, host);
 }
 
-std::unique_ptr<smprof::Collector> OpenCollector(const std::string& path) {
+std::unique_ptr<smprof::Collector> OpenCollector(const std::string& path,
+                                                 smprof::CollectorOptions::SinkThreads threads) {
   smprof::CollectorOptions options;
+  options.sink_threads = threads;
   options.trace_path = path;
   options.overwrite = true;
   options.stats = true;
@@ -258,32 +263,44 @@ int main(int argc, char** argv) {
   };
   const double t_ring = ring_seconds([](const uint8_t*, uint32_t) {});
 
-  // The collector on its own thread's work: every message, then Finish.
+  // The collector's work: every message, then Finish (which, with sink
+  // threads, waits for them to catch up), in one thread or with the trace
+  // writer and the statistics on threads of their own (async_sink.h).
   const std::string trace = "/tmp/smprof-bench-host-pipeline-" + std::to_string(getpid()) + ".pftrace";
-  auto collector = OpenCollector(trace);
   const transport::ProducerInfo info{0, 4242};
-  const double t_collect = Seconds([&] {
-    for (size_t i = 0; i < shipped.offsets.size(); ++i) {
-      const size_t end = i + 1 < shipped.offsets.size() ? shipped.offsets[i + 1] : shipped.bytes.size();
-      collector->HandleMessage(info, shipped.bytes.data() + shipped.offsets[i],
-                               static_cast<uint32_t>(end - shipped.offsets[i]));
+  using SinkThreads = smprof::CollectorOptions::SinkThreads;
+  const auto collect = [&](SinkThreads threads, double* handle_seconds, double* finish_seconds) {
+    auto collector = OpenCollector(trace, threads);
+    *handle_seconds = Seconds([&] {
+      for (size_t i = 0; i < shipped.offsets.size(); ++i) {
+        const size_t end = i + 1 < shipped.offsets.size() ? shipped.offsets[i + 1] : shipped.bytes.size();
+        collector->HandleMessage(info, shipped.bytes.data() + shipped.offsets[i],
+                                 static_cast<uint32_t>(end - shipped.offsets[i]));
+      }
+      collector->HandleProducerEnd(info, true);
+    });
+    smprof::CollectorSummary summary;
+    *finish_seconds = Seconds([&] { summary = collector->Finish(); });
+    if (!summary.trace_ok || summary.events != static_cast<uint64_t>(events)) {
+      std::fprintf(stderr, "FAILED: the collector wrote %llu of %.0f events (%s)\n",
+                   static_cast<unsigned long long>(summary.events), events, summary.trace_error.c_str());
+      std::exit(1);
     }
-  });
-  collector->HandleProducerEnd(info, true);
-  smprof::CollectorSummary summary;
-  const double t_finish = Seconds([&] { summary = collector->Finish(); });
-  if (!summary.trace_ok || summary.events != static_cast<uint64_t>(events)) {
-    std::fprintf(stderr, "FAILED: the collector wrote %llu of %.0f events (%s)\n",
-                 static_cast<unsigned long long>(summary.events), events, summary.trace_error.c_str());
-    return 1;
-  }
-  collector.reset();
+  };
+  double t_collect = 0, t_finish = 0, t_collect_async = 0, t_finish_async = 0;
+  collect(SinkThreads::kOff, &t_collect, &t_finish);
+  collect(SinkThreads::kOn, &t_collect_async, &t_finish_async);
 
   // Shipping and collecting as they run: a producer thread, the collector's thread.
-  auto piped = OpenCollector(trace);
-  const double t_pipe = ring_seconds([&](const uint8_t* data, uint32_t size) { piped->HandleMessage(info, data, size); });
-  piped->HandleProducerEnd(info, true);
-  piped->Finish();
+  const auto pipe = [&](SinkThreads threads) {
+    auto piped = OpenCollector(trace, threads);
+    double t = ring_seconds([&](const uint8_t* data, uint32_t size) { piped->HandleMessage(info, data, size); });
+    piped->HandleProducerEnd(info, true);
+    t += Seconds([&] { piped->Finish(); });
+    return t;
+  };
+  const double t_pipe = pipe(SinkThreads::kOff);
+  const double t_pipe_async = pipe(SinkThreads::kOn);
   std::remove(trace.c_str());
   for (const char* suffix : {".stats.json", ".stats.csv"}) std::remove((trace + suffix).c_str());
 
@@ -298,7 +315,11 @@ int main(int argc, char** argv) {
                       {"transport: ring, consumer idle (2 threads)", t_ring},
                       {"collector: HandleMessage", t_collect},
                       {"collector: Finish", t_finish},
-                      {"ship -> ring -> collector (2 threads)", t_pipe}};
+                      {"collector: both", t_collect + t_finish},
+                      {"collector, sink threads (3): HandleMessage", t_collect_async},
+                      {"collector, sink threads (3): both", t_collect_async + t_finish_async},
+                      {"ship -> ring -> collector (2 threads)", t_pipe},
+                      {"ship -> ring -> collector, sink threads (4)", t_pipe_async}};
   for (const Row& r : rows) {
     std::printf("%-44s %10.2f %10.1f %12.1f\n", r.name, r.seconds * 1e3, r.seconds * 1e9 / events,
                 events / r.seconds / 1e6);

@@ -8,7 +8,11 @@
 // completes the summary, closes the sinks and moves the trace into place
 // (trace_placement.h).
 //
-// Single-threaded: Run() and the Handle*/Finish calls happen on one thread.
+// Run() and the Handle*/Finish calls happen on one thread. With sink
+// threads (CollectorOptions::sink_threads), each sink runs on a thread of its
+// own behind an AsyncSink (async_sink.h), so that decoding and range
+// matching on this thread overlap with encoding the trace and the
+// statistics; the sinks see the same calls in the same order either way.
 #pragma once
 
 #include <atomic>
@@ -22,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "collector/async_sink.h"
 #include "collector/control_channel.h"
 #include "collector/run_summary.h"
 #include "collector/stats_sink.h"
@@ -56,6 +61,11 @@ struct CollectorOptions {
   // Per-range SM cycles in a protobuf trace: "none", "counter" or "args"
   // (PerfettoSink::CyclesEncoding).
   std::string trace_cycles = "none";
+  // Run the trace writer and the statistics on threads of their own:
+  // kAuto does when the machine has at least kSinkThreadCores cores.
+  enum class SinkThreads { kAuto, kOn, kOff };
+  SinkThreads sink_threads = SinkThreads::kAuto;
+  static constexpr unsigned kSinkThreadCores = 4;
 };
 
 class Collector {
@@ -97,6 +107,9 @@ class Collector {
   CollectorOptions options_;
   std::unique_ptr<trace::TraceSink> trace_;  // the trace writer
   std::unique_ptr<stats::StatsSink> stats_;  // null unless options.stats
+  // In front of trace_ and stats_ with sink threads (empty without).
+  std::unique_ptr<AsyncSink> async_trace_, async_stats_;
+  trace::TraceSink* trace_front_ = nullptr;  // what the builder and Run call: async_trace_ or trace_
   std::unique_ptr<TraceBuilder> builder_;
   transport::ConsumerStats transport_stats_;
   CollectorSummary summary_;

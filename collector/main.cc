@@ -57,6 +57,8 @@ constexpr char kUsage[] =
     "  --log-level L           trace|debug|info|warn|error|critical|off (default warn)\n"
     "  --layout L              protobuf track layout: launch|hardware|auto (default auto)\n"
     "  --trace-cycles HOW      per-range SM cycles in a protobuf trace: none|counter|args (default none)\n"
+    "  --sink-threads WHEN     trace writer and statistics on threads of their own:\n"
+    "                          auto (4 or more cores)|on|off (default auto)\n"
     "  --help                  show this help\n";
 
 int Usage(const std::string& problem) {
@@ -77,6 +79,7 @@ struct Args {
   bool stats = false;
   std::string layout = "auto";
   std::string trace_cycles = "none";
+  std::string sink_threads = "auto";
   int summary_fd = -1;
   int control_fd = -1;
   bool force = false;
@@ -147,6 +150,11 @@ int ParseArgs(int argc, char** argv, Args* args) {
         return Usage("bad --trace-cycles '" + value + "': use none, counter or args");
       }
       args->trace_cycles = value;
+    } else if (arg == "--sink-threads") {
+      if (value != "auto" && value != "on" && value != "off") {
+        return Usage("bad --sink-threads '" + value + "': use auto, on or off");
+      }
+      args->sink_threads = value;
     } else {
       return Usage("unknown option '" + arg + "'");
     }
@@ -214,6 +222,9 @@ int main(int argc, char** argv) {
   options.stats = args.stats;
   options.layout = args.layout;
   options.trace_cycles = args.trace_cycles;
+  options.sink_threads = args.sink_threads == "on"    ? smprof::CollectorOptions::SinkThreads::kOn
+                         : args.sink_threads == "off" ? smprof::CollectorOptions::SinkThreads::kOff
+                                                      : smprof::CollectorOptions::SinkThreads::kAuto;
   auto collector = smprof::Collector::Create(options, &error);
   if (!collector) {
     std::fprintf(stderr, "smprof-collector: %s\n", error.c_str());

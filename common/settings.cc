@@ -43,6 +43,10 @@ const std::vector<SettingSpec> kSettings = {
      "each range's exact SM cycles in a protobuf trace: none (the statistics\n"
      "have them; ~12 bytes an event), counter (a \"cycles\" counter value per\n"
      "range; ~1.7 bytes an event more) or args (a slice argument; ~3.4 more)"},
+    {Setting::kSinkThreads, "SMPROF_SINK_THREADS", nullptr, 0, "WHEN", "auto",
+     "the collector's trace writer and statistics each on a thread of its\n"
+     "own, beside the thread that decodes and matches: auto (on machines of\n"
+     "4 or more cores), on or off; the trace is the same byte for byte"},
     {Setting::kChunkBytes, "SMPROF_CHUNK_BYTES", nullptr, 0, "N", "1024",
      "largest device chunk size in bytes, a power of two 256-65536; a launch\n"
      "whose warps would not fit in chunks this large gets smaller ones"},
@@ -250,6 +254,13 @@ bool ParseSetting(Setting setting, std::string_view text, std::string_view sourc
         why = "unknown trace cycles \"" + std::string(text) + "\": use none, counter or args";
       }
       break;
+    case Setting::kSinkThreads:
+      if ((ok = text == "auto" || text == "on" || text == "off")) {
+        s.sink_threads = std::string(text);
+      } else {
+        why = "unknown sink threads \"" + std::string(text) + "\": use auto, on or off";
+      }
+      break;
     case Setting::kLogLevel:
       if ((ok = IsLogLevel(text))) {
         s.log_level = std::string(text);
@@ -290,6 +301,8 @@ std::string SettingText(Setting setting, const Settings& s) {
       return s.layout;
     case Setting::kTraceCycles:
       return s.trace_cycles;
+    case Setting::kSinkThreads:
+      return s.sink_threads;
   }
   return "";
 }

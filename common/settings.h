@@ -36,6 +36,7 @@ enum class Setting {
   kLogLevel,
   kLayout,
   kTraceCycles,
+  kSinkThreads,
 };
 
 struct SettingSpec {
@@ -77,6 +78,7 @@ struct Settings {
   std::string log_level = "warn";
   std::string layout = "auto";  // trace layout: "launch", "hardware" or "auto"
   std::string trace_cycles = "none";  // per-slice SM cycles in a protobuf trace: "none", "counter" or "args"
+  std::string sink_threads = "auto";  // the collector's trace writer and statistics on threads: "auto", "on", "off"
 };
 
 // Parses `text` as the value of `setting` into *settings. On a bad value

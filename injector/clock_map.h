@@ -18,7 +18,7 @@
 // for each nearest anchor the neighbours are ranked once by that difference
 // (Cursor keeps the ranking of the anchor it last used), and an event
 // computes the exact estimate only of the neighbours that could still be the
-// largest: usually one or two divisions instead of up to 33. The result is
+// largest: usually one or two multiplications instead of up to 33. The result is
 // the same as evaluating every neighbour (tests/unit/harvest_test.cc).
 #pragma once
 
@@ -70,10 +70,11 @@ class ClockMap {
   struct Sm {
     std::vector<Anchor> anchors;  // by clock after Build
     double cycles_per_ns = 0;
+    double ns_per_cycle = 0;  // its inverse
   };
   friend class Cursor;
   // The exact estimate of `clock` through anchor `a` (ns, may be negative).
-  static int64_t Through(const Anchor& a, uint64_t clock, double rate);
+  static int64_t Through(const Anchor& a, uint64_t clock, double ns_per_cycle);
   double fallback_;
   std::vector<Sm> sms_;  // by SM id (ids are small: a GPU's SM count); no anchors: unknown
 };

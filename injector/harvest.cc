@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <unordered_map>
 
@@ -108,8 +109,13 @@ void MapEventClocks(std::vector<WarpSegment>* segments, double fallback_cycles_p
   ClockMap map(fallback_cycles_per_ns);
   for (const WarpSegment& s : *segments) map.AddAnchor(s.sm, s.anchor_clock, s.anchor_time_ns);
   map.Build();
+  // One cursor per SM, kept across its segments: a segment's events follow
+  // its own anchor, and a cursor re-ranks neighbours only when it moves.
+  std::vector<std::unique_ptr<ClockMap::Cursor>> cursors;
   for (WarpSegment& s : *segments) {
-    ClockMap::Cursor cursor(map, s.sm);
+    if (cursors.size() <= s.sm) cursors.resize(static_cast<size_t>(s.sm) + 1);
+    if (!cursors[s.sm]) cursors[s.sm] = std::make_unique<ClockMap::Cursor>(map, s.sm);
+    ClockMap::Cursor& cursor = *cursors[s.sm];
     for (DecodedEvent& e : s.events) e.time_ns = cursor.ToNs(e.clock);
   }
 }

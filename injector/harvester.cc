@@ -378,6 +378,11 @@ void Harvester::Process(Job& job) {
     stage_start = now;
   };
 
+  // A final harvest ships everything that waits for a record, and a harvest
+  // before it puts what it leaves waiting back only at its ship turn: so a
+  // final one takes after every earlier one has shipped (its ship turn is
+  // then already its own).
+  if (job.final && !WaitTurn(ship_turn_, job.seq)) return;
   // In read order: the clock probe relates %globaltimer to CUPTI's clock
   // (given up, the previous offset stays, when the GPU is too busy to run it
   // now); the records of the kernels that ended before this read-back.
@@ -447,9 +452,11 @@ void Harvester::Process(Job& job) {
   std::vector<WarpSegment> waiting, given_up;
   std::vector<int> waiting_ages;
   size_t waiting_events = 0;
+  const size_t carry_limit =
+      std::max<size_t>(kMaxCarriedEvents, static_cast<size_t>(snap.total_chunks) * snap.chunk_bytes / sizeof(wire::Event));
   for (const WarpSegment* s : unmatched) {
     const int age = carried_ages[static_cast<size_t>(s - segments.data())] + 1;
-    if (job.final || age > kCarryHarvests || waiting_events + s->events.size() > kMaxCarriedEvents) {
+    if (job.final || age > kCarryHarvests || waiting_events + s->events.size() > carry_limit) {
       given_up.push_back(*s);
     } else {
       waiting.push_back(*s);

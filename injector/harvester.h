@@ -27,8 +27,13 @@
 // context (and records that got no events wait for theirs), up to
 // kCarryHarvests harvests; then, or at the final harvest (exit, context
 // end), they ship under a synthetic launch, counted as unattributed.
-// Overflow policy: at most kMaxCarriedEvents wait; past it the oldest ship
-// at once, unattributed. Only events of *wanted* launches are shipped: a launch
+// CUPTI hands a kernel's record over only with a whole activity buffer, and
+// not while the buffer holds the record of a kernel still running, so under
+// back-to-back launches a record can come a harvest or two late.
+// Overflow policy: at most as many events wait as the arena holds (and at
+// least kMaxCarriedEvents): one arena's launches can wait whole, in about
+// twice the arena's size of host memory; past it the oldest ship at once,
+// unattributed. Only events of *wanted* launches are shipped: a launch
 // whose API call was noted in the context's HostCalls (launches of kernels
 // that were excluded, outside the launch range or the capture window but ran
 // while their module recorded are filtered and counted).

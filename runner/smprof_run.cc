@@ -291,7 +291,9 @@ bool StartCollector(const std::string& path, const std::string& run_id, const st
                                      "--layout",
                                      settings.layout,
                                      "--trace-cycles",
-                                     settings.trace_cycles};
+                                     settings.trace_cycles,
+                                     "--sink-threads",
+                                     settings.sink_threads};
     if (force) args.push_back("--force");
     if (!StatsBase(output).empty()) args.push_back("--stats");
     std::vector<char*> argv;

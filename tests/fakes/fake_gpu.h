@@ -16,6 +16,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -290,7 +292,11 @@ class FakeGpu final : public Gpu {
     return Lookup::kNotFound;
   }
   std::string ReadString(DevPtr address, GpuStream) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    ++held_reads_;
+    held_cv_.notify_all();
+    held_cv_.wait(lock, [this] { return !hold_reads_; });
+    --held_reads_;
     ++string_reads_;
     return std::string(reinterpret_cast<const char*>(At(address)));
   }
@@ -300,7 +306,29 @@ class FakeGpu final : public Gpu {
     for (const auto& [f, warps] : graphs_.at(graph)) kernels->push_back(GraphKernel{f, symbols_.at(f), warps});
     return true;
   }
-  void FlushActivity(bool) override {}
+  void FlushActivity(bool incomplete_too) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (incomplete_too) ++final_flushes_;
+    held_cv_.notify_all();
+  }
+
+  // While held, ReadString waits: a harvest thread pauses between taking
+  // its records and shipping (it reads the names of what it ships).
+  void HoldStringReads(bool hold) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_reads_ = hold;
+    held_cv_.notify_all();
+  }
+  // Waits until `done()` (called with the fake's lock held) or `timeout`.
+  template <typename Done>
+  bool WaitUntil(Done done, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return held_cv_.wait_for(lock, timeout, done);
+  }
+  // Calls waiting in ReadString; FlushActivity calls that took incomplete
+  // records too (a final harvest's). Call inside WaitUntil.
+  size_t held_string_reads_locked() const { return held_reads_; }
+  size_t final_activity_flushes_locked() const { return final_flushes_; }
 
   uint64_t string_reads() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -454,6 +482,10 @@ class FakeGpu final : public Gpu {
   std::atomic<uint64_t> kernels_recorded_{0};
   std::atomic<uint64_t> kernels_run_{0};
   uint64_t string_reads_ = 0;
+  std::condition_variable held_cv_;
+  bool hold_reads_ = false;
+  size_t held_reads_ = 0;
+  size_t final_flushes_ = 0;
 };
 
 }  // namespace smprof::injector::fake

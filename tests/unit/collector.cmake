@@ -39,3 +39,7 @@ smprof_add_test(trace_repair_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/trace_repair_test.cc
   LIBS smprof::collector
   LABELS unit)
+smprof_add_test(async_sink_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/async_sink_test.cc
+  LIBS smprof::collector nlohmann_json::nlohmann_json
+  LABELS unit)

@@ -70,14 +70,18 @@ Bytes Harvest(uint64_t t, uint32_t reason, uint64_t dropped, uint64_t unplaced) 
 
 // --- harness -------------------------------------------------------------------
 
-class CollectorTest : public ::testing::Test {
+// Every test runs twice: the sinks on the collector's thread, and each on a
+// thread of its own (async_sink.h), which must not change a byte.
+class CollectorTest : public ::testing::TestWithParam<CollectorOptions::SinkThreads> {
  protected:
   void SetUp() override {
-    path_ = ::testing::TempDir() + "collector_test_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
-            "_" + std::to_string(getpid()) + ".json";
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    path_ = ::testing::TempDir() + "collector_test_" + name + "_" + std::to_string(getpid()) + ".json";
     std::string error;
     CollectorOptions options;
     options.trace_path = path_;
+    options.sink_threads = GetParam();
     collector_ = Collector::Create(options, &error);
     ASSERT_NE(collector_, nullptr) << error;
   }
@@ -143,7 +147,7 @@ int64_t SortIndex(const json& trace, const std::string& what, int pid, int tid =
 
 // --- tests ---------------------------------------------------------------------
 
-TEST_F(CollectorTest, OneLaunchTwoWarpsEverything) {
+TEST_P(CollectorTest, OneLaunchTwoWarpsEverything) {
   const transport::ProducerInfo a{0, 1000};
   Send(a, Process(1000, kT0,
                   std::string("./app\0--size\0"
@@ -311,7 +315,7 @@ TEST_F(CollectorTest, OneLaunchTwoWarpsEverything) {
   }
 }
 
-TEST_F(CollectorTest, EndClosesMostRecentOpenBeginOfTheSameName) {
+TEST_P(CollectorTest, EndClosesMostRecentOpenBeginOfTheSameName) {
   const transport::ProducerInfo a{0, 1};
   Send(a, Process(1, kT0, "app"));
   Send(a, Name(1, "a"));
@@ -387,7 +391,7 @@ TEST(CollectorSummaryTest, FromJsonReadsWhatToJsonWrites) {
   EXPECT_FALSE(CollectorSummary::FromJson(json::array(), &b, &error));
 }
 
-TEST_F(CollectorTest, SummaryJsonHasExactlyTheDocumentedKeys) {
+TEST_P(CollectorTest, SummaryJsonHasExactlyTheDocumentedKeys) {
   const CollectorSummary s = collector_->Finish();
   const json j = s.ToJson();
   std::set<std::string> keys;
@@ -430,7 +434,7 @@ TEST_F(CollectorTest, SummaryJsonHasExactlyTheDocumentedKeys) {
   EXPECT_EQ(failed.ToJson()["trace_error"], failed.trace_error);
 }
 
-TEST_F(CollectorTest, EventsOfADroppedLaunchCountAsLost) {
+TEST_P(CollectorTest, EventsOfADroppedLaunchCountAsLost) {
   // The transport dropped launch 5's LaunchMsg: its events arrive as orphans.
   const transport::ProducerInfo a{0, 1};
   Send(a, Process(1, kT0, "app"));
@@ -459,7 +463,7 @@ TEST_F(CollectorTest, EventsOfADroppedLaunchCountAsLost) {
 // the same name" (a linear scan), whatever the order: random sequences over a
 // few names, long enough to leave closed slots inside the stack and compact
 // them, checked against that scan.
-TEST_F(CollectorTest, EndMatchingAgreesWithALinearScan) {
+TEST_P(CollectorTest, EndMatchingAgreesWithALinearScan) {
   const transport::ProducerInfo a{0, 1};
   Send(a, Process(1, kT0, "app"));
   constexpr uint32_t kNames = 5;
@@ -553,7 +557,7 @@ TEST_F(CollectorTest, EndMatchingAgreesWithALinearScan) {
 
 // Open BEGINs per warp are capped: past 65536 the oldest is written as
 // unterminated (noting why), and pairing of the newer ones is unaffected.
-TEST_F(CollectorTest, OpenBeginsPerWarpAreCapped) {
+TEST_P(CollectorTest, OpenBeginsPerWarpAreCapped) {
   const transport::ProducerInfo a{0, 1};
   Send(a, Process(1, kT0, "app"));
   Send(a, Name(1, "deep"));
@@ -607,7 +611,7 @@ TEST_F(CollectorTest, OpenBeginsPerWarpAreCapped) {
   EXPECT_EQ(s.events, kOver + 2 + 1 + (kCap - 1));  // evicted, pair, unmatched, finalized
 }
 
-TEST_F(CollectorTest, LatestStatsMessageGivesDeviceTotals) {
+TEST_P(CollectorTest, LatestStatsMessageGivesDeviceTotals) {
   const transport::ProducerInfo a{3, 50};
   Send(a, Process(50, kT0, "app"));
   Send(a, Harvest(1000, wire::kHarvestSync, 5, 0));
@@ -640,7 +644,7 @@ TEST_F(CollectorTest, LatestStatsMessageGivesDeviceTotals) {
   EXPECT_EQ(Events(t, "i", 3, 1)[0]["name"], "harvest: exit");
 }
 
-TEST_F(CollectorTest, TwoProducersInterleavedKeepTheirOwnNamesAndLaunches) {
+TEST_P(CollectorTest, TwoProducersInterleavedKeepTheirOwnNamesAndLaunches) {
   const transport::ProducerInfo a{0, 100};
   const transport::ProducerInfo b{1, 200};
   Send(a, Process(100, kT0, "proc-a"));
@@ -683,7 +687,7 @@ TEST_F(CollectorTest, TwoProducersInterleavedKeepTheirOwnNamesAndLaunches) {
   EXPECT_EQ(Events(t, "i", 3, 1).size(), 1u);
 }
 
-TEST_F(CollectorTest, ReusedEntryStartsFromScratch) {
+TEST_P(CollectorTest, ReusedEntryStartsFromScratch) {
   const transport::ProducerInfo first{0, 100};
   Send(first, Process(100, kT0, "first"));
   Send(first, Name(1, "alpha"));
@@ -719,7 +723,7 @@ TEST_F(CollectorTest, ReusedEntryStartsFromScratch) {
   EXPECT_EQ(lost[0]["name"], "process lost");
 }
 
-TEST_F(CollectorTest, UncleanEndFinalizesAndCounts) {
+TEST_P(CollectorTest, UncleanEndFinalizesAndCounts) {
   const transport::ProducerInfo a{0, 100};
   Send(a, Process(100, kT0, "crashy"));
   Send(a, Name(1, "work"));
@@ -747,7 +751,7 @@ TEST_F(CollectorTest, UncleanEndFinalizesAndCounts) {
   EXPECT_DOUBLE_EQ(lost[0]["ts"].get<double>(), 1000150.0);
 }
 
-TEST_F(CollectorTest, MessagesBeforeProcessMsgAreAccepted) {
+TEST_P(CollectorTest, MessagesBeforeProcessMsgAreAccepted) {
   const transport::ProducerInfo a{2, 4242};
   Send(a, Name(1, "early"));
   LaunchSpec ls;
@@ -767,7 +771,7 @@ TEST_F(CollectorTest, MessagesBeforeProcessMsgAreAccepted) {
   EXPECT_EQ(MetaName(t, "process_name", 2), "smprof | late-process-msg | pid 4242");
 }
 
-TEST_F(CollectorTest, TimestampsBeforeBaseAreClampedAndCounted) {
+TEST_P(CollectorTest, TimestampsBeforeBaseAreClampedAndCounted) {
   const transport::ProducerInfo a{0, 1};
   Send(a, Process(1, kT0, "app"));
   Send(a, Launch(LaunchSpec{}));
@@ -778,7 +782,7 @@ TEST_F(CollectorTest, TimestampsBeforeBaseAreClampedAndCounted) {
   EXPECT_DOUBLE_EQ(Events(t, "i", 10, 2)[0]["ts"].get<double>(), 0.0);
 }
 
-TEST_F(CollectorTest, NoActivityLaunchIsWrittenWithFlagsAndNote) {
+TEST_P(CollectorTest, NoActivityLaunchIsWrittenWithFlagsAndNote) {
   const transport::ProducerInfo a{0, 1};
   Send(a, Process(1, kT0, "app"));
   LaunchSpec ls;
@@ -798,7 +802,7 @@ TEST_F(CollectorTest, NoActivityLaunchIsWrittenWithFlagsAndNote) {
   EXPECT_DOUBLE_EQ(x[0]["dur"].get<double>(), 0.5);  // up to the warp's last event
 }
 
-TEST_F(CollectorTest, NastyNamesStayValidJson) {
+TEST_P(CollectorTest, NastyNamesStayValidJson) {
   const transport::ProducerInfo a{0, 1};
   const std::string nasty("\"q\\\n\x01\xFF\xC0\xAF end", 12);
   Send(a, Process(1, kT0, nasty));
@@ -815,7 +819,7 @@ TEST_F(CollectorTest, NastyNamesStayValidJson) {
   EXPECT_EQ(Events(t, "X", 10, 1)[0]["name"], repaired);
 }
 
-TEST_F(CollectorTest, FuzzedMessagesNeverBreakTheTrace) {
+TEST_P(CollectorTest, FuzzedMessagesNeverBreakTheTrace) {
   std::mt19937_64 rng(1234);
   std::vector<Bytes> seeds = {
       Process(1, kT0, "app"),
@@ -864,7 +868,7 @@ std::map<int, std::string> ProcessesNamed(const json& trace, const std::string& 
 // Two processes pinned to two physical GPUs both call theirs cuda:0; a third
 // process sees the first GPU as cuda:1. The trace shows each physical GPU
 // once, and every launch names the run-wide GPU and the process's ordinal.
-TEST_F(CollectorTest, GpusAreGroupedByPhysicalIdentityNotByOrdinal) {
+TEST_P(CollectorTest, GpusAreGroupedByPhysicalIdentityNotByOrdinal) {
   const transport::ProducerInfo a{0, 100}, b{1, 200}, c{2, 300};
   Send(a, Process(100, kT0, "app --rank 0"));
   Send(b, Process(200, kT0, "app --rank 1"));
@@ -922,7 +926,7 @@ TEST_F(CollectorTest, GpusAreGroupedByPhysicalIdentityNotByOrdinal) {
   EXPECT_EQ(t.back()["args"]["gpus"], s.gpus);
 }
 
-TEST_F(CollectorTest, LaunchesAreNamedByTheSharedKernelNameParser) {
+TEST_P(CollectorTest, LaunchesAreNamedByTheSharedKernelNameParser) {
   const transport::ProducerInfo a{0, 1};
   Send(a, Process(1, kT0, "app"));
   LaunchSpec l;
@@ -933,7 +937,7 @@ TEST_F(CollectorTest, LaunchesAreNamedByTheSharedKernelNameParser) {
             "#1 f(int)::{lambda(int)#1}::operator() | cuda:0 | stream 7 | grid(4,1,1) block(64,1,1) | pid 1");
 }
 
-TEST_F(CollectorTest, NoticesSayWhyAProcessWasNotProfiled) {
+TEST_P(CollectorTest, NoticesSayWhyAProcessWasNotProfiled) {
   const transport::ProducerInfo a{0, 41};
   Send(a, Process(41, kT0, "app"));
   Send(a, testing::Notice(wire::kNoticeCuptiUnavailable, "CUPTI for compute-sanitizer"));
@@ -947,7 +951,7 @@ TEST_F(CollectorTest, NoticesSayWhyAProcessWasNotProfiled) {
   EXPECT_EQ(notes[0]["args"]["detail"], "CUPTI for compute-sanitizer");
 }
 
-TEST_F(CollectorTest, LaunchCountsOfOptedInKernelsReachTheSummary) {
+TEST_P(CollectorTest, LaunchCountsOfOptedInKernelsReachTheSummary) {
   const transport::ProducerInfo a{0, 1}, b{1, 2};
   wire::StatsMsg st{};
   st.launches_opted_in = 5;
@@ -967,7 +971,7 @@ TEST_F(CollectorTest, LaunchCountsOfOptedInKernelsReachTheSummary) {
   EXPECT_EQ(s.host_calls_forgotten, 7u);
 }
 
-TEST_F(CollectorTest, RunMetadataIsAtTheStartAndExitStatusInTheSummary) {
+TEST_P(CollectorTest, RunMetadataIsAtTheStartAndExitStatusInTheSummary) {
   collector_->HandleControl(json::parse(R"({"run": {"command": ["./app", "--n", "3"], "smprof_version": "0.1.0",
                                                     "settings": {"SMPROF_BUFFER_MB": {"value": "64",
                                                                                       "source": "default"}}}})"));
@@ -988,7 +992,7 @@ TEST_F(CollectorTest, RunMetadataIsAtTheStartAndExitStatusInTheSummary) {
 }
 
 // The trace is written under PartialPath and moved into place by Finish.
-TEST_F(CollectorTest, TraceIsPartialUntilFinished) {
+TEST_P(CollectorTest, TraceIsPartialUntilFinished) {
   const transport::ProducerInfo a{0, 1};
   Send(a, Process(1, kT0, "app"));
   EXPECT_EQ(::access(path_.c_str(), F_OK), -1);
@@ -1002,7 +1006,7 @@ TEST_F(CollectorTest, TraceIsPartialUntilFinished) {
 
 // A file created at the trace path during the run is not overwritten: the
 // trace lands at the numbered path and the summary says where.
-TEST_F(CollectorTest, AFileThatAppearedMeanwhileIsNotOverwritten) {
+TEST_P(CollectorTest, AFileThatAppearedMeanwhileIsNotOverwritten) {
   std::ofstream(path_) << "keep me";
   const CollectorSummary s = collector_->Finish();
   EXPECT_TRUE(s.trace_ok) << s.trace_error;
@@ -1014,7 +1018,7 @@ TEST_F(CollectorTest, AFileThatAppearedMeanwhileIsNotOverwritten) {
   EXPECT_TRUE(json::accept(std::ifstream(s.trace)));
 }
 
-TEST_F(CollectorTest, ExistingPartialFileStopsASecondWriterUnlessOverwriting) {
+TEST_P(CollectorTest, ExistingPartialFileStopsASecondWriterUnlessOverwriting) {
   CollectorOptions options;
   options.trace_path = path_;
   std::string error;
@@ -1076,6 +1080,13 @@ TEST(LaunchFlagsTest, Words) {
   EXPECT_EQ(internal::HarvestReasonName(wire::kHarvestContextDestroy), "harvest: context destroy");
   EXPECT_EQ(internal::HarvestReasonName(99), "harvest: reason 99");
 }
+
+INSTANTIATE_TEST_SUITE_P(SinkThreads, CollectorTest,
+                         ::testing::Values(CollectorOptions::SinkThreads::kOff, CollectorOptions::SinkThreads::kOn),
+                         [](const ::testing::TestParamInfo<CollectorOptions::SinkThreads>& p) {
+                           return p.param == CollectorOptions::SinkThreads::kOn ? std::string("SinkThreads")
+                                                                                    : std::string("OneThread");
+                         });
 
 }  // namespace
 }  // namespace smprof

@@ -475,6 +475,27 @@ TEST_F(ProfilerTest, EventsWhoseRecordNeverComesShipUnattributedAtTheEnd) {
   EXPECT_EQ(sink.total_events, 7u * 64);
 }
 
+// A final flush ships what waits for a record, also what a harvest still in
+// progress when the flush began leaves waiting (it puts that back only when
+// it ships): without the fix the final flush took the waiting events before
+// that harvest put them back, and they were never shipped nor counted.
+TEST_F(ProfilerTest, AFinalFlushShipsWhatAHarvestInProgressLeavesWaiting) {
+  Start(MakeSettings(), /*harvest_threads=*/3);
+  LaunchOn(gemm, module, kGemm, s1, 8, 4, /*deliver=*/false);  // its record never comes
+  Gemm(s1);
+  gpu.HoldStringReads(true);
+  Sync();  // a harvest thread ships gemm #2, keeps #1's events waiting, and pauses reading #2's names
+  ASSERT_TRUE(gpu.WaitUntil([&] { return gpu.held_string_reads_locked() > 0; }, std::chrono::seconds(10)));
+  std::thread finish([&] { Finish(); });
+  // The final flush must not take the waiting events before the paused
+  // harvest has put them back: give it the chance to.
+  gpu.WaitUntil([&] { return gpu.final_activity_flushes_locked() > 0; }, std::chrono::milliseconds(500));
+  gpu.HoldStringReads(false);
+  finish.join();
+  EXPECT_EQ(sink.total_events, 2u * 64);
+  EXPECT_EQ(sink.stats.events_unattributed, 64u);
+}
+
 // Threads launching and synchronising at once (run under TSan in CI).
 TEST_F(ProfilerTest, ConcurrentLaunchesAndHarvestsKeepEveryEvent) {
   Start(MakeSettings("", "", "none", 4), /*harvest_threads=*/3);

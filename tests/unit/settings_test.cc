@@ -30,7 +30,7 @@ TEST(SettingsTest, TableIsCompleteAndUnique) {
     EXPECT_NE(std::string(s.value_name), "") << s.variable;
     EXPECT_EQ(&SpecOf(s.id), &s);
   }
-  EXPECT_EQ(ids.size(), 11u) << "a Setting is missing from the table";
+  EXPECT_EQ(ids.size(), 12u) << "a Setting is missing from the table";
   EXPECT_EQ(FindSettingByOption("buffer-mb")->id, Setting::kBufferMb);
   EXPECT_EQ(FindSettingByShortOption('k')->id, Setting::kKernels);
   EXPECT_EQ(FindSettingByOption("launches")->id, Setting::kLaunches);

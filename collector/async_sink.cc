@@ -1,0 +1,416 @@
+#include "collector/async_sink.h"
+
+#include <cstring>
+#include <exception>
+#include <utility>
+
+namespace smprof {
+namespace {
+
+// Names handed over by key: keys up to this bound (the builder's keys count
+// the run's distinct names from 1); others travel with their event.
+constexpr uint32_t kMaxKey = uint32_t{1} << 24;
+// A batch is handed over at kBatchCommands commands, or at this much copied
+// text or this many closures.
+constexpr size_t kBatchText = size_t{1} << 20;
+constexpr size_t kBatchCalls = 1024;
+constexpr size_t kFreeBatches = 4;  // replayed batches kept for reuse
+
+enum class Op : uint8_t {
+  kCall,      // calls[name]
+  kName,      // name key `name` is text[a, a + name_len)
+  kSelect,    // the next commands are for launches[name]'s warps[name_len]
+  kWarp,      // OnWarp of the selected warp
+  kNote,      // the next slice's note is text[a, a + name_len)
+  kSlice,     // OnSlice: name, a = begin, b = end, cycles, lane, depth
+  kInstant,   // OnInstant: name, a = ts
+  kFlush,     // the target's Flush
+};
+
+// Command::flags
+constexpr uint8_t kInlineName = 1;  // name is text[name, name + name_len), not a key
+constexpr uint8_t kFlagged = 2;     // slice: unterminated; instant: unmatched END
+
+}  // namespace
+
+struct AsyncSink::Command {
+  Op op;
+  uint8_t flags;
+  uint32_t name;
+  uint32_t name_len;
+  uint32_t cycles;
+  uint64_t a, b;
+  uint32_t lane, depth;
+};
+
+
+struct AsyncSink::Batch {
+  std::vector<Command> commands;
+  std::string text;  // copied names and notes
+  std::vector<std::function<void(trace::TraceSink&)>> calls;
+  std::vector<std::shared_ptr<const trace::LaunchRecord>> launches;  // kSelect's, kept alive with the batch
+  std::vector<trace::WarpRecord> warps;
+
+  bool empty() const { return commands.empty(); }
+  bool full() const {
+    return commands.size() >= kBatchCommands || text.size() >= kBatchText || calls.size() >= kBatchCalls;
+  }
+  void Clear() {
+    commands.clear();
+    text.clear();
+    calls.clear();
+    launches.clear();
+    warps.clear();
+  }
+};
+
+// The target's thread's state between commands.
+struct AsyncSink::Replay {
+  const trace::LaunchRecord* launch = nullptr;
+  const trace::WarpRecord* warp = nullptr;
+  std::string_view note;
+  std::vector<std::unique_ptr<std::string>> names;  // by key: one address for the run
+};
+
+AsyncSink::AsyncSink(trace::TraceSink* target, size_t max_batches)
+    : target_(target),
+      max_batches_(max_batches == 0 ? 1 : max_batches),
+      batch_(std::make_unique<Batch>()),
+      replay_(std::make_unique<Replay>()) {
+  batch_->commands.reserve(kBatchCommands);
+  thread_ = std::thread([this] { Run(); });
+}
+
+AsyncSink::~AsyncSink() {
+  Drain();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+// --- the calling thread ----------------------------------------------------
+
+// Every call starts here, so that the commands of one call (a selection, a
+// name, a note and the event) go into one batch.
+void AsyncSink::Room() {
+  if (batch_->full()) HandOver();
+}
+
+AsyncSink::Command& AsyncSink::Append() {
+  static_assert(sizeof(Command) <= 40, "one or two commands per event: keep them small");
+  batch_->commands.push_back(Command{});
+  return batch_->commands.back();
+}
+
+void AsyncSink::Call(std::function<void(trace::TraceSink&)> call) {
+  Room();
+  Command& c = Append();
+  c.op = Op::kCall;
+  c.name = static_cast<uint32_t>(batch_->calls.size());
+  batch_->calls.push_back(std::move(call));
+}
+
+uint32_t AsyncSink::Stash(std::string_view text) {
+  const size_t at = batch_->text.size();
+  batch_->text.append(text.data(), text.size());
+  return static_cast<uint32_t>(at);
+}
+
+const trace::LaunchRecord* AsyncSink::LaunchCopy(const trace::LaunchRecord& launch) {
+  if (last_launch_ != nullptr && last_index_ == launch.index) return last_launch_;
+  auto& slot = launches_[launch.index];
+  if (!slot) slot = std::make_shared<const trace::LaunchRecord>(launch);  // a launch never announced
+  last_launch_ = slot.get();
+  last_index_ = launch.index;
+  return last_launch_;
+}
+
+void AsyncSink::SelectWarp(const trace::LaunchRecord& launch, const trace::WarpRecord& warp) {
+  const trace::LaunchRecord* copy = LaunchCopy(launch);
+  const trace::WarpRecord& s = selected_warp_;
+  if (warp_selected_ && selected_launch_ == copy && s.index == warp.index && s.sm == warp.sm &&
+      s.warp == warp.warp && s.hw_warp == warp.hw_warp && std::equal(s.block, s.block + 3, warp.block)) {
+    return;
+  }
+  Command& c = Append();
+  c.op = Op::kSelect;
+  c.name = static_cast<uint32_t>(batch_->launches.size());
+  c.name_len = static_cast<uint32_t>(batch_->warps.size());
+  batch_->launches.push_back(launches_[launch.index]);
+  batch_->warps.push_back(warp);
+  selected_launch_ = copy;
+  selected_warp_ = warp;
+  warp_selected_ = true;
+}
+
+uint32_t AsyncSink::NameRef(std::string_view name, uint32_t key, uint32_t* inline_len) {
+  if (key != 0 && key < kMaxKey) {
+    if (keys_sent_.size() <= key) keys_sent_.resize(static_cast<size_t>(key) + 1, false);
+    if (!keys_sent_[key]) {
+      keys_sent_[key] = true;
+      Command& c = Append();
+      c.op = Op::kName;
+      c.name = key;
+      c.name_len = static_cast<uint32_t>(name.size());
+      c.a = Stash(name);
+    }
+    *inline_len = 0;
+    return key;
+  }
+  *inline_len = static_cast<uint32_t>(name.size());
+  return Stash(name);
+}
+
+void AsyncSink::OnRun(const nlohmann::json& run) {
+  Call([run](trace::TraceSink& t) { t.OnRun(run); });
+}
+
+void AsyncSink::OnGpu(const trace::GpuRecord& gpu) {
+  Call([gpu](trace::TraceSink& t) { t.OnGpu(gpu); });
+}
+
+void AsyncSink::OnProcess(const trace::ProcessRecord& process) {
+  Call([process](trace::TraceSink& t) { t.OnProcess(process); });
+}
+
+void AsyncSink::OnProcessNamed(const trace::ProcessRecord& process) {
+  Call([process](trace::TraceSink& t) { t.OnProcessNamed(process); });
+}
+
+void AsyncSink::OnNotice(const trace::ProcessRecord& process, uint64_t ts_ns, std::string_view reason,
+                         std::string_view detail) {
+  Call([process, ts_ns, reason = std::string(reason), detail = std::string(detail)](trace::TraceSink& t) {
+    t.OnNotice(process, ts_ns, reason, detail);
+  });
+}
+
+void AsyncSink::OnHarvest(const trace::ProcessRecord& process, const trace::HarvestRecord& harvest) {
+  Call([process, harvest](trace::TraceSink& t) { t.OnHarvest(process, harvest); });
+}
+
+void AsyncSink::OnProcessLost(const trace::ProcessRecord& process, uint64_t ts_ns) {
+  Call([process, ts_ns](trace::TraceSink& t) { t.OnProcessLost(process, ts_ns); });
+}
+
+void AsyncSink::OnLaunch(const trace::LaunchRecord& launch) {
+  auto copy = std::make_shared<const trace::LaunchRecord>(launch);
+  launches_[launch.index] = copy;
+  last_launch_ = copy.get();
+  last_index_ = launch.index;
+  Call([copy](trace::TraceSink& t) { t.OnLaunch(*copy); });
+}
+
+void AsyncSink::OnWarp(const trace::LaunchRecord& launch, const trace::WarpRecord& warp) {
+  Room();
+  SelectWarp(launch, warp);
+  Append().op = Op::kWarp;
+}
+
+void AsyncSink::OnSlice(const trace::LaunchRecord& launch, const trace::WarpRecord& warp,
+                        const trace::SliceRecord& slice) {
+  Room();
+  SelectWarp(launch, warp);
+  if (!slice.note.empty()) {
+    const uint32_t at = Stash(slice.note);
+    Command& n = Append();
+    n.op = Op::kNote;
+    n.a = at;
+    n.name_len = static_cast<uint32_t>(slice.note.size());
+  }
+  uint32_t inline_len = 0;
+  const uint32_t name = NameRef(slice.name, slice.name_key, &inline_len);
+  Command& c = Append();
+  c.op = Op::kSlice;
+  c.flags = static_cast<uint8_t>((slice.name_key == 0 || slice.name_key >= kMaxKey ? kInlineName : 0) |
+                                 (slice.unterminated ? kFlagged : 0));
+  c.name = name;
+  c.name_len = inline_len;
+  c.cycles = slice.cycles;
+  c.a = slice.begin_ns;
+  c.b = slice.end_ns;
+  c.lane = slice.lane;
+  c.depth = slice.depth;
+}
+
+void AsyncSink::OnInstant(const trace::LaunchRecord& launch, const trace::WarpRecord& warp,
+                          const trace::InstantRecord& instant) {
+  Room();
+  SelectWarp(launch, warp);
+  uint32_t inline_len = 0;
+  const uint32_t name = NameRef(instant.name, instant.name_key, &inline_len);
+  Command& c = Append();
+  c.op = Op::kInstant;
+  c.flags = static_cast<uint8_t>((instant.name_key == 0 || instant.name_key >= kMaxKey ? kInlineName : 0) |
+                                 (instant.unmatched_end ? kFlagged : 0));
+  c.name = name;
+  c.name_len = inline_len;
+  c.a = instant.ts_ns;
+}
+
+void AsyncSink::OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t* warps_in_order, size_t warp_count) {
+  const trace::LaunchRecord* copy = LaunchCopy(launch);
+  std::shared_ptr<const trace::LaunchRecord> keep = launches_[launch.index];
+  std::vector<uint32_t> order(warps_in_order, warps_in_order + warp_count);
+  Call([keep = std::move(keep), order = std::move(order)](trace::TraceSink& t) {
+    t.OnLaunchEnd(*keep, order.data(), order.size());
+  });
+  // The copy lives on in the batches that name it; a later call for this
+  // index (none from the builder) would get a new one.
+  launches_.erase(launch.index);
+  last_launch_ = nullptr;
+  if (selected_launch_ == copy) warp_selected_ = false;
+}
+
+bool AsyncSink::Flush() {
+  Room();
+  Append().op = Op::kFlush;
+  HandOver();
+  return !failed_.load(std::memory_order_relaxed);
+}
+
+bool AsyncSink::Finish(const CollectorSummary& summary) {
+  Drain();
+  const bool ok = target_->Finish(summary);
+  std::lock_guard<std::mutex> lock(mu_);
+  return ok && replay_error_.empty();
+}
+
+std::string AsyncSink::error() const {
+  // Draining changes nothing the caller can observe but the time it takes.
+  const_cast<AsyncSink*>(this)->Drain();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!replay_error_.empty()) return replay_error_;
+  }
+  return target_->error();
+}
+
+std::string AsyncSink::layout_description() const {
+  const_cast<AsyncSink*>(this)->Drain();
+  return target_->layout_description();
+}
+
+void AsyncSink::HandOver() {
+  if (batch_->empty()) return;
+  std::unique_ptr<Batch> next;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (queue_.size() >= max_batches_) {
+      waits_.fetch_add(1, std::memory_order_relaxed);
+      cv_.wait(lock, [this] { return queue_.size() < max_batches_; });
+    }
+    queue_.push_back(std::move(batch_));
+    ++handed_;
+    if (!free_.empty()) {
+      next = std::move(free_.back());
+      free_.pop_back();
+    }
+  }
+  cv_.notify_all();
+  ++batches_;
+  if (!next) {
+    next = std::make_unique<Batch>();
+    next->commands.reserve(kBatchCommands);
+  }
+  batch_ = std::move(next);
+  // A new batch names its launch again before its first event.
+  warp_selected_ = false;
+}
+
+void AsyncSink::Drain() {
+  HandOver();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return replayed_ == handed_; });
+}
+
+// --- the target's thread ---------------------------------------------------
+
+void AsyncSink::Run() {
+  trace::TraceSink& t = *target_;
+  Replay& r = *replay_;
+  for (;;) {
+    std::unique_ptr<Batch> b;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      b = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    cv_.notify_all();  // room for one more
+    try {
+      const char* text = b->text.data();
+      for (const Command& c : b->commands) {
+        switch (c.op) {
+          case Op::kCall:
+            b->calls[c.name](t);
+            break;
+          case Op::kName:
+            if (r.names.size() <= c.name) r.names.resize(static_cast<size_t>(c.name) + 1);
+            r.names[c.name] = std::make_unique<std::string>(text + c.a, c.name_len);
+            break;
+          case Op::kSelect:
+            r.launch = b->launches[c.name].get();
+            r.warp = &b->warps[c.name_len];
+            break;
+          case Op::kWarp:
+            t.OnWarp(*r.launch, *r.warp);
+            break;
+          case Op::kNote:
+            r.note = std::string_view(text + c.a, c.name_len);
+            break;
+          case Op::kSlice:
+          case Op::kInstant: {
+            const std::string_view name = (c.flags & kInlineName) != 0
+                                              ? std::string_view(text + c.name, c.name_len)
+                                              : std::string_view(*r.names[c.name]);
+            if (c.op == Op::kSlice) {
+              trace::SliceRecord s;
+              s.name = name;
+              s.name_key = (c.flags & kInlineName) != 0 ? 0 : c.name;
+              s.begin_ns = c.a;
+              s.end_ns = c.b;
+              s.cycles = c.cycles;
+              s.lane = c.lane;
+              s.depth = c.depth;
+              s.unterminated = (c.flags & kFlagged) != 0;
+              s.note = r.note;
+              r.note = {};
+              t.OnSlice(*r.launch, *r.warp, s);
+            } else {
+              trace::InstantRecord i;
+              i.name = name;
+              i.name_key = (c.flags & kInlineName) != 0 ? 0 : c.name;
+              i.ts_ns = c.a;
+              i.unmatched_end = (c.flags & kFlagged) != 0;
+              t.OnInstant(*r.launch, *r.warp, i);
+            }
+            break;
+          }
+          case Op::kFlush:
+            if (!t.Flush()) failed_.store(true, std::memory_order_relaxed);
+            break;
+        }
+      }
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (replay_error_.empty()) replay_error_ = std::string("trace sink failed: ") + e.what();
+      failed_.store(true, std::memory_order_relaxed);
+    }
+    r.launch = nullptr;
+    r.warp = nullptr;
+    r.note = {};
+    b->Clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (free_.size() < kFreeBatches) free_.push_back(std::move(b));
+      ++replayed_;
+    }
+    cv_.notify_all();
+  }
+}
+
+}  // namespace smprof

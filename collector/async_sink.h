@@ -1,0 +1,141 @@
+// AsyncSink: a trace sink that runs another sink on a thread of its own.
+//
+// The collector's one thread decoded messages, matched ranges and encoded the
+// trace and the statistics in turn; the sinks took about half of its time
+// per event. An AsyncSink in front of each sink makes that a pipeline: the
+// builder's thread appends each call to a batch (a compact command for the
+// per-event calls, a copied closure for the rare ones) and the sink's thread
+// replays the batches on the target in the order the calls were made, so the
+// target sees exactly the calls, records and order it would have seen
+// directly (trace_sink.h's guarantees hold unchanged).
+//
+// What the records point to is copied, since it is valid only during the
+// call: a launch's record once per launch (kept until its OnLaunchEnd has
+// been replayed), the warp's record when the calls move to another warp, an
+// event's name once per run-wide name key (SliceRecord::name_key; names
+// without a key are copied with their event). Names handed to the target
+// stay at one address for the whole run, which the Perfetto writer's name
+// cache relies on.
+//
+// Overflow policy: at most `max_batches` filled batches wait for the
+// target's thread; a call that fills one more blocks the calling thread
+// until the target catches up (back-pressure reaches the transport's rings
+// and the producers, as a slow sink did before). Nothing is dropped. Memory:
+// max_batches x (kBatchCommands commands of 40 bytes + copied names).
+//
+// Flush hands the batch over with a flush of the target and returns whether
+// the target has failed so far (as far as its thread has got); Drain waits
+// until every call made has been replayed. After Drain, and until the next
+// call, the target may be used directly on the calling thread (Finish does:
+// it drains and then finishes the target there).
+//
+// Calls come from one thread at a time (the builder's).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "collector/trace_sink.h"
+
+namespace smprof {
+
+class AsyncSink : public trace::TraceSink {
+ public:
+  static constexpr size_t kBatchCommands = 8192;
+  static constexpr size_t kMaxBatches = 64;
+
+  // `target` is not owned and must outlive this sink.
+  explicit AsyncSink(trace::TraceSink* target, size_t max_batches = kMaxBatches);
+  // Replays what is queued, then stops the thread.
+  ~AsyncSink() override;
+
+  void OnRun(const nlohmann::json& run) override;
+  void OnGpu(const trace::GpuRecord& gpu) override;
+  void OnProcess(const trace::ProcessRecord& process) override;
+  void OnProcessNamed(const trace::ProcessRecord& process) override;
+  void OnNotice(const trace::ProcessRecord& process, uint64_t ts_ns, std::string_view reason,
+                std::string_view detail) override;
+  void OnHarvest(const trace::ProcessRecord& process, const trace::HarvestRecord& harvest) override;
+  void OnProcessLost(const trace::ProcessRecord& process, uint64_t ts_ns) override;
+  void OnLaunch(const trace::LaunchRecord& launch) override;
+  void OnWarp(const trace::LaunchRecord& launch, const trace::WarpRecord& warp) override;
+  void OnSlice(const trace::LaunchRecord& launch, const trace::WarpRecord& warp,
+               const trace::SliceRecord& slice) override;
+  void OnInstant(const trace::LaunchRecord& launch, const trace::WarpRecord& warp,
+                 const trace::InstantRecord& instant) override;
+  void OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t* warps_in_order, size_t warp_count) override;
+
+  bool Flush() override;
+  // Drains, then finishes the target on this thread.
+  bool Finish(const CollectorSummary& summary) override;
+  // The target's, once drained (these drain first).
+  std::string error() const override;
+  std::string layout_description() const override;
+
+  // Waits until the target has replayed every call made so far.
+  void Drain();
+  // Batches handed over so far, and how often a call waited for room.
+  uint64_t batches() const { return batches_; }
+  uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
+
+  AsyncSink(const AsyncSink&) = delete;
+  AsyncSink& operator=(const AsyncSink&) = delete;
+
+ private:
+  struct Command;
+  struct Batch;
+  struct Replay;
+
+  void Room();
+  Command& Append();
+  void Call(std::function<void(trace::TraceSink&)> call);
+  // The target's copy of `launch` (made on first use).
+  const trace::LaunchRecord* LaunchCopy(const trace::LaunchRecord& launch);
+  // Switches the replay to `launch`'s `warp` unless it is there already.
+  void SelectWarp(const trace::LaunchRecord& launch, const trace::WarpRecord& warp);
+  // The name's key for the command, defining it for the target first; or,
+  // for a name without a usable key, its bytes in the batch (*inline_len).
+  uint32_t NameRef(std::string_view name, uint32_t key, uint32_t* inline_len);
+  uint32_t Stash(std::string_view text);
+  void HandOver();
+  void Run();
+
+  trace::TraceSink* target_;
+  const size_t max_batches_;
+
+  // The calling thread's side.
+  std::unique_ptr<Batch> batch_;
+  std::unordered_map<uint64_t, std::shared_ptr<const trace::LaunchRecord>> launches_;  // by index
+  const trace::LaunchRecord* last_launch_ = nullptr;  // what launches_[last_index_] holds
+  uint64_t last_index_ = 0;
+  const trace::LaunchRecord* selected_launch_ = nullptr;  // the replay's current warp
+  trace::WarpRecord selected_warp_;
+  bool warp_selected_ = false;
+  std::vector<bool> keys_sent_;  // name keys defined for the target
+  uint64_t batches_ = 0;
+  std::atomic<uint64_t> waits_{0};
+
+  // Shared with the target's thread.
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::deque<std::unique_ptr<Batch>> queue_;  // filled, oldest first
+  std::vector<std::unique_ptr<Batch>> free_;  // replayed, for reuse
+  uint64_t handed_ = 0, replayed_ = 0;        // batches
+  bool stop_ = false;
+  std::atomic<bool> failed_{false};  // the target's Flush said false, or a replay threw
+  std::string replay_error_;         // what a replay threw (mu_)
+
+  std::unique_ptr<Replay> replay_;  // the target's thread's side
+  std::thread thread_;
+};
+
+}  // namespace smprof
