@@ -26,6 +26,9 @@
 //   writer and statistics on threads of their own (sink threads: what
 //   smprof-collector does on machines of 4 cores or more).
 //   smprof_bench_host_pipeline [warps (2048)] [events per warp (258)] [launches (4)]
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -34,7 +37,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <unordered_map>
 #include <vector>
 
@@ -99,12 +101,10 @@ std::vector<uint8_t> BuildArena(uint32_t warps, uint32_t events_per_warp, uint32
           if (k >= events_per_warp) break;
           const uint64_t clock = clock0 + i * 1300ull;
           // load B, load E, compute B, compute E, ..., an instant every 64th.
-          const uint32_t kind =
-              k % 64 == 63 ? wire::kEventInstant : (k % 2 == 0 ? wire::kEventBegin : wire::kEventEnd);
+          const uint32_t kind = k % 64 == 63 ? wire::kEventInstant : (k % 2 == 0 ? wire::kEventBegin : wire::kEventEnd);
           const int32_t name = static_cast<int32_t>((k / 2 % 2) * 8 + (kind == wire::kEventInstant ? 16 : 0));
           const wire::Event e{static_cast<uint32_t>(clock),
-                              static_cast<uint32_t>(clock >> 32 << wire::kEventClockShift) | kind,
-                              name, 0};
+                              static_cast<uint32_t>(clock >> 32 << wire::kEventClockShift) | kind, name, 0};
           std::memcpy(bytes.data() + static_cast<size_t>(c) * kChunk + (wire::kChunkHeaderSlots + i) * 16, &e,
                       sizeof(e));
         }
@@ -129,9 +129,12 @@ class MemorySink : public smprof::injector::MessageSink {
 
 std::string NameAt(uint64_t address) {
   switch (address - kNameBase) {
-    case 0: return "load";
-    case 8: return "compute";
-    default: return "tile_done";
+    case 0:
+      return "load";
+    case 8:
+      return "compute";
+    default:
+      return "tile_done";
   }
 }
 
@@ -183,6 +186,17 @@ int main(int argc, char** argv) {
   DecodeStats decode;
   const double t_decode = Seconds([&] { DecodeChunks(arena.data(), used, kChunk, &segments, &decode); });
   const double t_map = Seconds([&] { smprof::injector::MapEventClocks(&segments, 1.98); });
+  // The same two stages split over as many threads as a harvest uses for a
+  // large read-back (a quarter of the cores, 1 to 4).
+  const unsigned decode_threads = std::clamp(std::thread::hardware_concurrency() / 4, 1u, 4u);
+  double t_decode_split = 0;
+  {
+    std::vector<WarpSegment> split;
+    DecodeStats split_stats;
+    t_decode_split = Seconds([&] {
+      smprof::injector::DecodeAndMapClocks(arena.data(), used, kChunk, 1.98, decode_threads, &split, &split_stats);
+    });
+  }
   std::vector<KernelRecord> records(launch_count);
   for (uint32_t l = 0; l < launch_count; ++l) {
     KernelRecord& r = records[l];
@@ -213,8 +227,7 @@ int main(int argc, char** argv) {
   });
   if (decode.events != static_cast<uint64_t>(events) || match.events != static_cast<uint64_t>(events)) {
     std::fprintf(stderr, "FAILED: decoded %llu and matched %llu of %.0f events\n",
-                 static_cast<unsigned long long>(decode.events), static_cast<unsigned long long>(match.events),
-                 events);
+                 static_cast<unsigned long long>(decode.events), static_cast<unsigned long long>(match.events), events);
     return 1;
   }
 
@@ -247,9 +260,8 @@ int main(int argc, char** argv) {
         sent = true;
       });
       while (delivered < shipped.offsets.size()) {
-        delivered += consumer->Poll([&](const transport::ProducerInfo&, const uint8_t* data, uint32_t size) {
-          handle(data, size);
-        });
+        delivered += consumer->Poll(
+            [&](const transport::ProducerInfo&, const uint8_t* data, uint32_t size) { handle(data, size); });
       }
       sender.join();
     });
@@ -304,11 +316,13 @@ int main(int argc, char** argv) {
   std::remove(trace.c_str());
   for (const char* suffix : {".stats.json", ".stats.csv"}) std::remove((trace + suffix).c_str());
 
-  std::printf("host pipeline, %u launches x %u warps x %u events = %.0f events (%u chunks of %u bytes, %.1f MB shipped)\n",
-              launch_count, warps, per_warp, events, used, kChunk, shipped.bytes.size() / 1e6);
+  std::printf(
+      "host pipeline, %u launches x %u warps x %u events = %.0f events (%u chunks of %u bytes, %.1f MB shipped)\n",
+      launch_count, warps, per_warp, events, used, kChunk, shipped.bytes.size() / 1e6);
   std::printf("%-44s %10s %10s %12s\n", "stage (one thread each)", "ms", "ns/event", "M events/s");
   const Row rows[] = {{"injector: DecodeChunks", t_decode},
                       {"injector: MapEventClocks", t_map},
+                      {"injector: both, split over threads (below)", t_decode_split},
                       {"injector: EstimateClockOffset", t_offset},
                       {"injector: MatchLaunches", t_match},
                       {"injector: ship (Shipper into memory)", t_ship},
@@ -324,6 +338,8 @@ int main(int argc, char** argv) {
     std::printf("%-44s %10.2f %10.1f %12.1f\n", r.name, r.seconds * 1e3, r.seconds * 1e9 / events,
                 events / r.seconds / 1e6);
   }
+  std::printf("(decode and clock mapping split over %u threads where a harvest has %u chunks or more per thread)\n",
+              decode_threads, smprof::injector::kChunksPerDecodeThread);
   const double injector = t_decode + t_map + t_offset + t_match + t_ship;
   std::printf("%-44s %10.2f %10.1f %12.1f\n", "injector total (one harvest thread)", injector * 1e3,
               injector * 1e9 / events, events / injector / 1e6);

@@ -17,14 +17,14 @@ constexpr size_t kBatchCalls = 1024;
 constexpr size_t kFreeBatches = 4;  // replayed batches kept for reuse
 
 enum class Op : uint8_t {
-  kCall,      // calls[name]
-  kName,      // name key `name` is text[a, a + name_len)
-  kSelect,    // the next commands are for launches[name]'s warps[name_len]
-  kWarp,      // OnWarp of the selected warp
-  kNote,      // the next slice's note is text[a, a + name_len)
-  kSlice,     // OnSlice: name, a = begin, b = end, cycles, lane, depth
-  kInstant,   // OnInstant: name, a = ts
-  kFlush,     // the target's Flush
+  kCall,     // calls[name]
+  kName,     // name key `name` is text[a, a + name_len)
+  kSelect,   // the next commands are for launches[name]'s warps[name_len]
+  kWarp,     // OnWarp of the selected warp
+  kNote,     // the next slice's note is text[a, a + name_len)
+  kSlice,    // OnSlice: name, a = begin, b = end, cycles, lane, depth
+  kInstant,  // OnInstant: name, a = ts
+  kFlush,    // the target's Flush
 };
 
 // Command::flags
@@ -42,7 +42,6 @@ struct AsyncSink::Command {
   uint64_t a, b;
   uint32_t lane, depth;
 };
-
 
 struct AsyncSink::Batch {
   std::vector<Command> commands;
@@ -131,8 +130,8 @@ const trace::LaunchRecord* AsyncSink::LaunchCopy(const trace::LaunchRecord& laun
 void AsyncSink::SelectWarp(const trace::LaunchRecord& launch, const trace::WarpRecord& warp) {
   const trace::LaunchRecord* copy = LaunchCopy(launch);
   const trace::WarpRecord& s = selected_warp_;
-  if (warp_selected_ && selected_launch_ == copy && s.index == warp.index && s.sm == warp.sm &&
-      s.warp == warp.warp && s.hw_warp == warp.hw_warp && std::equal(s.block, s.block + 3, warp.block)) {
+  if (warp_selected_ && selected_launch_ == copy && s.index == warp.index && s.sm == warp.sm && s.warp == warp.warp &&
+      s.hw_warp == warp.hw_warp && std::equal(s.block, s.block + 3, warp.block)) {
     return;
   }
   Command& c = Append();
@@ -364,9 +363,8 @@ void AsyncSink::Run() {
             break;
           case Op::kSlice:
           case Op::kInstant: {
-            const std::string_view name = (c.flags & kInlineName) != 0
-                                              ? std::string_view(text + c.name, c.name_len)
-                                              : std::string_view(*r.names[c.name]);
+            const std::string_view name = (c.flags & kInlineName) != 0 ? std::string_view(text + c.name, c.name_len)
+                                                                       : std::string_view(*r.names[c.name]);
             if (c.op == Op::kSlice) {
               trace::SliceRecord s;
               s.name = name;

@@ -55,10 +55,9 @@ std::unique_ptr<Collector> Collector::Create(const CollectorOptions& options, st
 Collector::Collector(CollectorOptions options, std::unique_ptr<trace::TraceSink> trace, std::string trace_written)
     : options_(std::move(options)), trace_(std::move(trace)), trace_written_(std::move(trace_written)) {
   using SinkThreads = CollectorOptions::SinkThreads;
-  const bool threads =
-      options_.sink_threads == SinkThreads::kOn ||
-      (options_.sink_threads == SinkThreads::kAuto &&
-       std::thread::hardware_concurrency() >= CollectorOptions::kSinkThreadCores);
+  const bool threads = options_.sink_threads == SinkThreads::kOn ||
+                       (options_.sink_threads == SinkThreads::kAuto &&
+                        std::thread::hardware_concurrency() >= CollectorOptions::kSinkThreadCores);
   trace_front_ = trace_.get();
   if (threads) {
     async_trace_ = std::make_unique<AsyncSink>(trace_.get());

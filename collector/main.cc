@@ -282,9 +282,9 @@ int main(int argc, char** argv) {
                  summary.transport_unread_messages);
   }
   if (summary.lost_total != 0) {
-    logger->warn("{} events lost (device buffer {}, unplaced {}, transport {}, orphan {})", summary.lost_total,
-                 summary.lost_device_buffer, summary.lost_device_unplaced, summary.lost_transport,
-                 summary.orphan_events);
+    logger->warn("{} events lost (device buffer {}, unplaced {}, transport {}, not shipped {}, orphan {})",
+                 summary.lost_total, summary.lost_device_buffer, summary.lost_device_unplaced, summary.lost_transport,
+                 summary.lost_host, summary.orphan_events);
   }
   return rc;
 }

@@ -11,6 +11,7 @@ nlohmann::json CollectorSummary::ToJson() const {
   j["lost"] = {{"device_buffer", lost_device_buffer},
                {"device_unplaced", lost_device_unplaced},
                {"transport", lost_transport},
+               {"host", lost_host},
                {"orphan", orphan_events},
                {"total", lost_total}};
   j["filtered_events"] = filtered_events;
@@ -86,7 +87,9 @@ bool CollectorSummary::FromJson(const nlohmann::json& j, CollectorSummary* out, 
       Get(j, "trace", &s.trace, error) && Get(j, "processes", &s.processes, error) &&
       Get(j, "launches", &s.launches, error) && Get(j, "events", &s.events, error) &&
       Get(lost, "device_buffer", &s.lost_device_buffer, error) &&
-      Get(lost, "device_unplaced", &s.lost_device_unplaced, error) && Get(lost, "transport", &s.lost_transport, error) &&
+      Get(lost, "device_unplaced", &s.lost_device_unplaced, error) &&
+      Get(lost, "transport", &s.lost_transport, error) &&
+      (!lost.contains("host") || Get(lost, "host", &s.lost_host, error)) &&  // traces before it had none
       Get(lost, "total", &s.lost_total, error) && Get(j, "filtered_events", &s.filtered_events, error) &&
       Get(j, "unattributed_events", &s.unattributed_events, error) &&
       Get(j, "malformed_messages", &s.malformed_messages, error) && Get(j, "orphan_events", &s.orphan_events, error) &&
@@ -101,8 +104,7 @@ bool CollectorSummary::FromJson(const nlohmann::json& j, CollectorSummary* out, 
       Get(j, "trace_error", &s.trace_error, error) && Get(j, "layout", &s.layout, error);
   if (!ok) return false;
   // Optional: summaries from before it was counted.
-  if (j.contains("host_calls_forgotten") &&
-      !Get(j, "host_calls_forgotten", &s.host_calls_forgotten, error)) {
+  if (j.contains("host_calls_forgotten") && !Get(j, "host_calls_forgotten", &s.host_calls_forgotten, error)) {
     return false;
   }
   s.gpus = j.value("gpus", nlohmann::json::array());

@@ -23,8 +23,10 @@ struct CollectorSummary {
   // including those they sent after the collector began its final drain
   // (Consumer::Close) and stats() read at the end of that drain.
   uint64_t lost_transport = 0;
-  // device buffer + unplaced + transport + orphan_events: every event that was
-  // recorded on the GPU but is not in the trace.
+  // Events the producers read back but never shipped (StatsMsg::events_lost_host).
+  uint64_t lost_host = 0;
+  // device buffer + unplaced + transport + host + orphan_events: every event
+  // that was recorded on the GPU but is not in the trace.
   uint64_t lost_total = 0;
   uint64_t filtered_events = 0;
   uint64_t unattributed_events = 0;
@@ -65,8 +67,8 @@ struct CollectorSummary {
   nlohmann::json run;   // the run's metadata from smprof-run (null if none came)
   nlohmann::json exit;  // how the program ended, from smprof-run (null if not told)
   // In the trace's summary instant only (not in ToJson):
-  uint64_t unknown_names = 0;       // events written under "<unknown name #id>"
-  uint64_t clamped_timestamps = 0;  // timestamps before the base, written as 0
+  uint64_t unknown_names = 0;               // events written under "<unknown name #id>"
+  uint64_t clamped_timestamps = 0;          // timestamps before the base, written as 0
   uint64_t transport_messages_dropped = 0;  // ConsumerStats::producer_messages_dropped
   uint64_t transport_unread_bytes = 0;      // ConsumerStats::unread_bytes
   // The run's statistics (stats_report.h ToJson, compact text), so that the
@@ -77,13 +79,13 @@ struct CollectorSummary {
   std::string trace_error;
 
   // {"trace", "processes", "launches", "events", "lost": {"device_buffer",
-  // "device_unplaced", "transport", "orphan", "total"}, "filtered_events",
+  // "device_unplaced", "transport", "host", "orphan", "total"}, "filtered_events",
   // ..., "producers_incomplete", "registry_full", "transport_unread_messages",
   // "launches_opted_in", "launches_not_selected", "host_calls_forgotten",
   // "gpus", "not_profiled",
-  // "layout", "run", "exit"}, "stats" when statistics were written, plus "trace_error" when writing or placing the trace
-  // failed (the trace then ends, still strict JSON, after the last event
-  // written whole, and "trace" names where it is).
+  // "layout", "run", "exit"}, "stats" when statistics were written, plus "trace_error" when writing or placing the
+  // trace failed (the trace then ends, still strict JSON, after the last event written whole, and "trace" names where
+  // it is).
   nlohmann::json ToJson() const;
   // The inverse of ToJson (smprof-run reads the collector's summary with
   // it). False + *error naming the key on anything ToJson does not write.

@@ -89,7 +89,7 @@ struct TraceBuilder::Producer {
   trace::ProcessRecord record;
   bool have_process = false;
   bool named = false;
-  uint64_t last_ns = 0;  // latest absolute timestamp seen from this producer
+  uint64_t last_ns = 0;                      // latest absolute timestamp seen from this producer
   std::unordered_map<uint32_t, Name> names;  // node-stable: the cache below points into it
   // NameOf's cache: a few names are looked up for every record.
   struct CachedName {
@@ -97,7 +97,7 @@ struct TraceBuilder::Producer {
     const Name* name = nullptr;
   };
   CachedName name_cache[64];
-  std::map<uint32_t, std::string> threads;  // host tid -> name (ThreadMsg)
+  std::map<uint32_t, std::string> threads;         // host tid -> name (ThreadMsg)
   std::map<uint32_t, std::string> gpu_of_ordinal;  // CUDA ordinal in this process -> Gpu key
   std::map<uint64_t, Launch> launches;             // announced, not yet ended
   bool have_stats = false;
@@ -118,6 +118,7 @@ struct TraceBuilder::Producer {
   uint64_t opted_in() const { return have_stats ? stats.launches_opted_in : 0; }
   uint64_t not_selected() const { return have_stats ? stats.launches_not_selected : 0; }
   uint64_t calls_forgotten() const { return have_stats ? stats.host_calls_forgotten : 0; }
+  uint64_t lost_host() const { return have_stats ? stats.events_lost_host : 0; }
   uint64_t unattributed() const { return have_stats ? stats.events_unattributed : 0; }
   uint64_t all_harvests() const { return std::max(have_stats ? stats.harvests : 0, harvests); }
   uint64_t all_forced() const { return std::max(have_stats ? stats.forced_drains : 0, forced_drains); }
@@ -522,8 +523,8 @@ void TraceBuilder::OnHarvest(Producer& p, const DecodedMessage& m) {
   Touch(h.ts_ns);
   for (trace::TraceSink* s : sinks_) s->OnHarvest(p.record, h);
   if (logger_ && (msg.dropped_events != 0 || msg.unplaced_events != 0)) {
-    logger_->warn("pid {}: device buffer lost {} events ({} unplaced) in one harvest", p.record.pid,
-                  msg.dropped_events, msg.unplaced_events);
+    logger_->warn("pid {}: device buffer lost {} events ({} unplaced) in one harvest", p.record.pid, msg.dropped_events,
+                  msg.unplaced_events);
   }
 }
 
@@ -547,6 +548,7 @@ void TraceBuilder::EndProducer(Producer& p, bool clean) {
   ended_opted_in_ = SatAdd(ended_opted_in_, p.opted_in());
   ended_not_selected_ = SatAdd(ended_not_selected_, p.not_selected());
   ended_calls_forgotten_ = SatAdd(ended_calls_forgotten_, p.calls_forgotten());
+  ended_lost_host_ = SatAdd(ended_lost_host_, p.lost_host());
 }
 
 void TraceBuilder::HandleProducerEnd(const transport::ProducerInfo& info, bool clean) {
@@ -575,11 +577,13 @@ void TraceBuilder::Finish(const transport::ConsumerStats& transport, CollectorSu
   s.lost_device_buffer = ended_dropped_;
   s.lost_device_unplaced = ended_unplaced_;
   s.lost_transport = transport.producer_events_dropped;
+  s.lost_host = ended_lost_host_;
   s.transport_unread_messages = transport.unread_messages;
   s.transport_messages_dropped = transport.producer_messages_dropped;
   s.transport_unread_bytes = transport.unread_bytes;
   s.lost_total =
-      SatAdd(SatAdd(SatAdd(s.lost_device_buffer, s.lost_device_unplaced), s.lost_transport), s.orphan_events);
+      SatAdd(SatAdd(SatAdd(SatAdd(s.lost_device_buffer, s.lost_device_unplaced), s.lost_transport), s.lost_host),
+             s.orphan_events);
   s.filtered_events = ended_filtered_;
   s.unattributed_events = ended_unattributed_;
   s.forced_drains = ended_forced_;

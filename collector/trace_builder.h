@@ -117,7 +117,8 @@ class TraceBuilder {
   CollectorSummary summary_;
   // Device totals of producers already ended.
   uint64_t ended_dropped_ = 0, ended_unplaced_ = 0, ended_filtered_ = 0, ended_unattributed_ = 0, ended_forced_ = 0,
-           ended_harvests_ = 0, ended_opted_in_ = 0, ended_not_selected_ = 0, ended_calls_forgotten_ = 0;
+           ended_harvests_ = 0, ended_opted_in_ = 0, ended_not_selected_ = 0, ended_calls_forgotten_ = 0,
+           ended_lost_host_ = 0;
   bool have_base_ = false;
   uint64_t base_ns_ = 0;
   uint64_t last_rel_ns_ = 0;  // latest timestamp (or slice end) handed on
@@ -126,7 +127,7 @@ class TraceBuilder {
   uint64_t next_call_key_ = 1;
   static constexpr size_t kCallKeysKept = 65536;
   uint64_t malformed_logged_ = 0;
-  Name unknown_name_;  // NameOf's storage for "<unknown name #id>"
+  Name unknown_name_;                                    // NameOf's storage for "<unknown name #id>"
   std::unordered_map<std::string, uint32_t> name_keys_;  // text -> key (from 1)
   // Matchers of ended warps, their buffers kept for new warps. Bounded: at
   // most kSpareMatchers, each keeping room for RangeMatcher::kKeptCapacity

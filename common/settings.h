@@ -76,7 +76,7 @@ struct Settings {
   uint32_t high_water_percent = 75;
   uint32_t shm_mb = 32;
   std::string log_level = "warn";
-  std::string layout = "auto";  // trace layout: "launch", "hardware" or "auto"
+  std::string layout = "auto";        // trace layout: "launch", "hardware" or "auto"
   std::string trace_cycles = "none";  // per-slice SM cycles in a protobuf trace: "none", "counter" or "args"
   std::string sink_threads = "auto";  // the collector's trace writer and statistics on threads: "auto", "on", "off"
 };

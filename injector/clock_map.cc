@@ -13,8 +13,7 @@ void ClockMap::AddAnchor(uint16_t sm, uint64_t clock, uint64_t time_ns) {
 void ClockMap::Build() {
   for (Sm& sm : sms_) {
     if (sm.anchors.empty()) continue;
-    std::sort(sm.anchors.begin(), sm.anchors.end(),
-              [](const Anchor& a, const Anchor& b) { return a.clock < b.clock; });
+    std::sort(sm.anchors.begin(), sm.anchors.end(), [](const Anchor& a, const Anchor& b) { return a.clock < b.clock; });
     sm.cycles_per_ns = fallback_;
     const Anchor& first = sm.anchors.front();
     const Anchor& last = sm.anchors.back();
@@ -43,7 +42,7 @@ inline int64_t ClockMap::Through(const Anchor& a, uint64_t clock, double ns_per_
 ClockMap::Cursor::Cursor(const ClockMap& map, uint16_t sm)
     : map_(map),
       sm_(sm < map.sms_.size() && !map.sms_[sm].anchors.empty() && map.sms_[sm].cycles_per_ns > 0 ? &map.sms_[sm]
-                                                                                                   : nullptr) {}
+                                                                                                  : nullptr) {}
 
 uint64_t ClockMap::Cursor::ToNs(uint64_t clock) {
   if (sm_ == nullptr) return 0;
@@ -71,9 +70,8 @@ uint64_t ClockMap::Cursor::ToNs(uint64_t clock) {
     const Anchor& n = anchors[nearest];
     for (size_t i = lo; i < hi; ++i) {
       if (i == nearest) continue;
-      const double difference =
-          static_cast<double>(static_cast<int64_t>(anchors[i].time_ns - n.time_ns)) -
-          static_cast<double>(static_cast<int64_t>(anchors[i].clock - n.clock)) * ns_per_cycle;
+      const double difference = static_cast<double>(static_cast<int64_t>(anchors[i].time_ns - n.time_ns)) -
+                                static_cast<double>(static_cast<int64_t>(anchors[i].clock - n.clock)) * ns_per_cycle;
       ranked_.emplace_back(difference, static_cast<uint32_t>(i));
     }
     std::sort(ranked_.begin(), ranked_.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -98,8 +96,8 @@ uint64_t ClockMap::ToNs(uint16_t sm, uint64_t clock) const {
   const std::vector<Anchor>& anchors = sms_[sm].anchors;
   const double rate = sms_[sm].cycles_per_ns;
   const double ns_per_cycle = sms_[sm].ns_per_cycle;
-  auto next = std::upper_bound(anchors.begin(), anchors.end(), clock,
-                               [](uint64_t c, const Anchor& a) { return c < a.clock; });
+  auto next =
+      std::upper_bound(anchors.begin(), anchors.end(), clock, [](uint64_t c, const Anchor& a) { return c < a.clock; });
   const size_t nearest = next == anchors.begin() ? 0 : static_cast<size_t>(next - anchors.begin()) - 1;
   const auto through = [&](const Anchor& a) { return Through(a, clock, ns_per_cycle); };
   // Each anchor's %globaltimer reading is its true time rounded down to a

@@ -1,13 +1,15 @@
 #include "injector/harvest.h"
 
-#include "injector/clock_map.h"
-
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
+
+#include "injector/clock_map.h"
 
 namespace smprof::injector {
 namespace {
@@ -54,8 +56,8 @@ void MergeWarps(Launch* launch) {
 
 }  // namespace
 
-void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes,
-                  std::vector<WarpSegment>* out, DecodeStats* stats) {
+void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes, std::vector<WarpSegment>* out,
+                  DecodeStats* stats) {
   const uint32_t capacity = chunk_bytes / sizeof(wire::Event);
   for (uint32_t c = 0; c < num_chunks; ++c) {
     const uint8_t* base = chunks + static_cast<uint64_t>(c) * chunk_bytes;
@@ -105,19 +107,80 @@ void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_byt
   }
 }
 
-void MapEventClocks(std::vector<WarpSegment>* segments, double fallback_cycles_per_ns) {
+namespace {
+
+ClockMap BuildClockMap(const std::vector<WarpSegment>& segments, double fallback_cycles_per_ns) {
   ClockMap map(fallback_cycles_per_ns);
-  for (const WarpSegment& s : *segments) map.AddAnchor(s.sm, s.anchor_clock, s.anchor_time_ns);
+  for (const WarpSegment& s : segments) map.AddAnchor(s.sm, s.anchor_clock, s.anchor_time_ns);
   map.Build();
+  return map;
+}
+
+void MapRange(const ClockMap& map, WarpSegment* begin, WarpSegment* end) {
   // One cursor per SM, kept across its segments: a segment's events follow
   // its own anchor, and a cursor re-ranks neighbours only when it moves.
   std::vector<std::unique_ptr<ClockMap::Cursor>> cursors;
-  for (WarpSegment& s : *segments) {
-    if (cursors.size() <= s.sm) cursors.resize(static_cast<size_t>(s.sm) + 1);
-    if (!cursors[s.sm]) cursors[s.sm] = std::make_unique<ClockMap::Cursor>(map, s.sm);
-    ClockMap::Cursor& cursor = *cursors[s.sm];
-    for (DecodedEvent& e : s.events) e.time_ns = cursor.ToNs(e.clock);
+  for (WarpSegment* s = begin; s != end; ++s) {
+    if (cursors.size() <= s->sm) cursors.resize(static_cast<size_t>(s->sm) + 1);
+    if (!cursors[s->sm]) cursors[s->sm] = std::make_unique<ClockMap::Cursor>(map, s->sm);
+    ClockMap::Cursor& cursor = *cursors[s->sm];
+    for (DecodedEvent& e : s->events) e.time_ns = cursor.ToNs(e.clock);
   }
+}
+
+// Runs part(i) for i in [0, parts): part 0 on this thread, the others on
+// threads started for the call.
+template <typename Part>
+void RunParts(unsigned parts, Part&& part) {
+  std::vector<std::thread> helpers;
+  helpers.reserve(parts > 0 ? parts - 1 : 0);
+  for (unsigned i = 1; i < parts; ++i) helpers.emplace_back([&part, i] { part(i); });
+  part(0);
+  for (std::thread& t : helpers) t.join();
+}
+
+}  // namespace
+
+void MapEventClocks(std::vector<WarpSegment>* segments, double fallback_cycles_per_ns) {
+  const ClockMap map = BuildClockMap(*segments, fallback_cycles_per_ns);
+  MapRange(map, segments->data(), segments->data() + segments->size());
+}
+
+void DecodeAndMapClocks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes, double fallback_cycles_per_ns,
+                        unsigned threads, std::vector<WarpSegment>* out, DecodeStats* stats) {
+  const unsigned parts = std::max(1u, std::min(threads, num_chunks / kChunksPerDecodeThread));
+  if (parts == 1) {
+    const size_t first = out->size();
+    DecodeChunks(chunks, num_chunks, chunk_bytes, out, stats);
+    const ClockMap map = BuildClockMap(*out, fallback_cycles_per_ns);
+    MapRange(map, out->data() + first, out->data() + out->size());
+    return;
+  }
+  // Contiguous ranges of chunks, concatenated in order: what one pass appends.
+  std::vector<std::vector<WarpSegment>> decoded(parts);
+  std::vector<DecodeStats> part_stats(parts);
+  RunParts(parts, [&](unsigned i) {
+    const uint32_t begin = static_cast<uint32_t>(uint64_t{num_chunks} * i / parts);
+    const uint32_t end = static_cast<uint32_t>(uint64_t{num_chunks} * (i + 1) / parts);
+    DecodeChunks(chunks + uint64_t{begin} * chunk_bytes, end - begin, chunk_bytes, &decoded[i], &part_stats[i]);
+  });
+  const size_t first = out->size();
+  size_t total = first;
+  for (const auto& d : decoded) total += d.size();
+  out->reserve(total);
+  for (unsigned i = 0; i < parts; ++i) {
+    std::move(decoded[i].begin(), decoded[i].end(), std::back_inserter(*out));
+    stats->chunks += part_stats[i].chunks;
+    stats->events += part_stats[i].events;
+    stats->malformed_chunks += part_stats[i].malformed_chunks;
+    stats->malformed_events += part_stats[i].malformed_events;
+  }
+  // The map needs every anchor; the times are then independent per segment
+  // (a cursor's result does not depend on where it was before).
+  const ClockMap map = BuildClockMap(*out, fallback_cycles_per_ns);
+  WarpSegment* base = out->data() + first;
+  const size_t n = out->size() - first;
+  RunParts(parts, [&](unsigned i) { MapRange(map, base + n * i / parts, base + n * (i + 1) / parts); });
 }
 
 int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std::vector<KernelRecord>& records,
@@ -143,11 +206,10 @@ int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std:
   return std::clamp(estimate, lo, hi);
 }
 
-std::vector<Launch> MatchLaunches(std::vector<WarpSegment>* segments,
-                                  const std::vector<KernelRecord>& records,
-                                  const std::function<bool(const KernelRecord&)>& selected,
-                                  int64_t clock_offset, MatchStats* stats,
-                                  std::vector<const WarpSegment*>* unmatched, std::vector<size_t>* unused) {
+std::vector<Launch> MatchLaunches(std::vector<WarpSegment>* segments, const std::vector<KernelRecord>& records,
+                                  const std::function<bool(const KernelRecord&)>& selected, int64_t clock_offset,
+                                  MatchStats* stats, std::vector<const WarpSegment*>* unmatched,
+                                  std::vector<size_t>* unused) {
   std::unordered_map<uint64_t, std::vector<size_t>> by_grid;  // grid id -> record indexes
   for (size_t i = 0; i < records.size(); ++i) by_grid[records[i].grid_id].push_back(i);
 
@@ -157,7 +219,7 @@ std::vector<Launch> MatchLaunches(std::vector<WarpSegment>* segments,
     launches[i].record = records[i];
     keep[i] = selected(records[i]) ? 1 : 0;
   }
-  std::map<uint64_t, Launch> synthetic;  // grid id -> launch without a record
+  std::map<uint64_t, Launch> synthetic;       // grid id -> launch without a record
   std::vector<char> touched(records.size());  // received an event (kept or filtered)
 
   for (WarpSegment& segment : *segments) {

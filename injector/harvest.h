@@ -69,13 +69,23 @@ struct DecodeStats {
 
 // `chunks` holds `num_chunks` chunks of `chunk_bytes` each (a power of two
 // >= 64). Appends one segment per valid, non-empty chunk.
-void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes,
-                  std::vector<WarpSegment>* out, DecodeStats* stats);
+void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes, std::vector<WarpSegment>* out,
+                  DecodeStats* stats);
 
 // Sets every event's time_ns from its clock and the anchors of all segments
 // on its SM; `fallback_cycles_per_ns` is the SM clock in GHz (measured, or
 // nominal), used where an SM's anchors span too little time to fit a rate.
 void MapEventClocks(std::vector<WarpSegment>* segments, double fallback_cycles_per_ns);
+
+// DecodeChunks then MapEventClocks with the work split over up to `threads`
+// threads (this one and threads - 1 started for the call) when there are at
+// least kChunksPerDecodeThread chunks per thread: the same segments, in the
+// same order, with the same times. A 2 GB read-back holds ~130 M events,
+// about 8 s of decoding on one thread; the last read-back of a run is
+// decoded while the application waits to exit.
+void DecodeAndMapClocks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes, double fallback_cycles_per_ns,
+                        unsigned threads, std::vector<WarpSegment>* out, DecodeStats* stats);
+inline constexpr uint32_t kChunksPerDecodeThread = 16384;
 
 // What CUPTI said about one kernel execution.
 struct KernelRecord {
@@ -105,16 +115,16 @@ struct LaunchEvents {
 
 struct Launch {
   KernelRecord record;
-  uint32_t flags = 0;  // wire::LaunchFlags
-  wire::HostCall call{};  // the API call that launched it (injector/host_calls.h); api kApiNone: unknown
+  uint32_t flags = 0;               // wire::LaunchFlags
+  wire::HostCall call{};            // the API call that launched it (injector/host_calls.h); api kApiNone: unknown
   std::vector<LaunchEvents> warps;  // one per warp
   uint64_t event_count = 0;
 };
 
 struct MatchStats {
-  uint64_t events = 0;           // events in returned launches
-  uint64_t filtered = 0;         // events of kernels `selected` rejected
-  uint64_t unattributed = 0;     // events under synthetic (no record) launches
+  uint64_t events = 0;        // events in returned launches
+  uint64_t filtered = 0;      // events of kernels `selected` rejected
+  uint64_t unattributed = 0;  // events under synthetic (no record) launches
 };
 
 // The offset to add to event times, given an estimate (from the probe kernel)
@@ -136,11 +146,9 @@ int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std:
 // synthetic launches, for the caller to match at a later harvest; `unused`
 // receives the indexes of records that received no event (their events may
 // come with a later harvest's segments).
-std::vector<Launch> MatchLaunches(std::vector<WarpSegment>* segments,
-                                  const std::vector<KernelRecord>& records,
-                                  const std::function<bool(const KernelRecord&)>& selected,
-                                  int64_t clock_offset, MatchStats* stats,
-                                  std::vector<const WarpSegment*>* unmatched = nullptr,
+std::vector<Launch> MatchLaunches(std::vector<WarpSegment>* segments, const std::vector<KernelRecord>& records,
+                                  const std::function<bool(const KernelRecord&)>& selected, int64_t clock_offset,
+                                  MatchStats* stats, std::vector<const WarpSegment*>* unmatched = nullptr,
                                   std::vector<size_t>* unused = nullptr);
 
 }  // namespace smprof::injector

@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <unordered_set>
-
 #include <optional>
+#include <unordered_set>
 
 #include "common/names.h"
 #include "injector/kernel_table.h"
@@ -69,16 +68,19 @@ struct Harvester::ContextState {
   std::map<std::pair<uint64_t, uint64_t>, std::string> names;
   std::atomic<uint64_t> name_generation{1};
   bool ended = false;  // (mu_) the context is gone: no GPU access
+  // (mu_) The context's launch calls (from its read-backs): a final harvest,
+  // which reads nothing back, decides with them which waiting events are wanted.
+  HostCalls* host_calls = nullptr;
   // Carried between harvests (mu_): decoded segments without a record yet,
   // records without events yet, each with the harvests it has waited.
   std::vector<WarpSegment> carried_segments;
   std::vector<int> carried_segment_ages;
   std::vector<KernelRecord> carried_records;
   std::vector<int> carried_record_ages;
-  std::vector<ArenaSnapshot> free;                  // buffers to reuse (mu_)
-  bool preparing = false;                           // a harvest thread is pinning a spare (mu_)
-  size_t out = 0;                                   // snapshots queued or being processed (mu_)
-  size_t queued = 0;                                // jobs queued or being processed (mu_)
+  std::vector<ArenaSnapshot> free;  // buffers to reuse (mu_)
+  bool preparing = false;           // a harvest thread is pinning a spare (mu_)
+  size_t out = 0;                   // snapshots queued or being processed (mu_)
+  size_t queued = 0;                // jobs queued or being processed (mu_)
   // Held from a read-back until its job is queued: jobs are processed in the
   // order of their reads, so a harvest never takes a later one's records.
   std::mutex order;
@@ -92,7 +94,8 @@ Harvester::Harvester(Gpu& gpu, ActivityStore& activity, KernelTable& kernels, Sh
       shipper_(shipper),
       ship_mu_(ship_mu),
       fill_stats_(std::move(fill_stats)),
-      thread_count_(threads != 0 ? threads : std::clamp(std::thread::hardware_concurrency() / 4, 1u, kMaxThreads)) {}
+      thread_count_(threads != 0 ? threads : std::clamp(std::thread::hardware_concurrency() / 4, 1u, kMaxThreads)),
+      decode_threads_(std::clamp(std::thread::hardware_concurrency() / 4, 1u, kMaxThreads)) {}
 
 Harvester::~Harvester() {
   {
@@ -109,8 +112,14 @@ void Harvester::StartThreads() {
 }
 
 void Harvester::Enqueue(std::unique_ptr<Job> job) {
+  ContextState& state = StateOf(job->device);
+  if (job->host_calls != nullptr) {
+    state.host_calls = job->host_calls;
+  } else {
+    job->host_calls = state.host_calls;
+  }
   job->seq = next_seq_++;
-  ++StateOf(job->device).queued;
+  ++state.queued;
   queue_.push_back(std::move(job));
   cv_.notify_all();
 }
@@ -226,7 +235,7 @@ bool Harvester::Harvest(HarvestTarget target, wire::HarvestReason reason, Harves
   return true;
 }
 
-bool Harvester::Flush(const DeviceContext* device, bool final, std::chrono::steady_clock::time_point deadline) {
+bool Harvester::Flush(const DeviceContext* device, bool final, std::chrono::milliseconds stall) {
   std::unique_lock<std::mutex> lock(mu_);
   if (final && device != nullptr && !threads_.empty()) {
     auto job = std::make_unique<Job>();
@@ -240,7 +249,16 @@ bool Harvester::Flush(const DeviceContext* device, bool final, std::chrono::stea
     auto it = states_.find(device);
     return it == states_.end() || it->second->queued == 0;
   };
-  return cv_.wait_until(lock, deadline, drained);
+  // As long as harvests keep finishing: a large backlog (a few 2 GB
+  // read-backs) takes longer than any fixed deadline to ship.
+  for (;;) {
+    const uint64_t finished = finished_;
+    if (cv_.wait_for(lock, stall, [&] { return drained() || finished_ != finished; })) {
+      if (drained()) return true;
+      continue;
+    }
+    return false;
+  }
 }
 
 void Harvester::ReadNamesBeforeUnload(DeviceContext* device) {
@@ -292,15 +310,22 @@ void Harvester::Run() {
       Process(*job);
     } catch (const std::exception& e) {
       failed = true;
-      Log().error("a harvest failed with an internal error ({}); its events are lost", e.what());
+      Log().error("a harvest failed with an internal error ({}); its events are lost (counted)", e.what());
     } catch (...) {
       failed = true;
-      Log().error("a harvest failed with an internal error; its events are lost");
+      Log().error("a harvest failed with an internal error; its events are lost (counted)");
+    }
+    if (failed && job->has_snapshot) {
+      uint64_t events = 0;
+      ForEachUsedSlot(job->snapshot, [&](const wire::ChunkHeader&, const wire::Event&) { ++events; });
+      std::lock_guard<std::mutex> ship_lock(ship_mu_);
+      stats_.events_lost_host += events;
     }
     lock.lock();
     processing_.erase(std::find(processing_.begin(), processing_.end(), job.get()));
     if (failed) AbandonLocked(job->seq);  // the later jobs must not wait for its turns
     --busy_;
+    ++finished_;
     ContextState& state = StateOf(job->device);
     --state.queued;
     if (job->has_snapshot) {
@@ -416,8 +441,7 @@ void Harvester::Process(Job& job) {
   // harvests. Records carried from earlier harvests come first.
   std::vector<KernelRecord> records = std::move(carried_records);
   {
-    std::vector<KernelRecord> taken =
-        activity_.Take(context_id, job.has_snapshot ? job.snapshot.time_ns : gpu_.Now());
+    std::vector<KernelRecord> taken = activity_.Take(context_id, job.has_snapshot ? job.snapshot.time_ns : gpu_.Now());
     records.insert(records.end(), std::make_move_iterator(taken.begin()), std::make_move_iterator(taken.end()));
   }
   record_ages.resize(records.size(), 0);
@@ -428,8 +452,8 @@ void Harvester::Process(Job& job) {
   std::vector<WarpSegment> segments;
   DecodeStats decode;
   if (job.has_snapshot) {
-    DecodeChunks(snap.chunks.data(), snap.used_chunks, snap.chunk_bytes, &segments, &decode);
-    MapEventClocks(&segments, device->facts().cycles_per_ns);
+    DecodeAndMapClocks(snap.chunks.data(), snap.used_chunks, snap.chunk_bytes, device->facts().cycles_per_ns,
+                       decode_threads_, &segments, &decode);
   }
   const size_t fresh_segments = segments.size();
   segments.insert(segments.end(), std::make_move_iterator(carried.begin()), std::make_move_iterator(carried.end()));
@@ -452,8 +476,8 @@ void Harvester::Process(Job& job) {
   std::vector<WarpSegment> waiting, given_up;
   std::vector<int> waiting_ages;
   size_t waiting_events = 0;
-  const size_t carry_limit =
-      std::max<size_t>(kMaxCarriedEvents, static_cast<size_t>(snap.total_chunks) * snap.chunk_bytes / sizeof(wire::Event));
+  const size_t carry_limit = std::max<size_t>(
+      kMaxCarriedEvents, static_cast<size_t>(snap.total_chunks) * snap.chunk_bytes / sizeof(wire::Event));
   for (const WarpSegment* s : unmatched) {
     const int age = carried_ages[static_cast<size_t>(s - segments.data())] + 1;
     if (job.final || age > kCarryHarvests || waiting_events + s->events.size() > carry_limit) {
@@ -468,7 +492,8 @@ void Harvester::Process(Job& job) {
     std::vector<Launch> synthetic = MatchLaunches(&given_up, {}, wanted, clock_offset, &match);
     for (Launch& l : synthetic) launches.push_back(std::move(l));
     std::stable_sort(launches.begin(), launches.end(), [](const Launch& a, const Launch& b) {
-      return std::tie(a.record.start_ns, a.record.correlation_id) < std::tie(b.record.start_ns, b.record.correlation_id);
+      return std::tie(a.record.start_ns, a.record.correlation_id) <
+             std::tie(b.record.start_ns, b.record.correlation_id);
     });
   }
   std::vector<KernelRecord> waiting_records;
@@ -528,8 +553,14 @@ void Harvester::Process(Job& job) {
       state->carried_record_ages.push_back(waiting_record_ages[i]);
     }
   }
-  if (!job.has_snapshot && launches.empty()) return;  // a final flush with nothing left
   std::lock_guard<std::mutex> lock(ship_mu_);
+  if (!job.has_snapshot && launches.empty()) {  // a final flush with nothing left to ship
+    if (match.filtered != 0) {
+      stats_.events_filtered += match.filtered;
+      SendStatsLocked();
+    }
+    return;
+  }
   shipper_.SendLaunches(
       launches, job.reason == wire::kHarvestHighWater ? uint32_t{wire::kLaunchForcedDrain} : 0u,
       [&](uint64_t address) { return names[address]; },
@@ -566,7 +597,7 @@ uint64_t Harvester::CountUnshipped() {
     }
   }
   std::lock_guard<std::mutex> lock(ship_mu_);
-  stats_.events_dropped_transport += events;
+  stats_.events_lost_host += events;
   SendStatsLocked();
   return events;
 }

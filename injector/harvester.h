@@ -10,9 +10,9 @@
 //                                                    harvest and the counters
 //
 // Several harvest threads (a quarter of the cores, 1 to 4) decode read-backs
-// at once; taking records and shipping go by turns in the order of the
-// read-backs, so a harvest never takes a later one's records and launch ids
-// keep increasing with time.
+// at once, a large one split over as many threads again; taking records and
+// shipping go by turns in the order of the read-backs, so a harvest never
+// takes a later one's records and launch ids keep increasing with time.
 //
 // An application thread is held only while the arena is copied (and, for a
 // forced drain, while the recording work it waits for finishes). The queue
@@ -81,10 +81,11 @@ class Harvester {
   // HarvestMode) and queues the rest. `call`: the synchronising API call
   // whose exit runs it (api kApiNone: none). False if nothing was read.
   bool Harvest(HarvestTarget target, wire::HarvestReason reason, HarvestMode mode, const wire::HostCall& call = {});
-  // Waits (until `deadline`) until every queued harvest of `device` (nullptr:
-  // of all contexts) has been shipped. `final`: events still waiting for a
-  // CUPTI record ship now under synthetic launches.
-  bool Flush(const DeviceContext* device, bool final, std::chrono::steady_clock::time_point deadline);
+  // Waits until every queued harvest of `device` (nullptr: of all contexts)
+  // has been shipped, giving up (false) once no harvest has finished for
+  // `stall`. `final`: events still waiting for a CUPTI record ship now under
+  // synthetic launches.
+  bool Flush(const DeviceContext* device, bool final, std::chrono::milliseconds stall);
   // On the application's thread, inside a module-unload or context-destroy
   // callback (after the forced harvest): reads every marker name the queued
   // harvests of `device` need while the modules are still there (the
@@ -99,7 +100,7 @@ class Harvester {
   // Sends the cumulative counters (ship mutex held by the caller or not: takes it).
   void SendStats();
   // Exit could not wait any longer: the events of read-backs not yet shipped
-  // are counted as lost on the host (StatsMsg::events_dropped_transport) and
+  // are counted as lost on the host (StatsMsg::events_lost_host) and
   // returned.
   uint64_t CountUnshipped();
 
@@ -113,8 +114,8 @@ class Harvester {
   struct ContextState;
 
   ContextState& StateOf(const DeviceContext* device);  // mu_ held
-  void StartThreads();  // mu_ held
-  void Enqueue(std::unique_ptr<Job> job);  // mu_ held
+  void StartThreads();                                 // mu_ held
+  void Enqueue(std::unique_ptr<Job> job);              // mu_ held
   void Run();
   void Process(Job& job);
   // Pins a read-back buffer of `bytes` for the context's next harvest (see
@@ -135,16 +136,19 @@ class Harvester {
   std::mutex& ship_mu_;
   StatsFiller fill_stats_;
   const unsigned thread_count_;
+  // Threads one large read-back is decoded on (harvest.h DecodeAndMapClocks).
+  const unsigned decode_threads_;
   wire::StatsMsg stats_{};  // ship_mu_
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Job>> queue_;
-  size_t busy_ = 0;  // jobs being processed
-  std::vector<Job*> processing_;  // their snapshots stay valid while mu_ is held
-  uint64_t next_seq_ = 0;   // read order of the next job
-  uint64_t take_turn_ = 0;  // the job whose records are taken next
-  uint64_t ship_turn_ = 0;  // the job shipped next
+  size_t busy_ = 0;                                     // jobs being processed
+  uint64_t finished_ = 0;                               // jobs processed (Flush waits while it grows)
+  std::vector<Job*> processing_;                        // their snapshots stay valid while mu_ is held
+  uint64_t next_seq_ = 0;                               // read order of the next job
+  uint64_t take_turn_ = 0;                              // the job whose records are taken next
+  uint64_t ship_turn_ = 0;                              // the job shipped next
   std::set<uint64_t> abandoned_take_, abandoned_ship_;  // turns of jobs that failed before them
   bool stop_ = false;
   std::unordered_map<const DeviceContext*, std::unique_ptr<ContextState>> states_;

@@ -66,8 +66,8 @@ Profiler::Profiler(Gpu& gpu, const Settings& settings, Shipper& shipper, unsigne
                  k->launch_items = settings_.launches.ItemsFor(k->demangled);
                  activity_.Track(k->mangled);
                }),
-      harvester_(gpu, activity_, kernels_, shipper, ship_mu_, [this](wire::StatsMsg* s) { FillStats(s); },
-                 harvest_threads),
+      harvester_(
+          gpu, activity_, kernels_, shipper, ship_mu_, [this](wire::StatsMsg* s) { FillStats(s); }, harvest_threads),
       window_open_(settings_.capture_range != CaptureRange::kProfilerApi) {
   activity_.Track(kClockProbeKernel);
   activity_.Track(kTimerStepKernel);
@@ -219,8 +219,8 @@ void Profiler::OnLaunchEnter(const LaunchCall& call) {
   const ClaimRates& claims = info->kernel->claims;
   device.SizeChunks([&](int chunk_class) { return static_cast<double>(call.warps) * claims.at(chunk_class); });
   if (!device.Light(m, stream, capturing) || capturing) return;  // a captured launch records with its graph
-  device.NoteLaunch(m, call.stream, call.per_thread, Projected(*info, call.warps, device),
-                    &info->kernel->claims, call.warps);
+  device.NoteLaunch(m, call.stream, call.per_thread, Projected(*info, call.warps, device), &info->kernel->claims,
+                    call.warps);
   t_call = CallInProgress{c, &c->host_calls, call.correlation_id, start_ns, call.api};
 }
 
@@ -395,11 +395,13 @@ void Profiler::Shutdown() {
   for (Context* c : contexts) {
     if (c->device.usable()) Harvest(*c, wire::kHarvestExit, HarvestMode::kForce);
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  for (Context* c : contexts) harvester_.Flush(&c->device, true, deadline);
-  if (!harvester_.Flush(nullptr, false, deadline)) {
+  // As long as the harvests still queued keep finishing; a stall (a
+  // collector that stopped reading) ends the wait.
+  constexpr std::chrono::seconds kStall(30);
+  for (Context* c : contexts) harvester_.Flush(&c->device, true, kStall);
+  if (!harvester_.Flush(nullptr, false, kStall)) {
     const uint64_t lost = harvester_.CountUnshipped();
-    Log().warn("the last harvests did not finish shipping in 30 s: {} events are lost (counted)", lost);
+    Log().warn("the last harvests made no progress for 30 s: {} events are lost (counted)", lost);
   } else {
     harvester_.SendStats();
   }

@@ -375,9 +375,9 @@ void KeepPartialTrace(const std::string& output) {
     return;
   }
   Error(std::string("the trace is incomplete: ") + partial + " holds what the collector wrote until then" +
-        (!repaired                                       ? ""
+        (!repaired                                     ? ""
          : TraceFormatOf(output) == TraceFormat::kJson ? " (cut after its last whole event and closed)"
-                                                         : " (cut after its last whole packet)"));
+                                                       : " (cut after its last whole packet)"));
 }
 
 // Closes the control pipe and sends SIGTERM (either one makes the collector
@@ -691,14 +691,16 @@ void PrintSummary(const std::optional<CollectorSummary>& read, const std::string
   if (options.quiet) return;
   const uint64_t orphan = summary.orphan_events;
   const std::string orphan_text = orphan == 0 ? "" : ", orphan " + std::to_string(orphan);  // events of a lost launch
+  // read back but not shipped: the program's exit could not wait
+  const std::string host_text = summary.lost_host == 0 ? "" : ", not shipped " + std::to_string(summary.lost_host);
   std::fprintf(stderr,
                "smprof: profiled %llu launches, %llu events from %llu process(es); lost %llu events "
-               "(device buffer %llu, unplaced %llu, transport %llu%s)\n",
+               "(device buffer %llu, unplaced %llu, transport %llu%s%s)\n",
                static_cast<unsigned long long>(summary.launches), static_cast<unsigned long long>(summary.events),
                static_cast<unsigned long long>(summary.processes), static_cast<unsigned long long>(summary.lost_total),
                static_cast<unsigned long long>(summary.lost_device_buffer),
                static_cast<unsigned long long>(summary.lost_device_unplaced),
-               static_cast<unsigned long long>(summary.lost_transport), orphan_text.c_str());
+               static_cast<unsigned long long>(summary.lost_transport), host_text.c_str(), orphan_text.c_str());
   // Losses that are not counted in events: each is named when non-zero.
   std::string problems;
   for (const auto& [key, n] : std::initializer_list<std::pair<const char*, uint64_t>>{
@@ -847,8 +849,7 @@ int Main(int argc, char** argv) {
   const std::string run_id = MakeRunId();
   Collector collector;
   int exit_code = kExitCollectorFailed;
-  if (StartCollector(collector_path, run_id, output, options.force, summary_fd, options.settings,
-                     &collector)) {
+  if (StartCollector(collector_path, run_id, output, options.force, summary_fd, options.settings, &collector)) {
     const auto vars = AppEnvironment(options, run_id, helpers, preload);
     RunContext context;
     context.argv.assign(argv, argv + argc);

@@ -103,11 +103,11 @@ struct ChunkHeader {
   uint32_t block_x;
   uint16_t block_y;
   uint16_t block_z;
-  uint16_t sm;       // %smid
-  uint8_t warp;      // warp index within the block (linear thread id / 32)
-  uint8_t magic;     // kChunkMagic once the header is written
-  uint8_t hw_warp;   // %warpid: the warp's slot on its SM
-  uint8_t flags;     // ChunkFlags
+  uint16_t sm;      // %smid
+  uint8_t warp;     // warp index within the block (linear thread id / 32)
+  uint8_t magic;    // kChunkMagic once the header is written
+  uint8_t hw_warp;  // %warpid: the warp's slot on its SM
+  uint8_t flags;    // ChunkFlags
   uint16_t reserved;
   uint64_t anchor_clock;    // %clock64 ...
   uint64_t anchor_time_ns;  // ... and %globaltimer, read back to back at the claim
@@ -141,7 +141,7 @@ struct ArenaHeader {
   uint32_t reserved1;
   uint64_t dropped_events;   // events not stored: arena full
   uint64_t unplaced_events;  // events not stored: the arena reference was seen half-published
-  uint64_t reserved2[13];  // [0], [1]: written by the injector's probe kernels (clock, timer step)
+  uint64_t reserved2[13];    // [0], [1]: written by the injector's probe kernels (clock, timer step)
 };
 
 // The module constant that kernels read (smprof::detail::g_arena<kArenaAbiVersion>,
@@ -232,7 +232,7 @@ struct DeviceMsg {
   uint32_t sm_clock_khz;         // CU_DEVICE_ATTRIBUTE_CLOCK_RATE (peak SM clock)
   uint32_t timer_resolution_ns;  // smallest %globaltimer step measured on it; 0: not measured
   // Measured at start-up by the injector's calibration kernel (0: not measured):
-  uint32_t sm_clock_measured_khz;  // %clock64 cycles per %globaltimer ms
+  uint32_t sm_clock_measured_khz;      // %clock64 cycles per %globaltimer ms
   uint32_t cost_context_centicycles;   // cycles x 100 per event: marker with a profiling context,
   uint32_t cost_default_centicycles;   //   without one (shared-memory cursor),
   uint32_t cost_diverged_centicycles;  //   reached by a diverged warp,
@@ -398,6 +398,9 @@ struct StatsMsg {
   uint64_t launches_opted_in;      // launch calls of kernels whose module includes the markers
   uint64_t launches_not_selected;  // of those, kernels SMPROF_KERNELS did not select
   uint64_t host_calls_forgotten;   // launch API calls dropped before their kernel shipped (injector/host_calls.h)
+  // Events read back from the GPU that the process never shipped: its exit
+  // could not wait for the last harvests any longer, or a harvest failed.
+  uint64_t events_lost_host;
 };
 
 enum NoticeKind : uint32_t {
@@ -430,7 +433,7 @@ static_assert(sizeof(WarpEventsMsg) == 40 && offsetof(WarpEventsMsg, count) == 3
 static_assert(sizeof(HarvestMsg) == 120 && offsetof(HarvestMsg, host_begin_ns) == 48 &&
                   offsetof(HarvestMsg, call) == 72 && offsetof(HarvestMsg, stage_us) == 96,
               "HarvestMsg layout");
-static_assert(sizeof(StatsMsg) == 120, "StatsMsg layout");
+static_assert(sizeof(StatsMsg) == 128, "StatsMsg layout");
 static_assert(sizeof(NoticeMsg) == 16, "NoticeMsg layout");
 
 // Messages are padded to this alignment.

@@ -156,7 +156,8 @@ class FakeGpu final : public Gpu {
   void Launch(GpuModule module, GpuStream stream, const std::string& mangled, uint64_t correlation, uint32_t warps,
               uint32_t ranges, ActivityStore* activity, bool deliver_record = true) {
     const uint64_t grid = next_grid_.fetch_add(1);
-    Enqueue(stream, [=] { RunKernel(module, stream, mangled, correlation, grid, warps, ranges, activity, deliver_record); });
+    Enqueue(stream,
+            [=] { RunKernel(module, stream, mangled, correlation, grid, warps, ranges, activity, deliver_record); });
   }
   void DeliverLate(ActivityStore* activity) {
     std::vector<KernelRecord> late;
@@ -359,9 +360,7 @@ class FakeGpu final : public Gpu {
     if (address - it->first > it->second.size()) throw std::runtime_error("fake device address out of range");
     return it->second.data() + (address - it->first);
   }
-  bool IsOwn(GpuStream s) const {
-    return std::find(own_streams_.begin(), own_streams_.end(), s) != own_streams_.end();
-  }
+  bool IsOwn(GpuStream s) const { return std::find(own_streams_.begin(), own_streams_.end(), s) != own_streams_.end(); }
   void Enqueue(GpuStream stream, std::function<void()> work) {
     {
       std::lock_guard<std::mutex> lock(mu_);

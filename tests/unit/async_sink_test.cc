@@ -41,8 +41,7 @@ class RecordingSink : public trace::TraceSink {
   void OnGpu(const trace::GpuRecord& g) override { log.push_back("gpu " + g.name + " " + g.facts.dump()); }
   void OnProcess(const trace::ProcessRecord& p) override { log.push_back("process " + p.command); }
   void OnProcessNamed(const trace::ProcessRecord& p) override { log.push_back("named " + p.command); }
-  void OnNotice(const trace::ProcessRecord& p, uint64_t ts, std::string_view reason,
-                std::string_view detail) override {
+  void OnNotice(const trace::ProcessRecord& p, uint64_t ts, std::string_view reason, std::string_view detail) override {
     log.push_back("notice " + p.command + " " + std::to_string(ts) + " " + std::string(reason) + " " +
                   std::string(detail));
   }
@@ -59,8 +58,8 @@ class RecordingSink : public trace::TraceSink {
   }
   void OnSlice(const trace::LaunchRecord& l, const trace::WarpRecord& w, const trace::SliceRecord& s) override {
     std::ostringstream o;
-    o << "slice " << LaunchText(l) << " " << WarpText(w) << " " << s.name << " k" << s.name_key << " ["
-      << s.begin_ns << "," << s.end_ns << "] c" << s.cycles << " l" << s.lane << " d" << s.depth
+    o << "slice " << LaunchText(l) << " " << WarpText(w) << " " << s.name << " k" << s.name_key << " [" << s.begin_ns
+      << "," << s.end_ns << "] c" << s.cycles << " l" << s.lane << " d" << s.depth
       << (s.unterminated ? " unterminated " : " ") << s.note;
     log.push_back(o.str());
     if (s.name_key != 0) Address(s.name_key, s.name.data());
@@ -220,7 +219,7 @@ TEST(AsyncSinkTest, FlushReportsAFailedTarget) {
   RecordingSink target;
   target.flush_ok = false;
   AsyncSink async(&target);
-  async.Flush();    // replayed on the target's thread
+  async.Flush();  // replayed on the target's thread
   async.Drain();
   EXPECT_FALSE(async.Flush());
 }

@@ -359,8 +359,9 @@ TEST(CollectorSummaryTest, FromJsonReadsWhatToJsonWrites) {
   a.lost_device_buffer = 5;
   a.lost_device_unplaced = 6;
   a.lost_transport = 7;
+  a.lost_host = 15;
   a.orphan_events = 8;
-  a.lost_total = 26;
+  a.lost_total = 41;
   a.malformed_messages = 9;
   a.producers_incomplete = 10;
   a.launches_opted_in = 11;
@@ -379,6 +380,12 @@ TEST(CollectorSummaryTest, FromJsonReadsWhatToJsonWrites) {
   EXPECT_EQ(b.ToJson(), a.ToJson());
   EXPECT_FALSE(b.trace_ok);
   EXPECT_EQ(b.stats_csv, a.stats_csv);
+  EXPECT_EQ(b.lost_host, 15u);
+  // A summary written before "host" was counted reads as none lost there.
+  json old = a.ToJson();
+  old["lost"].erase("host");
+  ASSERT_TRUE(CollectorSummary::FromJson(old, &b, &error)) << error;
+  EXPECT_EQ(b.lost_host, 0u);
   // Broken input names the key.
   json bad = a.ToJson();
   bad["launches"] = "three";
@@ -424,7 +431,8 @@ TEST_P(CollectorTest, SummaryJsonHasExactlyTheDocumentedKeys) {
   EXPECT_EQ(j["layout"], "launch-centric (JSON)");
   std::set<std::string> lost_keys;
   for (auto& [key, value] : j["lost"].items()) lost_keys.insert(key);
-  EXPECT_EQ(lost_keys, (std::set<std::string>{"device_buffer", "device_unplaced", "transport", "orphan", "total"}));
+  EXPECT_EQ(lost_keys,
+            (std::set<std::string>{"device_buffer", "device_unplaced", "transport", "host", "orphan", "total"}));
   EXPECT_EQ(j["trace"], path_);
 
   // A failed trace write is reported.
@@ -533,9 +541,8 @@ TEST_P(CollectorTest, EndMatchingAgreesWithALinearScan) {
       open.push_back(end);
     }
   }
-  std::stable_sort(expected.begin(), expected.end(), [](const Expected& l, const Expected& r) {
-    return l.ts != r.ts ? l.ts < r.ts : l.dur > r.dur;
-  });
+  std::stable_sort(expected.begin(), expected.end(),
+                   [](const Expected& l, const Expected& r) { return l.ts != r.ts ? l.ts < r.ts : l.dur > r.dur; });
   std::stable_sort(x.begin(), x.end(), [](const json& l, const json& r) {
     return l["ts"].get<double>() != r["ts"].get<double>() ? l["ts"].get<double>() < r["ts"].get<double>()
                                                           : l["dur"].get<double>() > r["dur"].get<double>();
@@ -596,8 +603,7 @@ TEST_P(CollectorTest, OpenBeginsPerWarpAreCapped) {
   for (uint32_t i = 0; i < kOver; ++i) {
     EXPECT_EQ(x[i]["args"]["unterminated"], true) << i;
     EXPECT_NE(x[i]["args"]["note"].get<std::string>().find("65536"), std::string::npos) << i;
-    EXPECT_DOUBLE_EQ(x[i]["ts"].get<double>() + x[i]["dur"].get<double>(), 1000000.0 + (1000 + kCap + i) / 1000.0)
-        << i;
+    EXPECT_DOUBLE_EQ(x[i]["ts"].get<double>() + x[i]["dur"].get<double>(), 1000000.0 + (1000 + kCap + i) / 1000.0) << i;
   }
   EXPECT_EQ(x[1]["name"], "deep");
   EXPECT_DOUBLE_EQ(x[1]["ts"].get<double>(), 1000001.001);
@@ -624,6 +630,7 @@ TEST_P(CollectorTest, LatestStatsMessageGivesDeviceTotals) {
   st.events_unattributed = 6;
   st.harvests = 7;
   st.forced_drains = 3;
+  st.events_lost_host = 12;  // read back, never shipped: the exit could not wait
   Send(a, Frame(st, wire::kMsgStats));
   collector_->HandleProducerEnd(a, true);
   // A second producer without stats: its harvest drops count.
@@ -639,7 +646,8 @@ TEST_P(CollectorTest, LatestStatsMessageGivesDeviceTotals) {
   EXPECT_EQ(s.unattributed_events, 6u);
   EXPECT_EQ(s.harvests, 8u);
   EXPECT_EQ(s.forced_drains, 3u);
-  EXPECT_EQ(s.lost_total, 63u);
+  EXPECT_EQ(s.lost_host, 12u);
+  EXPECT_EQ(s.lost_total, 75u);
   EXPECT_EQ(s.producers_incomplete, 1u);  // b never ended
   EXPECT_EQ(Events(t, "i", 3, 1)[0]["name"], "harvest: exit");
 }
@@ -1085,7 +1093,7 @@ INSTANTIATE_TEST_SUITE_P(SinkThreads, CollectorTest,
                          ::testing::Values(CollectorOptions::SinkThreads::kOff, CollectorOptions::SinkThreads::kOn),
                          [](const ::testing::TestParamInfo<CollectorOptions::SinkThreads>& p) {
                            return p.param == CollectorOptions::SinkThreads::kOn ? std::string("SinkThreads")
-                                                                                    : std::string("OneThread");
+                                                                                : std::string("OneThread");
                          });
 
 }  // namespace

@@ -4,12 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include "injector/clock_map.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
+
+#include "injector/clock_map.h"
 
 namespace smprof::injector {
 namespace {
@@ -99,9 +99,9 @@ TEST(DecodeChunks, RejectsCorruptChunksAndEventsAndSkipsUnusedSlots) {
   ArenaBuilder a(4);
   const uint32_t good = a.Claim(1, 0, 0, 0);
   a.Add(good, 10, 0, wire::kEventInstant);
-  a.Add(good, 20, 0, 9);                                             // a kind this recorder does not write
+  a.Add(good, 20, 0, 9);                                           // a kind this recorder does not write
   a.Add(good, 25, 0, wire::kEventInstant | wire::kEventHasValue);  // flags it does not write
-  a.Add(good, 0, 5, 0);                                              // info 0 but not an unused slot
+  a.Add(good, 0, 5, 0);                                            // info 0 but not an unused slot
   const uint32_t bad = a.Claim(2, 0, 1, 0);
   a.Add(bad, 30, 0, wire::kEventInstant);
   a.At(bad, 0)[27] = 0x00;  // break the magic
@@ -139,6 +139,47 @@ TEST(MapEventClocks, MapsThroughTheNearestEarlierAnchorOfTheSameSm) {
   EXPECT_EQ(out[0].events[1].time_ns, 5000000u - 500u);
   EXPECT_EQ(out[1].events[0].time_ns, 5100010u);
   EXPECT_EQ(out[2].events[0].time_ns, 5002000u);
+}
+
+// Split over threads, a large read-back decodes to exactly what one pass
+// gives: the same segments in the same order, the same times and counts.
+TEST(DecodeAndMapClocks, SplitOverThreadsGivesWhatOnePassGives) {
+  const uint32_t chunks = 3 * kChunksPerDecodeThread + 77;
+  ArenaBuilder a(chunks);
+  uint64_t clock = 1000000;
+  for (uint32_t c = 0; c < chunks; ++c) {
+    const uint16_t sm = static_cast<uint16_t>(c * 7 % 132);
+    // Anchors at about 1.9 cycles/ns with a 32 ns %globaltimer tick.
+    const uint64_t anchor_clock = clock + sm * 1000;
+    const uint64_t anchor_time = (anchor_clock * 10 / 19) / 32 * 32;
+    const uint32_t k =
+        a.Claim(1 + c / 5000, c % 64, static_cast<uint16_t>(c % 8), sm, 0x1000, anchor_clock, anchor_time);
+    if (c % 1000 == 999) {
+      a.Add(k, anchor_clock + 5, 0, 99);  // a malformed event
+      continue;
+    }
+    for (uint32_t e = 0; e < 13; ++e)
+      a.Add(k, anchor_clock + 40 * e + c % 13, static_cast<int32_t>(e % 3), wire::kEventBegin + e % 3);
+    clock += 300;
+  }
+  std::vector<WarpSegment> one, split;
+  DecodeStats one_stats, split_stats;
+  DecodeChunks(a.data(), a.used(), kChunk, &one, &one_stats);
+  MapEventClocks(&one, 1.9);
+  DecodeAndMapClocks(a.data(), a.used(), kChunk, 1.9, 4, &split, &split_stats);
+  ASSERT_EQ(split.size(), one.size());
+  EXPECT_EQ(split_stats.chunks, one_stats.chunks);
+  EXPECT_EQ(split_stats.events, one_stats.events);
+  EXPECT_EQ(split_stats.malformed_events, one_stats.malformed_events);
+  EXPECT_GT(one_stats.malformed_events, 0u);
+  for (size_t i = 0; i < one.size(); ++i) {
+    ASSERT_EQ(split[i].anchor_clock, one[i].anchor_clock) << i;
+    ASSERT_EQ(split[i].events.size(), one[i].events.size()) << i;
+    for (size_t e = 0; e < one[i].events.size(); ++e) {
+      ASSERT_EQ(split[i].events[e].time_ns, one[i].events[e].time_ns) << i << " " << e;
+      ASSERT_EQ(split[i].events[e].clock, one[i].events[e].clock) << i << " " << e;
+    }
+  }
 }
 
 TEST(ClockMap, TakesTheTightestBoundOfNearbyAnchors) {
@@ -191,7 +232,8 @@ TEST(ClockMap, SkippingDivisionsChangesNoResult) {
     const double rate = map.CyclesPerNs(sm);
     // Random order, then increasing runs (as within a chunk): the cursor's two ways.
     std::vector<uint64_t> queries;
-    for (int q = 0; q < 20000; ++q) queries.push_back(a.front().clock - 5000 + next(a.back().clock - a.front().clock + 10000));
+    for (int q = 0; q < 20000; ++q)
+      queries.push_back(a.front().clock - 5000 + next(a.back().clock - a.front().clock + 10000));
     std::vector<uint64_t> sorted = queries;
     std::sort(sorted.begin() + 10000, sorted.end());
     ClockMap::Cursor cursor(map, sm);
@@ -275,7 +317,8 @@ TEST(MatchLaunches, FiltersUnselectedKernelsAndKeepsOrphans) {
   const std::vector<KernelRecord> records = {Record(1, 50, 150, 1, "gemm"), Record(2, 50, 150, 2, "other"),
                                              Record(4, 10, 20, 3, "gemm")};
   MatchStats ms;
-  const auto launches = MatchLaunches(&segs, records, [](const KernelRecord& r) { return r.name == "gemm"; }, 0, &ms);
+  const auto launches = MatchLaunches(
+      &segs, records, [](const KernelRecord& r) { return r.name == "gemm"; }, 0, &ms);
   ASSERT_EQ(launches.size(), 2u);  // gemm with events, orphan grid 3; not "other", not the silent gemm
   EXPECT_EQ(ms.filtered, 2u);
   EXPECT_EQ(ms.unattributed, 1u);

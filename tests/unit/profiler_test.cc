@@ -143,7 +143,9 @@ class ProfilerTest : public ::testing::Test {
     profiler->OnLaunchExit(correlation);
   }
   void Gemm(GpuStream s, uint32_t warps = 8, uint32_t ranges = 4) { LaunchOn(gemm, module, kGemm, s, warps, ranges); }
-  void Other(GpuStream s, uint32_t warps = 8, uint32_t ranges = 4) { LaunchOn(other, module, kOther, s, warps, ranges); }
+  void Other(GpuStream s, uint32_t warps = 8, uint32_t ranges = 4) {
+    LaunchOn(other, module, kOther, s, warps, ranges);
+  }
   void Sync() {
     profiler->OnSyncEnter(wire::kApiCtxSynchronize);
     profiler->OnSyncExit(gpu.context, wire::kApiCtxSynchronize, true);
@@ -151,6 +153,20 @@ class ProfilerTest : public ::testing::Test {
   void Finish() {
     profiler->Shutdown();
     profiler.reset();
+  }
+  // A launch whose record comes only with the final flush (see the tests).
+  void ExpectALateLastRecordAttributes(bool destroy_context) {
+    Start(MakeSettings());
+    LaunchOn(gemm, module, kGemm, s1, 8, 4, /*deliver=*/false);
+    Sync();                    // the record has not arrived: the events wait ...
+    sink.WaitForHarvests(1);   // ... once the harvest thread has seen it missing
+    gpu.DeliverLate(&profiler->activity());  // it comes with the final flush
+    if (destroy_context) profiler->OnContextDestroy(gpu.context);
+    Finish();
+    EXPECT_EQ(sink.launches["gemm(float*)"], 1);
+    EXPECT_EQ(sink.events["gemm(float*)"], 64u);
+    EXPECT_EQ(sink.stats.events_unattributed, 0u);
+    EXPECT_EQ(sink.stats.events_filtered, 0u);
   }
 
   static constexpr const char* kGemm = "_Z4gemmPf";
@@ -249,7 +265,7 @@ TEST_F(ProfilerTest, AnExcludedLaunchQueuedBeforeALightIsWaitedForAndFiltered) {
   gpu.Hold(s2);
   Other(s2);  // queued while the module is dark; it runs after the gemm lit it
   Gemm(s1);
-  Sync();     // s2 still runs `other`, which now records: no harvest yet
+  Sync();  // s2 still runs `other`, which now records: no harvest yet
   EXPECT_EQ(sink.harvests.size(), 0u);
   gpu.Release(s2);
   Sync();
@@ -295,7 +311,10 @@ TEST_F(ProfilerTest, ForcedDrainsKeepEveryEvent) {
   for (int i = 0; i < 20; ++i) Gemm(s1, 200, 4);
   Sync();
   Finish();
-  EXPECT_EQ(sink.launches["gemm(float*)"], 20) << "harvests " << sink.harvests.size() << " recorded " << gpu.kernels_that_recorded() << " filtered " << sink.stats.events_filtered << " unattributed " << sink.stats.events_unattributed << " dropped " << sink.stats.events_dropped_device << " written " << gpu.events_written();
+  EXPECT_EQ(sink.launches["gemm(float*)"], 20)
+      << "harvests " << sink.harvests.size() << " recorded " << gpu.kernels_that_recorded() << " filtered "
+      << sink.stats.events_filtered << " unattributed " << sink.stats.events_unattributed << " dropped "
+      << sink.stats.events_dropped_device << " written " << gpu.events_written();
   EXPECT_EQ(sink.events["gemm(float*)"], 20u * 200 * 8);
   EXPECT_GT(sink.stats.forced_drains, 0u);
   EXPECT_EQ(sink.stats.events_dropped_device, 0u);
@@ -352,7 +371,7 @@ TEST_F(ProfilerTest, DecodingAndShippingRunOffTheApplicationThread) {
   sink.Block(true);  // the transport stalls: only the harvest thread may wait for it
   Sync();            // returns after the copy
   EXPECT_EQ(sink.total_events, 0u);
-  Gemm(s1);          // the application goes on launching
+  Gemm(s1);  // the application goes on launching
   sink.Block(false);
   Sync();
   Finish();
@@ -437,6 +456,19 @@ TEST_F(ProfilerTest, LateCuptiRecordsAreMatchedAtTheNextHarvest) {
   EXPECT_EQ(sink.stats.events_unattributed, 0u);
 }
 
+// A record that comes only at the end (CUPTI holds it until the final
+// forced flush) still attributes its events: the final harvest knows the
+// context's launch calls. It used to ship nothing and count nothing: the
+// launch looked unwanted (no calls known) and its events filtered, and a
+// final harvest that shipped no launch returned before counting them.
+TEST_F(ProfilerTest, ARecordThatComesOnlyAtExitStillAttributesItsEvents) {
+  ExpectALateLastRecordAttributes(/*destroy_context=*/false);
+}
+
+TEST_F(ProfilerTest, ARecordThatComesOnlyAtContextEndStillAttributesItsEvents) {
+  ExpectALateLastRecordAttributes(/*destroy_context=*/true);
+}
+
 TEST_F(ProfilerTest, GraphLaunchesLightOnlyModulesOfTheirSelectedNodes) {
   Start(MakeSettings("gemm"));
   GpuModule second = gpu.AddModule(true);
@@ -457,7 +489,7 @@ TEST_F(ProfilerTest, GraphLaunchesLightOnlyModulesOfTheirSelectedNodes) {
   EXPECT_EQ(sink.launches["gemm(float*)"], 2);
   EXPECT_EQ(sink.launches.count("lone()"), 0u);
   EXPECT_EQ(sink.launches.count("other(float*)"), 0u);  // recorded (same module as gemm), filtered
-  EXPECT_EQ(gpu.kernels_that_recorded(), 4u);            // gemm and other, twice; never `lone`
+  EXPECT_EQ(gpu.kernels_that_recorded(), 4u);           // gemm and other, twice; never `lone`
   EXPECT_EQ(sink.stats.events_filtered, 2u * 64);
   EXPECT_EQ(sink.events["gemm(float*)"], 2u * 64);
 }
@@ -529,7 +561,11 @@ TEST_F(ProfilerTest, ConcurrentLaunchesAndHarvestsKeepEveryEvent) {
   for (auto& th : threads) th.join();
   Sync();
   Finish();
-  EXPECT_EQ(sink.launches["gemm(float*)"], kThreads * kLaunches) << "filtered " << sink.stats.events_filtered << " unattributed " << sink.stats.events_unattributed << " dropped " << sink.stats.events_dropped_device << " harvests " << sink.stats.harvests << " written " << gpu.events_written() << " recorded " << sink.stats.events_recorded << " malformed " << sink.stats.events_malformed << " kernels " << gpu.kernels_that_recorded();
+  EXPECT_EQ(sink.launches["gemm(float*)"], kThreads * kLaunches)
+      << "filtered " << sink.stats.events_filtered << " unattributed " << sink.stats.events_unattributed << " dropped "
+      << sink.stats.events_dropped_device << " harvests " << sink.stats.harvests << " written " << gpu.events_written()
+      << " recorded " << sink.stats.events_recorded << " malformed " << sink.stats.events_malformed << " kernels "
+      << gpu.kernels_that_recorded();
   EXPECT_EQ(sink.events["gemm(float*)"], uint64_t{kThreads} * kLaunches * 4 * 4);
   EXPECT_EQ(sink.stats.events_unattributed, 0u);
 }
