@@ -16,7 +16,13 @@ constexpr size_t kBatchText = size_t{1} << 20;
 constexpr size_t kBatchCalls = 1024;
 constexpr size_t kFreeBatches = 4;  // replayed batches kept for reuse
 
-enum class Op : uint8_t {
+// Command::flags
+constexpr uint8_t kInlineName = 1;  // name is text[name, name + name_len), not a key
+constexpr uint8_t kFlagged = 2;     // slice: unterminated; instant: unmatched END
+
+}  // namespace
+
+enum class AsyncSink::Op : uint8_t {
   kCall,     // calls[name]
   kName,     // name key `name` is text[a, a + name_len)
   kSelect,   // the next commands are for launches[name]'s warps[name_len]
@@ -26,12 +32,6 @@ enum class Op : uint8_t {
   kInstant,  // OnInstant: name, a = ts
   kFlush,    // the target's Flush
 };
-
-// Command::flags
-constexpr uint8_t kInlineName = 1;  // name is text[name, name + name_len), not a key
-constexpr uint8_t kFlagged = 2;     // slice: unterminated; instant: unmatched END
-
-}  // namespace
 
 struct AsyncSink::Command {
   Op op;
@@ -145,6 +145,17 @@ void AsyncSink::SelectWarp(const trace::LaunchRecord& launch, const trace::WarpR
   warp_selected_ = true;
 }
 
+AsyncSink::Command& AsyncSink::AppendEvent(Op op, std::string_view name, uint32_t key, bool flagged) {
+  uint32_t inline_len = 0;
+  const uint32_t ref = NameRef(name, key, &inline_len);
+  Command& c = Append();
+  c.op = op;
+  c.flags = static_cast<uint8_t>((key == 0 || key >= kMaxKey ? kInlineName : 0) | (flagged ? kFlagged : 0));
+  c.name = ref;
+  c.name_len = inline_len;
+  return c;
+}
+
 uint32_t AsyncSink::NameRef(std::string_view name, uint32_t key, uint32_t* inline_len) {
   if (key != 0 && key < kMaxKey) {
     if (keys_sent_.size() <= key) keys_sent_.resize(static_cast<size_t>(key) + 1, false);
@@ -219,14 +230,7 @@ void AsyncSink::OnSlice(const trace::LaunchRecord& launch, const trace::WarpReco
     n.a = at;
     n.name_len = static_cast<uint32_t>(slice.note.size());
   }
-  uint32_t inline_len = 0;
-  const uint32_t name = NameRef(slice.name, slice.name_key, &inline_len);
-  Command& c = Append();
-  c.op = Op::kSlice;
-  c.flags = static_cast<uint8_t>((slice.name_key == 0 || slice.name_key >= kMaxKey ? kInlineName : 0) |
-                                 (slice.unterminated ? kFlagged : 0));
-  c.name = name;
-  c.name_len = inline_len;
+  Command& c = AppendEvent(Op::kSlice, slice.name, slice.name_key, slice.unterminated);
   c.cycles = slice.cycles;
   c.a = slice.begin_ns;
   c.b = slice.end_ns;
@@ -238,15 +242,7 @@ void AsyncSink::OnInstant(const trace::LaunchRecord& launch, const trace::WarpRe
                           const trace::InstantRecord& instant) {
   Room();
   SelectWarp(launch, warp);
-  uint32_t inline_len = 0;
-  const uint32_t name = NameRef(instant.name, instant.name_key, &inline_len);
-  Command& c = Append();
-  c.op = Op::kInstant;
-  c.flags = static_cast<uint8_t>((instant.name_key == 0 || instant.name_key >= kMaxKey ? kInlineName : 0) |
-                                 (instant.unmatched_end ? kFlagged : 0));
-  c.name = name;
-  c.name_len = inline_len;
-  c.a = instant.ts_ns;
+  AppendEvent(Op::kInstant, instant.name, instant.name_key, instant.unmatched_end).a = instant.ts_ns;
 }
 
 void AsyncSink::OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t* warps_in_order, size_t warp_count) {

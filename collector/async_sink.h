@@ -91,6 +91,7 @@ class AsyncSink : public trace::TraceSink {
   AsyncSink& operator=(const AsyncSink&) = delete;
 
  private:
+  enum class Op : uint8_t;
   struct Command;
   struct Batch;
   struct Replay;
@@ -105,6 +106,9 @@ class AsyncSink : public trace::TraceSink {
   // The name's key for the command, defining it for the target first; or,
   // for a name without a usable key, its bytes in the batch (*inline_len).
   uint32_t NameRef(std::string_view name, uint32_t key, uint32_t* inline_len);
+  // An event's command (its name as NameRef gives it, `flagged` as the
+  // record's unterminated or unmatched-end flag); the caller sets the rest.
+  Command& AppendEvent(Op op, std::string_view name, uint32_t key, bool flagged);
   uint32_t Stash(std::string_view text);
   void HandOver();
   void Run();

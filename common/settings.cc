@@ -1,6 +1,7 @@
 // The settings table and its parsers (see settings.h).
 #include "common/settings.h"
 
+#include <array>
 #include <optional>
 
 namespace smprof {
@@ -78,6 +79,20 @@ bool ParseWarpIndex(std::string_view list, std::string_view text, uint32_t* valu
   }
   *value = static_cast<uint32_t>(v);
   return true;
+}
+
+// One of three words; false with *error naming them otherwise.
+bool ParseWord(std::string_view text, const char* what, const std::array<const char*, 3>& words, std::string* out,
+               std::string* error) {
+  for (const char* w : words) {
+    if (text == w) {
+      *out = std::string(text);
+      return true;
+    }
+  }
+  *error = std::string("unknown ") + what + " \"" + std::string(text) + "\": use " + words[0] + ", " + words[1] +
+           " or " + words[2];
+  return false;
 }
 
 bool ParseBounded(std::string_view text, uint32_t min, uint32_t max, uint32_t* out, std::string* error) {
@@ -241,25 +256,13 @@ bool ParseSetting(Setting setting, std::string_view text, std::string_view sourc
       ok = ParseBounded(text, kMinShmMb, kMaxShmMb, &s.shm_mb, &why);
       break;
     case Setting::kLayout:
-      if ((ok = text == "launch" || text == "hardware" || text == "auto")) {
-        s.layout = std::string(text);
-      } else {
-        why = "unknown layout \"" + std::string(text) + "\": use launch, hardware or auto";
-      }
+      ok = ParseWord(text, "layout", {"launch", "hardware", "auto"}, &s.layout, &why);
       break;
     case Setting::kTraceCycles:
-      if ((ok = text == "none" || text == "counter" || text == "args")) {
-        s.trace_cycles = std::string(text);
-      } else {
-        why = "unknown trace cycles \"" + std::string(text) + "\": use none, counter or args";
-      }
+      ok = ParseWord(text, "trace cycles", {"none", "counter", "args"}, &s.trace_cycles, &why);
       break;
     case Setting::kSinkThreads:
-      if ((ok = text == "auto" || text == "on" || text == "off")) {
-        s.sink_threads = std::string(text);
-      } else {
-        why = "unknown sink threads \"" + std::string(text) + "\": use auto, on or off";
-      }
+      ok = ParseWord(text, "sink threads", {"auto", "on", "off"}, &s.sink_threads, &why);
       break;
     case Setting::kLogLevel:
       if ((ok = IsLogLevel(text))) {
