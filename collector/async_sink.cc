@@ -71,13 +71,30 @@ struct AsyncSink::Replay {
   std::vector<std::unique_ptr<std::string>> names;  // by key: one address for the run
 };
 
+// A target and its thread: its queue of batches (shared with the other
+// targets') and where its replay stands.
+struct AsyncSink::Lane {
+  trace::TraceSink* target = nullptr;
+  std::deque<std::shared_ptr<Batch>> queue;  // mu_
+  uint64_t replayed = 0;                     // batches (mu_)
+  Replay replay;                             // its thread's only
+  std::thread thread;
+};
+
 AsyncSink::AsyncSink(trace::TraceSink* target, size_t max_batches)
-    : target_(target),
-      max_batches_(max_batches == 0 ? 1 : max_batches),
-      batch_(std::make_unique<Batch>()),
-      replay_(std::make_unique<Replay>()) {
+    : AsyncSink(std::vector<trace::TraceSink*>{target}, max_batches) {}
+
+AsyncSink::AsyncSink(std::vector<trace::TraceSink*> targets, size_t max_batches)
+    : max_batches_(max_batches == 0 ? 1 : max_batches), batch_(std::make_shared<Batch>()) {
   batch_->commands.reserve(kBatchCommands);
-  thread_ = std::thread([this] { Run(); });
+  for (trace::TraceSink* t : targets) {
+    lanes_.push_back(std::make_unique<Lane>());
+    lanes_.back()->target = t;
+  }
+  for (auto& lane : lanes_) {
+    Lane* l = lane.get();
+    l->thread = std::thread([this, l] { Run(*l); });
+  }
 }
 
 AsyncSink::~AsyncSink() {
@@ -87,7 +104,7 @@ AsyncSink::~AsyncSink() {
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  for (auto& lane : lanes_) lane->thread.join();
 }
 
 // --- the calling thread ----------------------------------------------------
@@ -268,36 +285,52 @@ bool AsyncSink::Flush() {
 
 bool AsyncSink::Finish(const CollectorSummary& summary) {
   Drain();
-  const bool ok = target_->Finish(summary);
+  bool ok = true;
+  for (auto& lane : lanes_) ok = lane->target->Finish(summary) && ok;
+  return ok && replay_error().empty();
+}
+
+std::string AsyncSink::replay_error() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return ok && replay_error_.empty();
+  return replay_error_;
 }
 
 std::string AsyncSink::error() const {
   // Draining changes nothing the caller can observe but the time it takes.
   const_cast<AsyncSink*>(this)->Drain();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!replay_error_.empty()) return replay_error_;
+  if (std::string e = replay_error(); !e.empty()) return e;
+  for (const auto& lane : lanes_) {
+    if (std::string e = lane->target->error(); !e.empty()) return e;
   }
-  return target_->error();
+  return std::string();
 }
 
 std::string AsyncSink::layout_description() const {
   const_cast<AsyncSink*>(this)->Drain();
-  return target_->layout_description();
+  for (const auto& lane : lanes_) {
+    if (std::string d = lane->target->layout_description(); !d.empty()) return d;
+  }
+  return std::string();
+}
+
+bool AsyncSink::RoomInEveryLane() const {
+  for (const auto& lane : lanes_) {
+    if (lane->queue.size() >= max_batches_) return false;
+  }
+  return true;
 }
 
 void AsyncSink::HandOver() {
   if (batch_->empty()) return;
-  std::unique_ptr<Batch> next;
+  std::shared_ptr<Batch> next;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (queue_.size() >= max_batches_) {
+    if (!RoomInEveryLane()) {
       waits_.fetch_add(1, std::memory_order_relaxed);
-      cv_.wait(lock, [this] { return queue_.size() < max_batches_; });
+      cv_.wait(lock, [this] { return RoomInEveryLane(); });
     }
-    queue_.push_back(std::move(batch_));
+    for (auto& lane : lanes_) lane->queue.push_back(batch_);
+    batch_.reset();
     ++handed_;
     if (!free_.empty()) {
       next = std::move(free_.back());
@@ -307,7 +340,7 @@ void AsyncSink::HandOver() {
   cv_.notify_all();
   ++batches_;
   if (!next) {
-    next = std::make_unique<Batch>();
+    next = std::make_shared<Batch>();
     next->commands.reserve(kBatchCommands);
   }
   batch_ = std::move(next);
@@ -318,38 +351,44 @@ void AsyncSink::HandOver() {
 void AsyncSink::Drain() {
   HandOver();
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return replayed_ == handed_; });
+  cv_.wait(lock, [this] {
+    for (const auto& lane : lanes_) {
+      if (lane->replayed != handed_) return false;
+    }
+    return true;
+  });
 }
 
 // --- the target's thread ---------------------------------------------------
 
-void AsyncSink::Run() {
-  trace::TraceSink& t = *target_;
-  Replay& r = *replay_;
+void AsyncSink::Run(Lane& lane) {
+  trace::TraceSink& t = *lane.target;
+  Replay& r = lane.replay;
   for (;;) {
-    std::unique_ptr<Batch> b;
+    std::shared_ptr<Batch> b;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, nothing left
-      b = std::move(queue_.front());
-      queue_.pop_front();
+      cv_.wait(lock, [&] { return stop_ || !lane.queue.empty(); });
+      if (lane.queue.empty()) return;  // stopping, nothing left
+      b = std::move(lane.queue.front());
+      lane.queue.pop_front();
     }
     cv_.notify_all();  // room for one more
     try {
-      const char* text = b->text.data();
-      for (const Command& c : b->commands) {
+      const Batch& batch = *b;
+      const char* text = batch.text.data();
+      for (const Command& c : batch.commands) {
         switch (c.op) {
           case Op::kCall:
-            b->calls[c.name](t);
+            batch.calls[c.name](t);
             break;
           case Op::kName:
             if (r.names.size() <= c.name) r.names.resize(static_cast<size_t>(c.name) + 1);
             r.names[c.name] = std::make_unique<std::string>(text + c.a, c.name_len);
             break;
           case Op::kSelect:
-            r.launch = b->launches[c.name].get();
-            r.warp = &b->warps[c.name_len];
+            r.launch = batch.launches[c.name].get();
+            r.warp = &batch.warps[c.name_len];
             break;
           case Op::kWarp:
             t.OnWarp(*r.launch, *r.warp);
@@ -397,11 +436,15 @@ void AsyncSink::Run() {
     r.launch = nullptr;
     r.warp = nullptr;
     r.note = {};
-    b->Clear();
     {
+      // The last lane to replay a batch gives it back for reuse.
       std::lock_guard<std::mutex> lock(mu_);
-      if (free_.size() < kFreeBatches) free_.push_back(std::move(b));
-      ++replayed_;
+      if (b.use_count() == 1 && free_.size() < kFreeBatches) {
+        b->Clear();
+        free_.push_back(std::move(b));
+      }
+      b.reset();
+      ++lane.replayed;
     }
     cv_.notify_all();
   }

@@ -1,33 +1,33 @@
-// AsyncSink: a trace sink that runs another sink on a thread of its own.
+// AsyncSink: trace sinks run on threads of their own.
 //
 // The collector's one thread decoded messages, matched ranges and encoded the
 // trace and the statistics in turn; the sinks took about half of its time
-// per event. An AsyncSink in front of each sink makes that a pipeline: the
-// builder's thread appends each call to a batch (a compact command for the
-// per-event calls, a copied closure for the rare ones) and the sink's thread
-// replays the batches on the target in the order the calls were made, so the
-// target sees exactly the calls, records and order it would have seen
-// directly (trace_sink.h's guarantees hold unchanged).
+// per event. An AsyncSink in front of them makes that a pipeline: the
+// builder's thread appends each call once to a batch (a compact command for
+// the per-event calls, a copied closure for the rare ones) and each target's
+// thread replays the same batches on its target in the order the calls were
+// made, so every target sees exactly the calls, records and order it would
+// have seen directly (trace_sink.h's guarantees hold unchanged).
 //
 // What the records point to is copied, since it is valid only during the
 // call: a launch's record once per launch (kept until its OnLaunchEnd has
 // been replayed), the warp's record when the calls move to another warp, an
 // event's name once per run-wide name key (SliceRecord::name_key; names
-// without a key are copied with their event). Names handed to the target
-// stay at one address for the whole run, which the Perfetto writer's name
-// cache relies on.
+// without a key are copied with their event). Names handed to a target stay
+// at one address for the whole run, which the Perfetto writer's name cache
+// relies on.
 //
-// Overflow policy: at most `max_batches` filled batches wait for the
+// Overflow policy: at most `max_batches` filled batches wait for any one
 // target's thread; a call that fills one more blocks the calling thread
-// until the target catches up (back-pressure reaches the transport's rings
-// and the producers, as a slow sink did before). Nothing is dropped. Memory:
-// max_batches x (kBatchCommands commands of 40 bytes + copied names).
+// until the slowest target catches up (back-pressure reaches the transport's
+// rings and the producers, as a slow sink did before). Nothing is dropped.
+// Memory: max_batches x (kBatchCommands commands of 40 bytes + copied names).
 //
-// Flush hands the batch over with a flush of the target and returns whether
-// the target has failed so far (as far as its thread has got); Drain waits
-// until every call made has been replayed. After Drain, and until the next
-// call, the target may be used directly on the calling thread (Finish does:
-// it drains and then finishes the target there).
+// Flush hands the batch over with a flush of every target and returns
+// whether a target has failed so far (as far as its thread has got); Drain
+// waits until every call made has been replayed by every target. After
+// Drain, and until the next call, the targets may be used directly on the
+// calling thread (Finish does: it drains and then finishes them there).
 //
 // Calls come from one thread at a time (the builder's).
 #pragma once
@@ -55,6 +55,9 @@ class AsyncSink : public trace::TraceSink {
 
   // `target` is not owned and must outlive this sink.
   explicit AsyncSink(trace::TraceSink* target, size_t max_batches = kMaxBatches);
+  // Several targets, each on a thread of its own, replaying the same
+  // batches: the calling thread builds each command once for all of them.
+  explicit AsyncSink(std::vector<trace::TraceSink*> targets, size_t max_batches = kMaxBatches);
   // Replays what is queued, then stops the thread.
   ~AsyncSink() override;
 
@@ -75,11 +78,14 @@ class AsyncSink : public trace::TraceSink {
   void OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t* warps_in_order, size_t warp_count) override;
 
   bool Flush() override;
-  // Drains, then finishes the target on this thread.
+  // Drains, then finishes the targets on this thread (in order).
   bool Finish(const CollectorSummary& summary) override;
-  // The target's, once drained (these drain first).
+  // What a replay threw, else the first target's that is not empty, once
+  // drained (these drain first).
   std::string error() const override;
   std::string layout_description() const override;
+  // What a replay threw ("" if nothing did).
+  std::string replay_error() const;
 
   // Waits until the target has replayed every call made so far.
   void Drain();
@@ -95,6 +101,7 @@ class AsyncSink : public trace::TraceSink {
   struct Command;
   struct Batch;
   struct Replay;
+  struct Lane;
 
   void Room();
   Command& Append();
@@ -111,13 +118,13 @@ class AsyncSink : public trace::TraceSink {
   Command& AppendEvent(Op op, std::string_view name, uint32_t key, bool flagged);
   uint32_t Stash(std::string_view text);
   void HandOver();
-  void Run();
+  bool RoomInEveryLane() const;  // mu_ held
+  void Run(Lane& lane);
 
-  trace::TraceSink* target_;
   const size_t max_batches_;
 
   // The calling thread's side.
-  std::unique_ptr<Batch> batch_;
+  std::shared_ptr<Batch> batch_;
   std::unordered_map<uint64_t, std::shared_ptr<const trace::LaunchRecord>> launches_;  // by index
   const trace::LaunchRecord* last_launch_ = nullptr;  // what launches_[last_index_] holds
   uint64_t last_index_ = 0;
@@ -128,18 +135,15 @@ class AsyncSink : public trace::TraceSink {
   uint64_t batches_ = 0;
   std::atomic<uint64_t> waits_{0};
 
-  // Shared with the target's thread.
+  // Shared with the targets' threads.
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  std::deque<std::unique_ptr<Batch>> queue_;  // filled, oldest first
-  std::vector<std::unique_ptr<Batch>> free_;  // replayed, for reuse
-  uint64_t handed_ = 0, replayed_ = 0;        // batches
+  std::vector<std::unique_ptr<Lane>> lanes_;  // a target each; their queues: mu_
+  std::vector<std::shared_ptr<Batch>> free_;  // replayed by every lane, for reuse
+  uint64_t handed_ = 0;                       // batches
   bool stop_ = false;
-  std::atomic<bool> failed_{false};  // the target's Flush said false, or a replay threw
+  std::atomic<bool> failed_{false};  // a target's Flush said false, or a replay threw
   std::string replay_error_;         // what a replay threw (mu_)
-
-  std::unique_ptr<Replay> replay_;  // the target's thread's side
-  std::thread thread_;
 };
 
 }  // namespace smprof

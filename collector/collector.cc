@@ -58,16 +58,14 @@ Collector::Collector(CollectorOptions options, std::unique_ptr<trace::TraceSink>
   const bool threads = options_.sink_threads == SinkThreads::kOn ||
                        (options_.sink_threads == SinkThreads::kAuto &&
                         std::thread::hardware_concurrency() >= CollectorOptions::kSinkThreadCores);
-  trace_front_ = trace_.get();
-  if (threads) {
-    async_trace_ = std::make_unique<AsyncSink>(trace_.get());
-    trace_front_ = async_trace_.get();
-  }
-  std::vector<trace::TraceSink*> sinks{trace_front_};
+  std::vector<trace::TraceSink*> sinks{trace_.get()};
   if (options_.stats) {
     stats_ = std::make_unique<stats::StatsSink>(std::string());  // named once the trace is placed
-    if (threads) async_stats_ = std::make_unique<AsyncSink>(stats_.get());
-    sinks.push_back(async_stats_ ? static_cast<trace::TraceSink*>(async_stats_.get()) : stats_.get());
+    sinks.push_back(stats_.get());
+  }
+  if (threads) {
+    async_ = std::make_unique<AsyncSink>(sinks);
+    sinks = {async_.get()};
   }
   builder_ = std::make_unique<TraceBuilder>(std::move(sinks), options_.logger);
   summary_.trace = options_.trace_path;
@@ -76,8 +74,7 @@ Collector::Collector(CollectorOptions options, std::unique_ptr<trace::TraceSink>
 // The builder and the sink threads go before the sinks they call.
 Collector::~Collector() {
   builder_.reset();
-  async_trace_.reset();
-  async_stats_.reset();
+  async_.reset();
 }
 
 void Collector::HandleMessage(const transport::ProducerInfo& producer, const uint8_t* data, uint32_t size) {
@@ -87,7 +84,15 @@ void Collector::HandleMessage(const transport::ProducerInfo& producer, const uin
 void Collector::HandleProducerEnd(const transport::ProducerInfo& producer, bool clean) {
   if (finished_) return;
   builder_->HandleProducerEnd(producer, clean);
-  trace_front_->Flush();
+  FlushTrace();
+}
+
+void Collector::FlushTrace() {
+  if (async_) {
+    async_->Flush();
+  } else {
+    trace_->Flush();
+  }
 }
 
 void Collector::SetTransportStats(const transport::ConsumerStats& stats) { transport_stats_ = stats; }
@@ -109,7 +114,7 @@ bool Collector::Run(transport::Consumer& consumer, const std::atomic<bool>& stop
   const auto poll = [&] {
     const size_t n = consumer.Poll(on_message, on_end);
     SetTransportStats(consumer.stats());
-    if (n != 0) trace_front_->Flush();
+    if (n != 0) FlushTrace();
     return n;
   };
   constexpr auto kIdleSleep = std::chrono::milliseconds(2);
@@ -143,15 +148,18 @@ CollectorSummary Collector::Finish() {
   finished_ = true;
   builder_->Finish(transport_stats_, &summary_);
   // From here on the sinks are used on this thread.
-  if (async_trace_) async_trace_->Drain();
-  if (async_stats_) async_stats_->Drain();
+  std::string replay_error;
+  if (async_) {
+    async_->Drain();
+    replay_error = async_->replay_error();
+  }
   CollectorSummary& s = summary_;
   if (stats_) {
     s.statistics = stats::ToJson(stats_->Build(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
-  s.layout = trace_front_->layout_description();
-  s.trace_ok = trace_front_->Finish(s);
-  s.trace_error = trace_front_->error();
+  s.layout = trace_->layout_description();
+  s.trace_ok = trace_->Finish(s) && replay_error.empty();
+  s.trace_error = replay_error.empty() ? trace_->error() : replay_error;
   s.trace = trace_written_;
   const bool placed = trace_written_ == options_.trace_path;  // written directly (IsStreamPath)
   if (s.trace_ok && !placed &&

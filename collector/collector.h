@@ -10,7 +10,7 @@
 //
 // Run() and the Handle*/Finish calls happen on one thread. With sink
 // threads (CollectorOptions::sink_threads), each sink runs on a thread of its
-// own behind an AsyncSink (async_sink.h), so that decoding and range
+// own behind one AsyncSink (async_sink.h), so that decoding and range
 // matching on this thread overlap with encoding the trace and the
 // statistics; the sinks see the same calls in the same order either way.
 #pragma once
@@ -103,13 +103,14 @@ class Collector {
 
  private:
   Collector(CollectorOptions options, std::unique_ptr<trace::TraceSink> trace, std::string trace_written);
+  // Writes out what the trace writer buffers (on its thread, with sink threads).
+  void FlushTrace();
 
   CollectorOptions options_;
   std::unique_ptr<trace::TraceSink> trace_;  // the trace writer
   std::unique_ptr<stats::StatsSink> stats_;  // null unless options.stats
-  // In front of trace_ and stats_ with sink threads (empty without).
-  std::unique_ptr<AsyncSink> async_trace_, async_stats_;
-  trace::TraceSink* trace_front_ = nullptr;  // what the builder and Run call: async_trace_ or trace_
+  // With sink threads: in front of trace_ and stats_, a thread each (null without).
+  std::unique_ptr<AsyncSink> async_;
   std::unique_ptr<TraceBuilder> builder_;
   transport::ConsumerStats transport_stats_;
   CollectorSummary summary_;

@@ -205,6 +205,23 @@ TEST(AsyncSinkTest, TheTargetSeesTheSameCallsInTheSameOrder) {
   }
 }
 
+// Several targets replay the same batches, each on its own thread, each
+// seeing every call (the collector puts the trace writer and the statistics
+// behind one AsyncSink).
+TEST(AsyncSinkTest, EveryTargetSeesTheSameCallsInTheSameOrder) {
+  for (const size_t max_batches : {size_t{1}, AsyncSink::kMaxBatches}) {
+    RecordingSink direct, first, second;
+    Drive(direct, 5);
+    {
+      AsyncSink async(std::vector<trace::TraceSink*>{&first, &second}, max_batches);
+      Drive(async, 5);
+    }
+    EXPECT_EQ(first.log, direct.log) << "max_batches " << max_batches;
+    EXPECT_EQ(second.log, direct.log) << "max_batches " << max_batches;
+    EXPECT_EQ(first.moved_names + second.moved_names, 0);
+  }
+}
+
 TEST(AsyncSinkTest, ACallerWaitsWhenTheTargetFallsBehindAndNothingIsLost) {
   RecordingSink direct, behind;
   Drive(direct, 11);
