@@ -81,14 +81,33 @@ void RangeMatcher::TopIndex::Grow() {
 // top leaves a dead slot; dead slots at the top are popped at once and the
 // rest compacted away once they outnumber the open ones.
 
+// Every BEGIN comes here: the new elements are written field by field in
+// place. Built as temporaries on the stack and copied in, they cost a
+// store-forwarding stall per 16 bytes copied (most of this function's time).
 void RangeMatcher::Push(uint32_t name_id, uint64_t ns, uint32_t cycles) {
   const auto pos = static_cast<uint32_t>(open_.size());
   uint32_t& top = top_.At(name_id);
   const uint32_t prev = top;
   top = pos;
   const auto slot = static_cast<uint32_t>(episode_.size());
-  episode_.push_back({Kind::kSlice, Why::kNone, name_id, ns, ns, 0, kNone, 0, slot});
-  open_.push_back({name_id, prev, ns, cycles, slot, true, false});
+  Record& r = episode_.emplace_back();
+  r.kind = Kind::kSlice;
+  r.why = Why::kNone;
+  r.name_id = name_id;
+  r.begin_ns = ns;
+  r.end_ns = ns;
+  r.cycles = 0;
+  r.lane = kNone;
+  r.depth = 0;
+  r.order = slot;
+  Open& o = open_.emplace_back();
+  o.name_id = name_id;
+  o.prev_same = prev;
+  o.begin_ns = ns;
+  o.begin_cycles = cycles;
+  o.slot = slot;
+  o.live = true;
+  o.early = false;
   ++live_;
   ++reserved_;
 }
@@ -147,7 +166,7 @@ void RangeMatcher::Begin(uint32_t name_id, uint64_t ns, uint32_t cycles) {
     const uint32_t oldest = Oldest();
     const Open o = open_[oldest];
     Close(oldest);
-    Settle(o, {Kind::kUnterminated, Why::kTooManyOpen, o.name_id, o.begin_ns, std::max(o.begin_ns, ns), 0, 0, 0, 0});
+    Settle(o, Kind::kUnterminated, Why::kTooManyOpen, std::max(o.begin_ns, ns), 0);
   }
   Push(name_id, ns, cycles);
 }
@@ -156,18 +175,18 @@ void RangeMatcher::End(uint32_t name_id, uint64_t ns, uint32_t cycles) {
   last_ns_ = std::max(last_ns_, ns);
   const uint32_t pos = Find(name_id);
   if (pos == kNone) {
-    Append({Kind::kUnmatchedEnd, Why::kNone, name_id, ns, ns, 0, 0, 0, 0});
+    Append(Kind::kUnmatchedEnd, name_id, ns);
   } else {
     const Open o = open_[pos];
     Close(pos);
-    Settle(o, {Kind::kSlice, Why::kNone, name_id, o.begin_ns, std::max(o.begin_ns, ns), cycles - o.begin_cycles, 0, 0, 0});
+    Settle(o, Kind::kSlice, Why::kNone, std::max(o.begin_ns, ns), cycles - o.begin_cycles);
   }
   if (live_ == 0) Release();
 }
 
 void RangeMatcher::Instant(uint32_t name_id, uint64_t ns) {
   last_ns_ = std::max(last_ns_, ns);
-  Append({Kind::kInstant, Why::kNone, name_id, ns, ns, 0, 0, 0, 0});
+  Append(Kind::kInstant, name_id, ns);
   if (live_ == 0) Release();
 }
 
@@ -177,26 +196,44 @@ void RangeMatcher::CloseAll(uint64_t end_ns, Why why) {
     const auto pos = static_cast<uint32_t>(open_.size() - 1);  // the top is always live
     const Open o = open_[pos];
     Close(pos);
-    Settle(o, {Kind::kUnterminated, why, o.name_id, o.begin_ns, std::max(o.begin_ns, end_ns), 0, 0, 0, 0});
+    Settle(o, Kind::kUnterminated, why, std::max(o.begin_ns, end_ns), 0);
   }
   Release();
 }
 
-void RangeMatcher::Settle(const Open& o, Record r) {
-  if (o.early) {  // open across an early write-out: on its own lane, as it closes
+// Records are written field by field in place (see Push).
+void RangeMatcher::Settle(const Open& o, Kind kind, Why why, uint64_t end_ns, uint32_t cycles) {
+  // Open across an early write-out: on its own lane, as it closes.
+  Record& r = o.early ? ready_.emplace_back() : episode_[o.slot];
+  r.kind = kind;
+  r.why = why;
+  r.name_id = o.name_id;
+  r.begin_ns = o.begin_ns;
+  r.end_ns = end_ns;
+  r.cycles = cycles;
+  r.depth = 0;
+  if (o.early) {
     r.lane = early_lane_;
-    ready_.push_back(r);
+    r.order = 0;
     return;
   }
+  r.lane = 0;
   r.order = o.slot;
-  episode_[o.slot] = r;
   --reserved_;
   WriteOutEarlyIfFull();
 }
 
-void RangeMatcher::Append(const Record& r) {
-  episode_.push_back(r);
-  episode_.back().order = static_cast<uint32_t>(episode_.size() - 1);
+void RangeMatcher::Append(Kind kind, uint32_t name_id, uint64_t ns) {
+  Record& r = episode_.emplace_back();
+  r.kind = kind;
+  r.why = Why::kNone;
+  r.name_id = name_id;
+  r.begin_ns = ns;
+  r.end_ns = ns;
+  r.cycles = 0;
+  r.lane = 0;
+  r.depth = 0;
+  r.order = static_cast<uint32_t>(episode_.size() - 1);
   WriteOutEarlyIfFull();
 }
 

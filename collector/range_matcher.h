@@ -116,19 +116,19 @@ class RangeMatcher {
   void Compact();
   // A closed BEGIN's record: into its slot of the episode, or out at once
   // when it was open across an early write-out.
-  void Settle(const Open& o, Record r);
+  void Settle(const Open& o, Kind kind, Why why, uint64_t end_ns, uint32_t cycles);
   // An instant or an unmatched END: appended to the episode.
-  void Append(const Record& r);
+  void Append(Kind kind, uint32_t name_id, uint64_t ns);
   // Writes the episode out once it holds kMaxBuffered complete records.
   void WriteOutEarlyIfFull();
   // Sorts the episode by start (unless it is in order: the usual case, as
   // records take the place of their start), assigns lanes, moves it to ready_.
   void Release();
 
-  std::vector<Open> open_;                      // BEGINs, oldest first; closed ones dead until removed
-  size_t live_ = 0;                             // live entries of open_
-  size_t bottom_ = 0;                           // no live entry below this position
-  TopIndex top_;                                // name -> position of its latest open BEGIN
+  std::vector<Open> open_;  // BEGINs, oldest first; closed ones dead until removed
+  size_t live_ = 0;         // live entries of open_
+  size_t bottom_ = 0;       // no live entry below this position
+  TopIndex top_;            // name -> position of its latest open BEGIN
   uint64_t last_ns_ = 0;
 
   // In recording order of their starts: a BEGIN reserves its record's slot
