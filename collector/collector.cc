@@ -149,11 +149,12 @@ CollectorSummary Collector::Finish() {
   builder_->Finish(transport_stats_, &summary_);
   // From here on the sinks are used on this thread.
   std::string replay_error;
+  CollectorSummary& s = summary_;
   if (async_) {
     async_->Drain();
     replay_error = async_->replay_error();
+    s.sink_waits = async_->waits();
   }
-  CollectorSummary& s = summary_;
   if (stats_) {
     s.statistics = stats::ToJson(stats_->Build(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }

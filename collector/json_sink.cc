@@ -11,7 +11,7 @@ namespace smprof {
 namespace {
 
 constexpr uint32_t kRunPid = 1;
-constexpr uint32_t kLastProcessPid = 9;  // processes get 2..9 first
+constexpr uint32_t kLastProcessPid = 9;           // processes get 2..9 first
 constexpr uint32_t kInitThreadTid = 0xFFFFFFFEu;  // host tid 1, whose JSON tid is the "harvests" thread's
 
 // Each member of a JSON object as an arg (but `skip`), invalid UTF-8 replaced.
@@ -102,8 +102,8 @@ void JsonSink::OnHarvest(const trace::ProcessRecord& process, const trace::Harve
     JsonArgs host;
     host.Uint("device", h.device).Uint("chunks_used", h.chunks_used).Uint("chunks_total", h.chunks_total);
     for (uint32_t s = 0; s < wire::kHarvestStages; ++s) host.Uint(internal::HarvestStageArg(s), h.stage_us[s]);
-    writer_->Complete(pid, tid, internal::HarvestReasonName(h.reason), h.host_begin_ns,
-                      h.host_end_ns - h.host_begin_ns, &host);
+    writer_->Complete(pid, tid, internal::HarvestReasonName(h.reason), h.host_begin_ns, h.host_end_ns - h.host_begin_ns,
+                      &host);
     Touch(std::max(h.host_end_ns, h.call.end_ns));
   }
   if (h.chunks_total != 0) {
@@ -261,11 +261,7 @@ void JsonSink::OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t* wa
 bool JsonSink::Flush() { return writer_->Flush(); }
 
 bool JsonSink::Finish(const CollectorSummary& summary) {
-  nlohmann::json args = summary.ToJson();
-  args["unknown_names"] = summary.unknown_names;
-  args["clamped_timestamps"] = summary.clamped_timestamps;
-  args["transport_messages_dropped"] = summary.transport_messages_dropped;
-  args["transport_unread_bytes"] = summary.transport_unread_bytes;
+  nlohmann::json args = summary.ToTraceJson();
   if (!summary.statistics.empty()) args["statistics"] = summary.statistics;
   const JsonArgs summary_args = ArgsOf(args);
   writer_->Instant(kRunPid, 1, "smprof run summary", last_ns_, &summary_args);

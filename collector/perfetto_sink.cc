@@ -313,7 +313,7 @@ struct PerfettoSink::Gpu {
   std::string name, uuid, pci_bus_id;
   std::map<std::pair<uint32_t, uint64_t>, uint64_t> streams;  // (pid, stream) -> track
   // kHardware
-  std::unordered_map<uint32_t, uint64_t> sms;  // SM -> track
+  std::unordered_map<uint32_t, uint64_t> sms;                              // SM -> track
   std::unordered_map<uint32_t, std::vector<std::unique_ptr<Slot>>> slots;  // (sm << 16 | slot) -> its tracks
 };
 
@@ -321,8 +321,8 @@ struct PerfettoSink::Process {
   trace::ProcessRecord record;  // as known so far
   uint64_t track = 0;           // 0: not described yet
   uint64_t lost_track = 0, harvested_track = 0, fill_track = 0;
-  uint64_t events = 0;  // device events written since the previous harvest
-  uint64_t host_track = 0;                           // its process descriptor (0: none yet)
+  uint64_t events = 0;                             // device events written since the previous harvest
+  uint64_t host_track = 0;                         // its process descriptor (0: none yet)
   std::unordered_map<uint32_t, uint64_t> threads;  // host tid -> thread track
 };
 
@@ -595,8 +595,7 @@ void PerfettoSink::OnHarvest(const trace::ProcessRecord& process, const trace::H
         .Uint("chunks_used", harvest.chunks_used)
         .Uint("chunks_total", harvest.chunks_total);
     for (uint32_t s = 0; s < wire::kHarvestStages; ++s) host.Uint(internal::HarvestStageArg(s), harvest.stage_us[s]);
-    HostSlice(thread, internal::HarvestReasonName(harvest.reason), harvest.host_begin_ns, harvest.host_end_ns,
-              &host);
+    HostSlice(thread, internal::HarvestReasonName(harvest.reason), harvest.host_begin_ns, harvest.host_end_ns, &host);
     if (harvest.call.api != nullptr) MainEvent(thread, kSliceEnd, {}, harvest.call.end_ns, nullptr);
   }
 }
@@ -932,8 +931,8 @@ bool PerfettoSink::ChooseHardware(const trace::LaunchRecord& launch) {
         .Uint("launch_id", launch.launch_id)
         .Uint("pid", launch.pid)
         .String("reason", reason);
-    MainEvent(run_track_, kInstant, hardware ? "layout: hardware-centric" : "layout: launch-centric",
-              launch.start_ns, &args);
+    MainEvent(run_track_, kInstant, hardware ? "layout: hardware-centric" : "layout: launch-centric", launch.start_ns,
+              &args);
   }
   return hardware;
 }
@@ -981,15 +980,14 @@ void PerfettoSink::OpenSpan(Launch& l, uint32_t index, Warp& w, uint64_t t) {
       }
       s->parent = sm->second;
       s->name = name;
-      s->rank = (static_cast<int64_t>(w.hw_warp) * kOverlapSlots + std::min<size_t>(i, kOverlapSlots - 1)) *
-                kLaneSlots;
+      s->rank = (static_cast<int64_t>(w.hw_warp) * kOverlapSlots + std::min<size_t>(i, kOverlapSlots - 1)) * kLaneSlots;
       s->track = NewTrack(s->parent, s->name, s->rank, false);
       if (counters_) s->cycles = NewCounterTrack(s->track, "cycles");
       list.push_back(std::move(s));
     }
     Slot& c = *list[i];
     if (c.used && t < c.busy_until) continue;  // taken at t
-    if (c.warp != kNoWarp) {  // its warp's records all end by t: its slice ends
+    if (c.warp != kNoWarp) {                   // its warp's records all end by t: its slice ends
       const auto it = launches_.find(c.launch);
       if (it != launches_.end() && c.warp < it->second->warps.size()) {
         Warp& o = it->second->warps[c.warp];
@@ -1345,13 +1343,8 @@ bool PerfettoSink::Finish(const CollectorSummary& summary) {
     if (!failed()) ProcessTrack(*p);
   }
   if (!failed()) {
-    nlohmann::json all = summary.ToJson();
-    all["unknown_names"] = summary.unknown_names;
-    all["clamped_timestamps"] = summary.clamped_timestamps;
-    all["transport_messages_dropped"] = summary.transport_messages_dropped;
-    all["transport_unread_bytes"] = summary.transport_unread_bytes;
     Annotations args;
-    args.Members(all);
+    args.Members(summary.ToTraceJson());
     if (!summary.statistics.empty()) args.String("statistics", summary.statistics);
     MainEvent(run_track_, kInstant, "smprof run summary", last_ns_, &args);
   }

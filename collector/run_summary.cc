@@ -42,6 +42,16 @@ nlohmann::json CollectorSummary::ToJson() const {
   return j;
 }
 
+nlohmann::json CollectorSummary::ToTraceJson() const {
+  nlohmann::json j = ToJson();
+  j["unknown_names"] = unknown_names;
+  j["clamped_timestamps"] = clamped_timestamps;
+  j["transport_messages_dropped"] = transport_messages_dropped;
+  j["transport_unread_bytes"] = transport_unread_bytes;
+  j["sink_waits"] = sink_waits;
+  return j;
+}
+
 namespace {
 
 // Reads `key` of `j` into `out`; false + *error when present with another type.

@@ -71,6 +71,9 @@ struct CollectorSummary {
   uint64_t clamped_timestamps = 0;          // timestamps before the base, written as 0
   uint64_t transport_messages_dropped = 0;  // ConsumerStats::producer_messages_dropped
   uint64_t transport_unread_bytes = 0;      // ConsumerStats::unread_bytes
+  // Times the collector's decoding thread waited for a sink thread to catch
+  // up (AsyncSink::waits; the overflow policy of its queue is to wait).
+  uint64_t sink_waits = 0;
   // The run's statistics (stats_report.h ToJson, compact text), so that the
   // trace answers `smprof stats` by itself; "" when none were computed.
   std::string statistics;
@@ -87,6 +90,8 @@ struct CollectorSummary {
   // trace failed (the trace then ends, still strict JSON, after the last event written whole, and "trace" names where
   // it is).
   nlohmann::json ToJson() const;
+  // ToJson and the counters only the trace's summary instant carries.
+  nlohmann::json ToTraceJson() const;
   // The inverse of ToJson (smprof-run reads the collector's summary with
   // it). False + *error naming the key on anything ToJson does not write.
   static bool FromJson(const nlohmann::json& j, CollectorSummary* out, std::string* error);

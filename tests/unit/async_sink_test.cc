@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collector/collector.h"
@@ -230,6 +232,23 @@ TEST(AsyncSinkTest, ACallerWaitsWhenTheTargetFallsBehindAndNothingIsLost) {
   async.Drain();
   EXPECT_EQ(behind.log, direct.log);
   EXPECT_GT(async.batches(), 1u);
+}
+
+// The queue's overflow policy is to wait: how often the caller waited is
+// counted (the collector puts it into the trace's summary: sink_waits).
+TEST(AsyncSinkTest, WaitsForASlowTargetAreCounted) {
+  struct SlowSink : RecordingSink {
+    bool Flush() override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return RecordingSink::Flush();
+    }
+  };
+  SlowSink target;
+  AsyncSink async(&target, 1);
+  for (int i = 0; i < 4; ++i) async.Flush();  // a batch each; the target takes 20 ms a flush
+  async.Drain();
+  EXPECT_GE(async.waits(), 1u);
+  EXPECT_EQ(target.log.size(), 4u);
 }
 
 TEST(AsyncSinkTest, FlushReportsAFailedTarget) {

@@ -303,9 +303,10 @@ TEST_P(CollectorTest, OneLaunchTwoWarpsEverything) {
   EXPECT_EQ(last["ph"], "i");
   EXPECT_EQ(last["pid"], 1);
   EXPECT_DOUBLE_EQ(last["ts"].get<double>(), 1000300.0);
-  json expected = s.ToJson();
+  json expected = s.ToTraceJson();
   for (auto& [key, value] : expected.items()) EXPECT_EQ(last["args"][key], value) << key;
   EXPECT_EQ(last["args"]["unknown_names"], 1);
+  EXPECT_TRUE(last["args"].contains("sink_waits"));  // the sink threads' queue: how often it was full
 
   // Every non-metadata event is in the smprof category.
   for (const json& e : t) {
