@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
   const double t_map = Seconds([&] { smprof::injector::MapEventClocks(&segments, 1.98); });
   // The same two stages split over as many threads as a harvest uses for a
   // large read-back (a quarter of the cores, 1 to 4).
-  const unsigned decode_threads = std::clamp(std::thread::hardware_concurrency() / 4, 1u, 4u);
+  const unsigned decode_threads = smprof::injector::QuarterOfTheCores();
   double t_decode_split = 0;
   {
     std::vector<WarpSegment> split;

@@ -58,7 +58,7 @@ class AsyncSink : public trace::TraceSink {
   // Several targets, each on a thread of its own, replaying the same
   // batches: the calling thread builds each command once for all of them.
   explicit AsyncSink(std::vector<trace::TraceSink*> targets, size_t max_batches = kMaxBatches);
-  // Replays what is queued, then stops the thread.
+  // Replays what is queued, then stops the threads.
   ~AsyncSink() override;
 
   void OnRun(const nlohmann::json& run) override;
@@ -87,7 +87,7 @@ class AsyncSink : public trace::TraceSink {
   // What a replay threw ("" if nothing did).
   std::string replay_error() const;
 
-  // Waits until the target has replayed every call made so far.
+  // Waits until every target has replayed every call made so far.
   void Drain();
   // Batches handed over so far, and how often a call waited for room.
   uint64_t batches() const { return batches_; }
@@ -106,7 +106,7 @@ class AsyncSink : public trace::TraceSink {
   void Room();
   Command& Append();
   void Call(std::function<void(trace::TraceSink&)> call);
-  // The target's copy of `launch` (made on first use).
+  // The targets' copy of `launch` (made on first use).
   const trace::LaunchRecord* LaunchCopy(const trace::LaunchRecord& launch);
   // Switches the replay to `launch`'s `warp` unless it is there already.
   void SelectWarp(const trace::LaunchRecord& launch, const trace::WarpRecord& warp);

@@ -146,34 +146,33 @@ void MapEventClocks(std::vector<WarpSegment>* segments, double fallback_cycles_p
   MapRange(map, segments->data(), segments->data() + segments->size());
 }
 
+unsigned QuarterOfTheCores() { return std::clamp(std::thread::hardware_concurrency() / 4, 1u, kMaxHarvestThreads); }
+
 void DecodeAndMapClocks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes, double fallback_cycles_per_ns,
                         unsigned threads, std::vector<WarpSegment>* out, DecodeStats* stats) {
   const unsigned parts = std::max(1u, std::min(threads, num_chunks / kChunksPerDecodeThread));
-  if (parts == 1) {
-    const size_t first = out->size();
-    DecodeChunks(chunks, num_chunks, chunk_bytes, out, stats);
-    const ClockMap map = BuildClockMap(*out, fallback_cycles_per_ns);
-    MapRange(map, out->data() + first, out->data() + out->size());
-    return;
-  }
-  // Contiguous ranges of chunks, concatenated in order: what one pass appends.
-  std::vector<std::vector<WarpSegment>> decoded(parts);
-  std::vector<DecodeStats> part_stats(parts);
-  RunParts(parts, [&](unsigned i) {
-    const uint32_t begin = static_cast<uint32_t>(uint64_t{num_chunks} * i / parts);
-    const uint32_t end = static_cast<uint32_t>(uint64_t{num_chunks} * (i + 1) / parts);
-    DecodeChunks(chunks + uint64_t{begin} * chunk_bytes, end - begin, chunk_bytes, &decoded[i], &part_stats[i]);
-  });
   const size_t first = out->size();
-  size_t total = first;
-  for (const auto& d : decoded) total += d.size();
-  out->reserve(total);
-  for (unsigned i = 0; i < parts; ++i) {
-    std::move(decoded[i].begin(), decoded[i].end(), std::back_inserter(*out));
-    stats->chunks += part_stats[i].chunks;
-    stats->events += part_stats[i].events;
-    stats->malformed_chunks += part_stats[i].malformed_chunks;
-    stats->malformed_events += part_stats[i].malformed_events;
+  if (parts == 1) {
+    DecodeChunks(chunks, num_chunks, chunk_bytes, out, stats);
+  } else {
+    // Contiguous ranges of chunks, concatenated in order: what one pass appends.
+    std::vector<std::vector<WarpSegment>> decoded(parts);
+    std::vector<DecodeStats> part_stats(parts);
+    RunParts(parts, [&](unsigned i) {
+      const uint32_t begin = static_cast<uint32_t>(uint64_t{num_chunks} * i / parts);
+      const uint32_t end = static_cast<uint32_t>(uint64_t{num_chunks} * (i + 1) / parts);
+      DecodeChunks(chunks + uint64_t{begin} * chunk_bytes, end - begin, chunk_bytes, &decoded[i], &part_stats[i]);
+    });
+    size_t total = first;
+    for (const auto& d : decoded) total += d.size();
+    out->reserve(total);
+    for (unsigned i = 0; i < parts; ++i) {
+      std::move(decoded[i].begin(), decoded[i].end(), std::back_inserter(*out));
+      stats->chunks += part_stats[i].chunks;
+      stats->events += part_stats[i].events;
+      stats->malformed_chunks += part_stats[i].malformed_chunks;
+      stats->malformed_events += part_stats[i].malformed_events;
+    }
   }
   // The map needs every anchor; the times are then independent per segment
   // (a cursor's result does not depend on where it was before).

@@ -87,6 +87,12 @@ void DecodeAndMapClocks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chu
                         unsigned threads, std::vector<WarpSegment>* out, DecodeStats* stats);
 inline constexpr uint32_t kChunksPerDecodeThread = 16384;
 
+// A quarter of the machine's cores, 1 to kMaxHarvestThreads: how many
+// harvest threads decode read-backs at once, and how many threads one large
+// read-back is split over.
+inline constexpr unsigned kMaxHarvestThreads = 4;
+unsigned QuarterOfTheCores();
+
 // What CUPTI said about one kernel execution.
 struct KernelRecord {
   uint64_t grid_id = 0;

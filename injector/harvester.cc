@@ -33,6 +33,13 @@ void ForEachUsedSlot(const ArenaSnapshot& snap, Fn fn) {
   }
 }
 
+// The events of a read-back (used slots, valid or not).
+uint64_t EventsIn(const ArenaSnapshot& snap) {
+  uint64_t events = 0;
+  ForEachUsedSlot(snap, [&](const wire::ChunkHeader&, const wire::Event&) { ++events; });
+  return events;
+}
+
 // The distinct name addresses (name base + offset) of the events in a read-back.
 void CollectNameAddresses(const ArenaSnapshot& snap, std::unordered_set<uint64_t>* out) {
   ForEachUsedSlot(snap, [&](const wire::ChunkHeader& h, const wire::Event& e) {
@@ -94,8 +101,8 @@ Harvester::Harvester(Gpu& gpu, ActivityStore& activity, KernelTable& kernels, Sh
       shipper_(shipper),
       ship_mu_(ship_mu),
       fill_stats_(std::move(fill_stats)),
-      thread_count_(threads != 0 ? threads : std::clamp(std::thread::hardware_concurrency() / 4, 1u, kMaxThreads)),
-      decode_threads_(std::clamp(std::thread::hardware_concurrency() / 4, 1u, kMaxThreads)) {}
+      thread_count_(threads != 0 ? threads : QuarterOfTheCores()),
+      decode_threads_(QuarterOfTheCores()) {}
 
 Harvester::~Harvester() {
   {
@@ -316,8 +323,7 @@ void Harvester::Run() {
       Log().error("a harvest failed with an internal error; its events are lost (counted)");
     }
     if (failed && job->has_snapshot) {
-      uint64_t events = 0;
-      ForEachUsedSlot(job->snapshot, [&](const wire::ChunkHeader&, const wire::Event&) { ++events; });
+      const uint64_t events = EventsIn(job->snapshot);
       std::lock_guard<std::mutex> ship_lock(ship_mu_);
       stats_.events_lost_host += events;
     }
@@ -587,8 +593,7 @@ uint64_t Harvester::CountUnshipped() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const auto count = [&](const Job* job) {
-      if (job == nullptr || !job->has_snapshot) return;
-      ForEachUsedSlot(job->snapshot, [&](const wire::ChunkHeader&, const wire::Event&) { ++events; });
+      if (job != nullptr && job->has_snapshot) events += EventsIn(job->snapshot);
     };
     for (const auto& job : queue_) count(job.get());
     for (const Job* job : processing_) count(job);

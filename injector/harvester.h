@@ -107,7 +107,7 @@ class Harvester {
   static constexpr size_t kSnapshotsPerContext = 4;
   static constexpr int kCarryHarvests = 4;
   static constexpr size_t kMaxCarriedEvents = size_t{1} << 22;
-  static constexpr unsigned kMaxThreads = 4;
+  static constexpr unsigned kMaxThreads = kMaxHarvestThreads;
 
  private:
   struct Job;
