@@ -15,7 +15,8 @@
 //   burst    the same launches back to back with one synchronisation at the
 //            end: the arena fills and forced drains come at launch time.
 // It prints its own wall time and, per phase, the longest launch call and
-// the longest synchronisation call (where the application is held). The
+// the longest synchronisation call (where the application is held); with
+// SMPROF_BENCH_VERBOSE set, every synced launch's figures on stderr. The
 // parent prints both runs side by side with:
 //   - the application's wall time, plain and profiled, and their ratio;
 //   - smprof-run's wall time (until the trace is written), the events the
@@ -76,6 +77,8 @@ int Child(int launches, int ranges, int blocks_per_sm) {
   e2e_warm_up<<<1, 32, 0, s>>>();  // module loaded, arena set up
   CHECK(cudaStreamSynchronize(s));
 
+  // SMPROF_BENCH_VERBOSE: each synced launch's figures on stderr.
+  const bool verbose = std::getenv("SMPROF_BENCH_VERBOSE") != nullptr;
   double longest_launch = 0, longest_sync = 0, event_ms_sum = 0, event_ms_min = 1e30;
   for (int i = 0; i < launches; ++i) {
     CHECK(cudaEventRecord(e0, s));
@@ -91,6 +94,10 @@ int Child(int launches, int ranges, int blocks_per_sm) {
     event_ms_min = std::min<double>(event_ms_min, ms);
     longest_launch = std::max(longest_launch, l1 - l0);
     longest_sync = std::max(longest_sync, l2 - l1);
+    if (verbose) {
+      std::fprintf(stderr, "synced launch %d: launch call %.3f ms, event-timed %.3f ms, record + sync %.3f ms\n", i,
+                   (l1 - l0) * 1e3, ms, (l2 - l1) * 1e3);
+    }
   }
   std::printf("synced-launch-max-ms %.4f\nsynced-sync-max-ms %.4f\n", longest_launch * 1e3, longest_sync * 1e3);
   std::printf("event-ms-mean %.5f\nevent-ms-min %.5f\n", event_ms_sum / launches, event_ms_min);

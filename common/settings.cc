@@ -22,8 +22,9 @@ const std::vector<SettingSpec> kSettings = {
      "PATTERN:RANGES items, PATTERN a glob as in --kernels (no '!'), RANGES\n"
      "N, N-M or N- joined by '+', counting from 0 the launches of all the\n"
      "kernels PATTERN matches in the order the program issues them; a\n"
-     "kernel no item matches is not limited. E.g. 'gemm*:10-12' (the 11th\n"
-     "to 13th gemm launches), 'attn*:0,gemm*:100-', 'gemm*:0-2+10-12'"},
+     "kernel no item matches is not limited; a CUDA graph replay counts as\n"
+     "one launch of each kernel among its nodes. E.g. 'gemm*:10-12' (the\n"
+     "11th to 13th gemm launches), 'attn*:0,gemm*:100-', 'gemm*:0-2+10-12'"},
     {Setting::kCaptureRange, "SMPROF_CAPTURE_RANGE", "capture-range", 0, "MODE", "none",
      "when launches are profiled: none (from the start) or cudaProfilerApi\n"
      "(only between the program's cudaProfilerStart() and\n"

@@ -70,7 +70,13 @@ wire::HostApi ApiOf(CUpti_CallbackId cbid) {
   }
 }
 
-constexpr size_t kActivityBufferBytes = 8u << 20;
+// CUPTI's activity buffers. Small on purpose: the first launch after each
+// flush (every harvest flushes) waits while CUPTI sets up a fresh buffer, for
+// a time that grows with its size (H100: ~0.9 ms for 8 MiB, ~0.15 ms for
+// 1 MiB, ~0.05 ms for 64 KiB; docs/performance.md), and that wait lands
+// between the application's events around the launch. What CUPTI spends per
+// record is the same at any size.
+constexpr size_t kActivityBufferBytes = 64u << 10;
 
 void CUPTIAPI OnBufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kActivityBufferBytes));

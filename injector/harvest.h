@@ -57,6 +57,7 @@ struct WarpSegment {
   uint8_t flags = 0;    // wire::ChunkFlags
   uint64_t anchor_clock = 0;
   uint64_t anchor_time_ns = 0;
+  uint64_t name_generation = 0;      // of its context's modules when it was read back (harvester.h)
   std::vector<DecodedEvent> events;  // recording order
 };
 

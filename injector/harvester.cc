@@ -249,6 +249,7 @@ bool Harvester::Flush(const DeviceContext* device, bool final, std::chrono::mill
     job->device = const_cast<DeviceContext*>(device);
     job->final = true;
     job->reason = wire::kHarvestExit;
+    job->name_generation = StateOf(device).name_generation.load(std::memory_order_acquire);
     Enqueue(std::move(job));
   }
   const auto drained = [&] {
@@ -283,6 +284,11 @@ void Harvester::ReadNamesBeforeUnload(DeviceContext* device) {
     };
     for (const auto& job : queue_) scan(job.get());
     for (const Job* job : processing_) scan(job);
+    // Events that wait for their CUPTI record are named when they ship.
+    for (const WarpSegment& s : state->carried_segments) {
+      if (s.name_generation != generation) continue;
+      for (const DecodedEvent& e : s.events) addresses.insert(s.name_base + static_cast<int64_t>(e.name_offset));
+    }
   }
   for (uint64_t address : addresses) ReadName(*state, device, generation, address);
   state->name_generation.fetch_add(1, std::memory_order_acq_rel);
@@ -462,16 +468,19 @@ void Harvester::Process(Job& job) {
                        decode_threads_, &segments, &decode);
   }
   const size_t fresh_segments = segments.size();
+  for (WarpSegment& s : segments) s.name_generation = job.name_generation;  // carried ones keep theirs
   segments.insert(segments.end(), std::make_move_iterator(carried.begin()), std::make_move_iterator(carried.end()));
   carried_ages.insert(carried_ages.begin(), fresh_segments, 0);  // ages line up with `segments`
   clock_offset = EstimateClockOffset(segments, records, clock_offset);
   // Wanted launches are those whose API call was noted; a graph's kernel
-  // nodes share their cuGraphLaunch's, and are kept if their kernel is selected.
+  // nodes share their cuGraphLaunch's, and are kept if their kernel is
+  // selected and the replay took it (not excluded by the call).
   HostCalls* calls = job.host_calls;
   const auto wanted = [&](const KernelRecord& r) {
     const KernelClass* kernel = kernels_.FindClass(r.name);
     return kernel != nullptr && kernel->selected && calls != nullptr &&
-           calls->Find(r.correlation_id).api != wire::kApiNone;
+           calls->Find(r.correlation_id).api != wire::kApiNone &&
+           (r.graph_id == 0 || !calls->Excludes(r.correlation_id, kernel));
   };
   MatchStats match;
   std::vector<const WarpSegment*> unmatched;
@@ -523,7 +532,9 @@ void Harvester::Process(Job& job) {
     for (const LaunchEvents& w : l.warps) {
       for (const DecodedEvent& e : w.events) {
         const uint64_t address = w.segment->name_base + static_cast<int64_t>(e.name_offset);
-        if (!names.count(address)) names.emplace(address, ReadName(*state, device, job.name_generation, address));
+        if (!names.count(address)) {
+          names.emplace(address, ReadName(*state, device, w.segment->name_generation, address));
+        }
       }
     }
   }

@@ -37,6 +37,12 @@
 // whose API call was noted in the context's HostCalls (launches of kernels
 // that were excluded, outside the launch range or the capture window but ran
 // while their module recorded are filtered and counted).
+//
+// Names are read from the modules' memory. Each read-back, and every segment
+// of it that waits for a record, keeps the generation of its context's modules
+// (a module unload or context end starts a new one, after reading the names of
+// everything queued, in progress or waiting), so a name is read only from the
+// memory of the modules that wrote the event.
 #pragma once
 
 #include <condition_variable>

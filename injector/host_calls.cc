@@ -4,23 +4,40 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace smprof::injector {
 
 void HostCalls::Add(uint64_t correlation_id, const wire::HostCall& call) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (current_.size() >= kMaxCalls) EndCycle(/*early=*/true);
-  current_[correlation_id] = call;
+  if (current_.calls.size() >= kMaxCalls) EndCycle(/*early=*/true);
+  current_.calls[correlation_id] = call;
+}
+
+void HostCalls::Exclude(uint64_t correlation_id, const void* kernel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  current_.excluded.emplace(correlation_id, kernel);
 }
 
 wire::HostCall HostCalls::Find(uint64_t correlation_id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = current_.find(correlation_id);
-  if (it != current_.end()) return it->second;
+  auto it = current_.calls.find(correlation_id);
+  if (it != current_.calls.end()) return it->second;
   for (const auto& cycle : previous_) {
-    it = cycle.find(correlation_id);
-    if (it != cycle.end()) return it->second;
+    it = cycle.calls.find(correlation_id);
+    if (it != cycle.calls.end()) return it->second;
   }
   return wire::HostCall{};
+}
+
+bool HostCalls::Excludes(uint64_t correlation_id, const void* kernel) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto in = [&](const Cycle& cycle) {
+    if (cycle.excluded.empty()) return false;
+    auto [first, last] = cycle.excluded.equal_range(correlation_id);
+    return std::any_of(first, last, [&](const auto& entry) { return entry.second == kernel; });
+  };
+  return in(current_) || std::any_of(previous_.begin(), previous_.end(), in);
 }
 
 void HostCalls::EndHarvest() {
@@ -30,9 +47,9 @@ void HostCalls::EndHarvest() {
 
 void HostCalls::EndCycle(bool early) {
   previous_.push_front(std::move(current_));
-  current_.clear();
+  current_ = Cycle{};
   while (previous_.size() >= kCycles) {
-    if (early) forgotten_ += previous_.back().size();
+    if (early) forgotten_ += previous_.back().calls.size();
     previous_.pop_back();
   }
 }
@@ -44,8 +61,8 @@ uint64_t HostCalls::forgotten() const {
 
 size_t HostCalls::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  size_t n = current_.size();
-  for (const auto& cycle : previous_) n += cycle.size();
+  size_t n = current_.calls.size();
+  for (const auto& cycle : previous_) n += cycle.calls.size();
   return n;
 }
 

@@ -7,7 +7,10 @@
 // the harvest that ships the kernel attaches the call to its LaunchMsg
 // (Find), and the collector draws it on that thread's track with a flow
 // arrow to the kernel. The harvest also keeps only events of launches whose
-// call was noted (the launches that were wanted). A context keeps its calls
+// call was noted (the launches that were wanted), less the kernels a call
+// excludes (Exclude: a graph replay outside the launch range of some of its
+// kernels, whose nodes record because their module is lit for the others).
+// A context keeps its calls
 // for kCycles harvests (a cycle ends at each read-back of the arena): the
 // cycle in progress and the ones before (EndHarvest drops the oldest), so
 // a read-back still queued for decoding, or a kernel whose record comes a few
@@ -36,6 +39,10 @@ namespace smprof::injector {
 class HostCalls {
  public:
   void Add(uint64_t correlation_id, const wire::HostCall& call);
+  // The launches of `kernel` (an opaque identity) made by that call are not
+  // wanted. Kept, and forgotten, with the calls of the same cycle.
+  void Exclude(uint64_t correlation_id, const void* kernel);
+  bool Excludes(uint64_t correlation_id, const void* kernel) const;
   // The call with that correlation id (api kApiNone and zeros when unknown).
   wire::HostCall Find(uint64_t correlation_id) const;
   // A harvest of the context shipped: forget the calls of the cycle before.
@@ -54,8 +61,12 @@ class HostCalls {
   void EndCycle(bool early);  // mu_ held; early: at the limit, not at a harvest
 
   mutable std::mutex mu_;
-  std::unordered_map<uint64_t, wire::HostCall> current_;
-  std::deque<std::unordered_map<uint64_t, wire::HostCall>> previous_;  // newest first, kCycles - 1 at most
+  struct Cycle {
+    std::unordered_map<uint64_t, wire::HostCall> calls;
+    std::unordered_multimap<uint64_t, const void*> excluded;  // rare: graph replays only
+  };
+  Cycle current_;
+  std::deque<Cycle> previous_;  // newest first, kCycles - 1 at most
   uint64_t forgotten_ = 0;
 };
 

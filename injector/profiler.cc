@@ -179,8 +179,10 @@ void Profiler::OnLaunchEnter(const LaunchCall& call) {
   const KernelInfo* info = kernels_.Find(call.ctx, call.function, call.symbol);
   if (!info->opted_in) return;
   launches_opted_in_.fetch_add(1, std::memory_order_relaxed);
-  const bool wanted =
-      window_open_.load(std::memory_order_relaxed) && info->kernel->selected && TakeLaunch(info->kernel);
+  // A launch captured into a graph is not counted: the graph's replays are.
+  const bool wanted = window_open_.load(std::memory_order_relaxed) && info->kernel->selected &&
+                      (info->kernel->launch_items.empty() ||
+                       gpu_.Capturing(call.per_thread ? kPerThreadStream : call.stream) || TakeLaunch(info->kernel));
   if (!wanted) launches_not_selected_.fetch_add(1, std::memory_order_relaxed);
   Context* c = ContextFor(call.ctx, /*create=*/wanted);
   if (c == nullptr) {
@@ -224,9 +226,11 @@ void Profiler::OnLaunchEnter(const LaunchCall& call) {
   t_call = CallInProgress{c, &c->host_calls, call.correlation_id, start_ns, call.api};
 }
 
-// A graph launch records when its graph has a selected kernel node (or, for
-// a graph instantiated before smprof saw it, when any module with a selected
-// kernel is known). --launches does not count graph kernel nodes.
+// A graph launch records the nodes of the kernels it takes: each replay
+// counts as one launch of every selected kernel among its nodes (however many
+// nodes it has), so --launches ranges choose replays. A graph instantiated
+// before smprof saw it records whole when any module with a selected kernel
+// is known (its nodes are unknown, so they count nothing).
 void Profiler::EnterGraphLaunch(const LaunchCall& call) {
   std::shared_ptr<const GraphPlan> plan;
   {
@@ -235,7 +239,29 @@ void Profiler::EnterGraphLaunch(const LaunchCall& call) {
     if (it != graphs_.end()) plan = it->second;
   }
   if (plan != nullptr && plan->kernels.empty()) return;  // no kernel node opted in
-  const bool wanted = window_open_.load(std::memory_order_relaxed) && (plan == nullptr || plan->any_selected);
+  if (plan != nullptr) launches_opted_in_.fetch_add(1, std::memory_order_relaxed);
+  // Which of the plan's selected kernels this replay takes.
+  char taken_inline[32];
+  std::vector<char> taken_heap;
+  char* taken = taken_inline;
+  bool wanted = window_open_.load(std::memory_order_relaxed);
+  if (wanted && plan != nullptr) {
+    const size_t n = plan->selected.size();
+    if (n > sizeof(taken_inline)) {
+      taken_heap.resize(n);
+      taken = taken_heap.data();
+    }
+    wanted = false;
+    for (size_t k = 0; k < n; ++k) {
+      taken[k] = TakeLaunch(plan->selected[k]) ? 1 : 0;
+      wanted |= taken[k] != 0;
+    }
+  }
+  const auto takes = [&](const KernelClass* kernel) {
+    const auto at = std::find(plan->selected.begin(), plan->selected.end(), kernel);
+    return at != plan->selected.end() && taken[at - plan->selected.begin()] != 0;
+  };
+  if (!wanted && plan != nullptr) launches_not_selected_.fetch_add(1, std::memory_order_relaxed);
   Context* c = ContextFor(call.ctx, /*create=*/wanted && plan != nullptr);
   if (c == nullptr) return;
   DeviceContext& device = c->device;
@@ -246,6 +272,13 @@ void Profiler::EnterGraphLaunch(const LaunchCall& call) {
       return;
     }
     const bool capturing = gpu_.Capturing(stream);
+    if (plan != nullptr) {  // darken its nodes' lit modules in stream order, as for a kernel launch
+      bool dark = true;
+      for (const KernelInfo* k : plan->kernels) {
+        dark &= device.DarkenInStreamOrder(ModuleOf(*c, *k), call.stream, call.per_thread, capturing);
+      }
+      if (dark) return;
+    }
     HoldGate(device);  // nodes of lit modules record: the harvest must wait for them
     if (!capturing) device.NoteLaunch(nullptr, call.stream, call.per_thread, 0);
     return;
@@ -258,12 +291,15 @@ void Profiler::EnterGraphLaunch(const LaunchCall& call) {
     for (size_t i = 0; i < plan->kernels.size(); ++i) {
       const KernelInfo& k = *plan->kernels[i];
       DeviceContext::Module* m = ModuleOf(*c, k);
-      if (k.kernel->selected && std::find(modules.begin(), modules.end(), m) == modules.end()) modules.push_back(m);
+      if (takes(k.kernel) && std::find(modules.begin(), modules.end(), m) == modules.end()) modules.push_back(m);
     }
     for (size_t i = 0; i < plan->kernels.size(); ++i) {
-      if (std::find(modules.begin(), modules.end(), ModuleOf(*c, *plan->kernels[i])) != modules.end()) {
-        recording_nodes.push_back(i);
-      }
+      const KernelInfo& k = *plan->kernels[i];
+      if (std::find(modules.begin(), modules.end(), ModuleOf(*c, k)) == modules.end()) continue;
+      recording_nodes.push_back(i);
+      // A selected kernel this replay does not take records with its module:
+      // its events are dropped on the host (counted as filtered).
+      if (k.kernel->selected && !takes(k.kernel) && !capturing) c->host_calls.Exclude(call.correlation_id, k.kernel);
     }
   }
   const auto chunks_at = [&](int chunk_class) {
@@ -301,7 +337,10 @@ void Profiler::OnGraphExecCreated(GpuCtx ctx, void* graph, void* exec) {
       if (!info->opted_in) continue;
       plan->kernels.push_back(info);
       plan->warps.push_back(node.warps);
-      plan->any_selected |= info->kernel->selected;
+      if (info->kernel->selected &&
+          std::find(plan->selected.begin(), plan->selected.end(), info->kernel) == plan->selected.end()) {
+        plan->selected.push_back(info->kernel);
+      }
     }
   } else {
     return;  // unknown: its launches light every module with a selected kernel

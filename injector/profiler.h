@@ -95,7 +95,7 @@ class Profiler {
   struct GraphPlan {
     std::vector<const KernelInfo*> kernels;
     std::vector<uint64_t> warps;
-    bool any_selected = false;
+    std::vector<KernelClass*> selected;  // the selected kernels among them, each once
   };
 
   Context* ContextFor(GpuCtx ctx, bool create);
@@ -132,7 +132,7 @@ class Profiler {
     uint64_t thread;
   };
   std::unordered_map<GpuCtx, std::vector<EarlyQuiet>> early_quiet_;  // until the context is set up
-  std::vector<std::unique_ptr<Context>> all_contexts_;  // never freed while the profiler lives
+  std::vector<std::unique_ptr<Context>> all_contexts_;               // never freed while the profiler lives
   uint64_t host_calls_forgotten_ended_ = 0;
 };
 

@@ -396,7 +396,9 @@ struct StatsMsg {
   uint64_t messages_dropped;  // transport: ring full or collector gone
   uint64_t events_dropped_transport;
   uint64_t launches_opted_in;      // launch calls of kernels whose module includes the markers
-  uint64_t launches_not_selected;  // of those, kernels SMPROF_KERNELS did not select
+                                   // (a graph launch with such kernel nodes counts once)
+  uint64_t launches_not_selected;  // of those, not profiled: kernels SMPROF_KERNELS did not select,
+                                   // outside the SMPROF_LAUNCHES ranges or the capture window
   uint64_t host_calls_forgotten;   // launch API calls dropped before their kernel shipped (injector/host_calls.h)
   // Events read back from the GPU that the process never shipped: its exit
   // could not wait for the last harvests any longer, or a harvest failed.

@@ -93,7 +93,8 @@ class FakeGpu final : public Gpu {
         module = functions_.at(f);
         symbol = symbols_.at(f);
       }
-      Launch(module, stream, symbol, correlation, warps, ranges, activity);
+      Launch(module, stream, symbol, correlation, warps, ranges, activity, /*deliver_record=*/true,
+             static_cast<uint32_t>(reinterpret_cast<uintptr_t>(graph)));
     }
   }
   GpuStream AddStream() {
@@ -154,10 +155,11 @@ class FakeGpu final : public Gpu {
   // `correlation`) goes to `activity` when it has run, unless
   // `deliver_record` is false (then the test adds it later with DeliverLate).
   void Launch(GpuModule module, GpuStream stream, const std::string& mangled, uint64_t correlation, uint32_t warps,
-              uint32_t ranges, ActivityStore* activity, bool deliver_record = true) {
+              uint32_t ranges, ActivityStore* activity, bool deliver_record = true, uint32_t graph_id = 0) {
     const uint64_t grid = next_grid_.fetch_add(1);
-    Enqueue(stream,
-            [=] { RunKernel(module, stream, mangled, correlation, grid, warps, ranges, activity, deliver_record); });
+    Enqueue(stream, [=] {
+      RunKernel(module, stream, mangled, correlation, grid, warps, ranges, activity, deliver_record, graph_id);
+    });
   }
   void DeliverLate(ActivityStore* activity) {
     std::vector<KernelRecord> late;
@@ -385,7 +387,7 @@ class FakeGpu final : public Gpu {
   }
 
   void RunKernel(GpuModule module, GpuStream stream, const std::string& mangled, uint64_t correlation, uint64_t grid,
-                 uint32_t warps, uint32_t ranges, ActivityStore* activity, bool deliver) {
+                 uint32_t warps, uint32_t ranges, ActivityStore* activity, bool deliver, uint32_t graph_id) {
     kernels_run_.fetch_add(1);
     const uint64_t start = clock_.fetch_add(10) + 10;
     uint64_t end = start;
@@ -446,6 +448,7 @@ class FakeGpu final : public Gpu {
     r.start_ns = start;
     r.end_ns = end + 5;
     r.correlation_id = correlation;
+    r.graph_id = graph_id;
     r.stream_id = reinterpret_cast<uintptr_t>(stream);
     r.context_id = 7;
     r.grid[0] = (warps + 3) / 4;

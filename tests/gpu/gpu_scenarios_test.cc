@@ -523,6 +523,22 @@ TEST(GpuScenarios, CapturedGraphReplaysKeepEveryEvent) {
   EXPECT_EQ(SummaryNumber(run, R"(lost (\d+) events)"), 0);
 }
 
+// --launches counts each graph replay as one launch of each of its kernels
+// (the captured launches do not count): 'graph_k1:1-2,graph_k2:2' keeps k1 of
+// replays 1 and 2 and k2 of replay 2. Replay 0 records nothing; in replay 1
+// k2 records with its module (lit for k1) and is dropped on the host.
+TEST(GpuScenarios, LaunchRangesChooseGraphReplays) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("graph", "--launches 'graph_k1:1-2,graph_k2:2'");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(GroupsOf(run, "graph_k1").size(), 2u);
+  EXPECT_EQ(GroupsOf(run, "graph_k2").size(), 1u);
+  EXPECT_EQ(SummaryNumber(run, R"(profiled (\d+) launch)"), 3) << run.stderr_text;
+  EXPECT_EQ(SummaryNumber(run, R"((\d+) events from)"), 2 * 4 * 5 + 3 * 2) << run.stderr_text;
+  EXPECT_EQ(SummaryNumber(run, R"(lost (\d+) events)"), 0) << run.stderr_text;
+  EXPECT_EQ(run.summary_event.value("filtered_events", -1), 3 * 2) << run.summary_event.dump();
+}
+
 TEST(GpuScenarios, OverflowIsCountedExactly) {
   REQUIRE_GPU();
   const ProfiledRun run = Profile("overflow", "--buffer-mb 1");

@@ -48,6 +48,21 @@ TEST(HostCalls, WithoutHarvestsTheOldestCallsAreForgottenAndCounted) {
   EXPECT_EQ(calls.size(), (k - 1) * n + 1);
 }
 
+TEST(HostCalls, ExclusionsAreKeptAndForgottenWithTheirCycle) {
+  HostCalls calls;
+  int gemm = 0, other = 0;  // kernel identities
+  calls.Add(5, wire::HostCall{1, 2, 1, wire::kApiGraphLaunch});
+  calls.Exclude(5, &other);
+  EXPECT_TRUE(calls.Excludes(5, &other));
+  EXPECT_FALSE(calls.Excludes(5, &gemm));
+  EXPECT_FALSE(calls.Excludes(6, &other));
+  for (size_t i = 1; i < HostCalls::kCycles; ++i) calls.EndHarvest();
+  EXPECT_TRUE(calls.Excludes(5, &other));  // as long as the call is kept
+  calls.EndHarvest();
+  EXPECT_EQ(calls.Find(5).api, wire::kApiNone);
+  EXPECT_FALSE(calls.Excludes(5, &other));
+}
+
 TEST(HostCalls, ThreadsNoteTheirOwnNames) {
   uint32_t tid = 0;
   std::thread t([&] {

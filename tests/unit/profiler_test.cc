@@ -167,6 +167,9 @@ class ProfilerTest : public ::testing::Test {
     EXPECT_EQ(sink.events["gemm(float*)"], 64u);
     EXPECT_EQ(sink.stats.events_unattributed, 0u);
     EXPECT_EQ(sink.stats.events_filtered, 0u);
+    // Named from the module's memory, with the generation they were read back in.
+    ASSERT_FALSE(sink.names.empty());
+    for (const std::string& name : sink.names) EXPECT_EQ(name.find("unreadable"), std::string::npos) << name;
   }
 
   static constexpr const char* kGemm = "_Z4gemmPf";
@@ -492,6 +495,72 @@ TEST_F(ProfilerTest, GraphLaunchesLightOnlyModulesOfTheirSelectedNodes) {
   EXPECT_EQ(gpu.kernels_that_recorded(), 4u);           // gemm and other, twice; never `lone`
   EXPECT_EQ(sink.stats.events_filtered, 2u * 64);
   EXPECT_EQ(sink.events["gemm(float*)"], 2u * 64);
+}
+
+// --launches counts a graph replay as one launch of each selected kernel among
+// its nodes, however many nodes it has: a replay outside the range records
+// nothing on the GPU.
+TEST_F(ProfilerTest, LaunchRangesChooseGraphReplays) {
+  Start(MakeSettings("gemm", "gemm:1-2"));
+  void* graph = gpu.AddGraph({{gemm, 8}, {gemm, 8}, {other, 8}});
+  void* exec = reinterpret_cast<void*>(0xE1);
+  profiler->OnGraphExecCreated(gpu.context, graph, exec);
+  for (int replay = 0; replay < 5; ++replay) LaunchGraphOn(graph, exec, s1);
+  Sync();
+  Finish();
+  EXPECT_EQ(gpu.kernels_run(), 15u);
+  EXPECT_EQ(gpu.kernels_that_recorded(), 6u);  // replays 1 and 2: both gemm nodes and `other` (same module)
+  EXPECT_EQ(sink.launches["gemm(float*)"], 4);
+  EXPECT_EQ(sink.events["gemm(float*)"], 4u * 64);
+  EXPECT_EQ(sink.stats.events_filtered, 2u * 64);  // `other`, not selected
+  EXPECT_EQ(sink.total_events, 4u * 64);
+  EXPECT_EQ(sink.stats.launches_opted_in, 5u);  // one per replay
+  EXPECT_EQ(sink.stats.launches_not_selected, 3u);
+}
+
+// A launch captured into a graph defines a node and runs nothing: it takes no
+// launch index; the replays do.
+TEST_F(ProfilerTest, CapturedLaunchesAreNotCountedTheirReplaysAre) {
+  Start(MakeSettings("gemm", "gemm:0"));
+  gpu.SetCapturing(s1, true);
+  LaunchCall call;
+  call.ctx = gpu.context;
+  call.function = gemm;
+  call.symbol = kGemm;
+  call.stream = s1;
+  call.warps = 8;
+  call.correlation_id = ++next_correlation;
+  call.api = wire::kApiLaunchKernel;
+  profiler->OnLaunchEnter(call);
+  profiler->OnLaunchExit(call.correlation_id);
+  gpu.SetCapturing(s1, false);
+  void* graph = gpu.AddGraph({{gemm, 8}});
+  void* exec = reinterpret_cast<void*>(0xE1);
+  profiler->OnGraphExecCreated(gpu.context, graph, exec);
+  for (int replay = 0; replay < 3; ++replay) LaunchGraphOn(graph, exec, s1);
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.launches["gemm(float*)"], 1);
+  EXPECT_EQ(gpu.kernels_that_recorded(), 1u);
+  EXPECT_EQ(sink.total_events, 64u);
+}
+
+// A replay that takes one of its kernels but not another records both when
+// they share a module; the other's nodes are dropped on the host and counted.
+TEST_F(ProfilerTest, AGraphReplayKeepsOnlyTheKernelsItTakes) {
+  Start(MakeSettings("gemm,other", "other:0"));
+  void* graph = gpu.AddGraph({{gemm, 8}, {other, 8}});
+  void* exec = reinterpret_cast<void*>(0xE1);
+  profiler->OnGraphExecCreated(gpu.context, graph, exec);
+  for (int replay = 0; replay < 3; ++replay) LaunchGraphOn(graph, exec, s1);
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.launches["gemm(float*)"], 3);
+  EXPECT_EQ(sink.launches["other(float*)"], 1);
+  EXPECT_EQ(gpu.kernels_that_recorded(), 6u);
+  EXPECT_EQ(sink.stats.events_filtered, 2u * 64);  // `other` in replays 1 and 2
+  EXPECT_EQ(sink.total_events, 4u * 64);
+  EXPECT_EQ(sink.stats.events_unattributed, 0u);
 }
 
 TEST_F(ProfilerTest, EventsWhoseRecordNeverComesShipUnattributedAtTheEnd) {
