@@ -20,8 +20,11 @@
 // to the end of one stream synchronisation: the harvest of what was
 // recorded), then as a CUDA graph of 100 such kernels replayed `graph
 // replays` times (time per kernel node, to the end of the final
-// synchronisation; --launches does not count graph nodes, so the graph of
-// lc_ranged records like lc_selected's). The parent prints each row for the
+// synchronisation; each replay counts as one launch of lc_ranged, past its
+// range). Each timed phase starts after a pause of a second, so that smprof's
+// harvest threads have shipped what the phase before recorded: the backlog
+// of one phase would otherwise be timed in the next (throughput is
+// bench/end_to_end.cu's measure). The parent prints each row for the
 // three runs, what smprof adds over plain and over the CUPTI floor in us per
 // launch: the figures come from one invocation on one machine.
 #include <cuda_runtime.h>
@@ -38,6 +41,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 void LaunchPlain(cudaStream_t s, int* out);  // launch_cost_plain.cu
@@ -93,7 +97,10 @@ int Child(long launches, long replays) {
     for (int i = 0; i < 100; ++i) Launch(kind, s, out);
   }
   CHECK(cudaStreamSynchronize(s));
+  // Before each timed phase: what the previous one recorded has been shipped.
+  const auto pause = [] { std::this_thread::sleep_for(std::chrono::seconds(1)); };
   for (Kind kind : kKinds) {
+    pause();
     const double t0 = Now();
     for (long i = 0; i < launches; ++i) Launch(kind, s, out);
     const double t1 = Now();
@@ -111,6 +118,7 @@ int Child(long launches, long replays) {
     CHECK(cudaGraphInstantiate(&exec, graph, 0));
     CHECK(cudaGraphLaunch(exec, s));  // upload, warm-up
     CHECK(cudaStreamSynchronize(s));
+    pause();
     const double g0 = Now();
     for (long r = 0; r < replays; ++r) CHECK(cudaGraphLaunch(exec, s));
     CHECK(cudaStreamSynchronize(s));

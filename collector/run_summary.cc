@@ -29,6 +29,7 @@ nlohmann::json CollectorSummary::ToJson() const {
   j["launches_opted_in"] = launches_opted_in;
   j["launches_not_selected"] = launches_not_selected;
   j["host_calls_forgotten"] = host_calls_forgotten;
+  j["harvests_skipped"] = harvests_skipped;
   j["gpus"] = gpus;
   j["not_profiled"] = not_profiled;
   if (!stats_json.empty() || !stats_error.empty()) {
@@ -117,6 +118,7 @@ bool CollectorSummary::FromJson(const nlohmann::json& j, CollectorSummary* out, 
   if (j.contains("host_calls_forgotten") && !Get(j, "host_calls_forgotten", &s.host_calls_forgotten, error)) {
     return false;
   }
+  if (j.contains("harvests_skipped") && !Get(j, "harvests_skipped", &s.harvests_skipped, error)) return false;
   s.gpus = j.value("gpus", nlohmann::json::array());
   s.not_profiled = j.value("not_profiled", nlohmann::json::array());
   if (!s.gpus.is_array() || !s.not_profiled.is_array()) {

@@ -51,6 +51,9 @@ struct CollectorSummary {
   // Launch API calls the injector forgot before their kernels shipped (its
   // limit per harvest cycle): those launches have no call in the trace.
   uint64_t host_calls_forgotten = 0;
+  // Read-backs the producers skipped with every buffer still queued
+  // (SMPROF_BACKLOG drop; StatsMsg::harvests_skipped).
+  uint64_t harvests_skipped = 0;
   // [{"index", "name", "uuid", "pci_bus_id", "sm_count", "compute_capability",
   //   "sm_clock_khz", "timer_resolution_ns", "seen_as": [{"pid", "ordinal"}]}]
   nlohmann::json gpus = nlohmann::json::array();
@@ -84,7 +87,7 @@ struct CollectorSummary {
   // {"trace", "processes", "launches", "events", "lost": {"device_buffer",
   // "device_unplaced", "transport", "host", "orphan", "total"}, "filtered_events",
   // ..., "producers_incomplete", "registry_full", "transport_unread_messages",
-  // "launches_opted_in", "launches_not_selected", "host_calls_forgotten",
+  // "launches_opted_in", "launches_not_selected", "host_calls_forgotten", "harvests_skipped",
   // "gpus", "not_profiled",
   // "layout", "run", "exit"}, "stats" when statistics were written, plus "trace_error" when writing or placing the
   // trace failed (the trace then ends, still strict JSON, after the last event written whole, and "trace" names where

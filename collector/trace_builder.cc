@@ -119,6 +119,7 @@ struct TraceBuilder::Producer {
   uint64_t not_selected() const { return have_stats ? stats.launches_not_selected : 0; }
   uint64_t calls_forgotten() const { return have_stats ? stats.host_calls_forgotten : 0; }
   uint64_t lost_host() const { return have_stats ? stats.events_lost_host : 0; }
+  uint64_t harvests_skipped() const { return have_stats ? stats.harvests_skipped : 0; }
   uint64_t unattributed() const { return have_stats ? stats.events_unattributed : 0; }
   uint64_t all_harvests() const { return std::max(have_stats ? stats.harvests : 0, harvests); }
   uint64_t all_forced() const { return std::max(have_stats ? stats.forced_drains : 0, forced_drains); }
@@ -549,6 +550,7 @@ void TraceBuilder::EndProducer(Producer& p, bool clean) {
   ended_not_selected_ = SatAdd(ended_not_selected_, p.not_selected());
   ended_calls_forgotten_ = SatAdd(ended_calls_forgotten_, p.calls_forgotten());
   ended_lost_host_ = SatAdd(ended_lost_host_, p.lost_host());
+  ended_skipped_ = SatAdd(ended_skipped_, p.harvests_skipped());
 }
 
 void TraceBuilder::HandleProducerEnd(const transport::ProducerInfo& info, bool clean) {
@@ -593,6 +595,7 @@ void TraceBuilder::Finish(const transport::ConsumerStats& transport, CollectorSu
   s.launches_opted_in = ended_opted_in_;
   s.launches_not_selected = ended_not_selected_;
   s.host_calls_forgotten = ended_calls_forgotten_;
+  s.harvests_skipped = ended_skipped_;
   s.gpus = nlohmann::json::array();
   for (const Gpu* g : gpu_order_) s.gpus.push_back(g->record.facts);
   // What the builder does not own (the trace's path, the exit status) stays.

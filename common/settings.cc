@@ -1,7 +1,7 @@
 // The settings table and its parsers (see settings.h).
 #include "common/settings.h"
 
-#include <array>
+#include <initializer_list>
 #include <optional>
 
 namespace smprof {
@@ -49,6 +49,12 @@ const std::vector<SettingSpec> kSettings = {
      "the collector's trace writer and statistics each on a thread of its\n"
      "own, beside the thread that decodes and matches: auto (on machines of\n"
      "4 or more cores), on or off; the trace is the same byte for byte"},
+    {Setting::kBacklog, "SMPROF_BACKLOG", "backlog", 0, "POLICY", "wait",
+     "when the host falls behind the GPU (every read-back buffer queued):\n"
+     "wait (hold the application's synchronisation or launch until one is\n"
+     "free: every event kept) or drop (never hold it longer than the copy:\n"
+     "the events stay in the device buffer, what no longer fits is dropped\n"
+     "there and counted)"},
     {Setting::kChunkBytes, "SMPROF_CHUNK_BYTES", nullptr, 0, "N", "1024",
      "largest device chunk size in bytes, a power of two 256-65536; a launch\n"
      "whose warps would not fit in chunks this large gets smaller ones"},
@@ -82,8 +88,8 @@ bool ParseWarpIndex(std::string_view list, std::string_view text, uint32_t* valu
   return true;
 }
 
-// One of three words; false with *error naming them otherwise.
-bool ParseWord(std::string_view text, const char* what, const std::array<const char*, 3>& words, std::string* out,
+// One of `words`; false with *error naming them otherwise.
+bool ParseWord(std::string_view text, const char* what, std::initializer_list<const char*> words, std::string* out,
                std::string* error) {
   for (const char* w : words) {
     if (text == w) {
@@ -91,8 +97,14 @@ bool ParseWord(std::string_view text, const char* what, const std::array<const c
       return true;
     }
   }
-  *error = std::string("unknown ") + what + " \"" + std::string(text) + "\": use " + words[0] + ", " + words[1] +
-           " or " + words[2];
+  std::string choices;
+  size_t i = 0;
+  for (const char* w : words) {
+    choices += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ");
+    choices += w;
+    ++i;
+  }
+  *error = std::string("unknown ") + what + " \"" + std::string(text) + "\": use " + choices;
   return false;
 }
 
@@ -193,6 +205,8 @@ bool ParseWarpList(std::string_view text, uint32_t* mask, std::string* error) {
   return true;
 }
 
+const char* BacklogText(Backlog backlog) { return backlog == Backlog::kDrop ? "drop" : "wait"; }
+
 const char* CaptureRangeText(CaptureRange range) {
   return range == CaptureRange::kProfilerApi ? "cudaProfilerApi" : "none";
 }
@@ -265,6 +279,13 @@ bool ParseSetting(Setting setting, std::string_view text, std::string_view sourc
     case Setting::kSinkThreads:
       ok = ParseWord(text, "sink threads", {"auto", "on", "off"}, &s.sink_threads, &why);
       break;
+    case Setting::kBacklog: {
+      std::string word;
+      if ((ok = ParseWord(text, "backlog", {"wait", "drop"}, &word, &why))) {
+        s.backlog = word == "drop" ? Backlog::kDrop : Backlog::kWait;
+      }
+      break;
+    }
     case Setting::kLogLevel:
       if ((ok = IsLogLevel(text))) {
         s.log_level = std::string(text);
@@ -307,6 +328,8 @@ std::string SettingText(Setting setting, const Settings& s) {
       return s.trace_cycles;
     case Setting::kSinkThreads:
       return s.sink_threads;
+    case Setting::kBacklog:
+      return BacklogText(s.backlog);
   }
   return "";
 }

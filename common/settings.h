@@ -37,6 +37,7 @@ enum class Setting {
   kLayout,
   kTraceCycles,
   kSinkThreads,
+  kBacklog,
 };
 
 struct SettingSpec {
@@ -62,6 +63,15 @@ enum class CaptureRange {
   kProfilerApi,  // "cudaProfilerApi": only between cudaProfilerStart() and cudaProfilerStop()
 };
 
+// SMPROF_BACKLOG: what a harvest does when every read-back buffer of its
+// context is still queued for the harvest threads (the host behind the GPU).
+enum class Backlog {
+  kWait,  // "wait": hold the application until a buffer is free; every event is kept
+  kDrop,  // "drop": skip the read-back; the events stay in the device buffer, and what
+          // does not fit there is dropped on the device, counted
+};
+const char* BacklogText(Backlog backlog);
+
 // Values of every setting; the defaults are the documented ones.
 struct Settings {
   std::string kernels_spec;  // as written; empty: every kernel
@@ -79,6 +89,7 @@ struct Settings {
   std::string layout = "auto";        // trace layout: "launch", "hardware" or "auto"
   std::string trace_cycles = "none";  // per-slice SM cycles in a protobuf trace: "none", "counter" or "args"
   std::string sink_threads = "auto";  // the collector's trace writer and statistics on threads: "auto", "on", "off"
+  Backlog backlog = Backlog::kWait;
 };
 
 // Parses `text` as the value of `setting` into *settings. On a bad value

@@ -94,7 +94,7 @@ struct Harvester::ContextState {
 };
 
 Harvester::Harvester(Gpu& gpu, ActivityStore& activity, KernelTable& kernels, Shipper& shipper, std::mutex& ship_mu,
-                     StatsFiller fill_stats, unsigned threads)
+                     StatsFiller fill_stats, unsigned threads, Backlog backlog)
     : gpu_(gpu),
       activity_(activity),
       kernels_(kernels),
@@ -102,7 +102,8 @@ Harvester::Harvester(Gpu& gpu, ActivityStore& activity, KernelTable& kernels, Sh
       ship_mu_(ship_mu),
       fill_stats_(std::move(fill_stats)),
       thread_count_(threads != 0 ? threads : QuarterOfTheCores()),
-      decode_threads_(QuarterOfTheCores()) {}
+      decode_threads_(QuarterOfTheCores()),
+      backlog_(backlog) {}
 
 Harvester::~Harvester() {
   {
@@ -179,12 +180,21 @@ bool Harvester::Harvest(HarvestTarget target, wire::HarvestReason reason, Harves
   ContextState* state;
   {
     // A buffer for the copy: when all of this context's are queued, wait for
-    // the harvest thread (the overflow policy); a non-forced harvest skips.
+    // a harvest thread, or skip (the overflow policy, harvester.h).
     std::unique_lock<std::mutex> lock(mu_);
     StartThreads();
     state = &StateOf(device);
     const auto available = [&] { return state->out < kSnapshotsPerContext || stop_; };
-    if (!available()) {
+    // The last read-back before the arena (exit) or the names (unload,
+    // context end) go takes a buffer of its own if it must: one more than
+    // the bound, once, rather than lose what the arena holds.
+    const bool last_chance =
+        reason == wire::kHarvestExit || reason == wire::kHarvestModuleUnload || reason == wire::kHarvestContextDestroy;
+    if (!available() && !last_chance && backlog_ == Backlog::kDrop) {
+      skipped_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    if (!available() && !last_chance) {
       if (!force && reason == wire::kHarvestSync) {
         cv_.wait_until(lock, std::chrono::steady_clock::now() + std::chrono::seconds(5), available);
       } else {
@@ -630,6 +640,7 @@ void Harvester::SendStatsLocked() {
   stats_.messages_dropped = c.messages_dropped;
   wire::StatsMsg stats = stats_;
   stats.events_dropped_transport += c.events_dropped;
+  stats.harvests_skipped = skipped_.load(std::memory_order_relaxed);
   if (fill_stats_) fill_stats_(&stats);
   shipper_.SendStats(stats);
 }

@@ -18,10 +18,16 @@
 // forced drain, while the recording work it waits for finishes). The queue
 // holds at most kSnapshotsPerContext read-backs per context, each in a
 // reusable page-locked buffer: host memory stays bounded by that many arena
-// copies. Overflow policy: when a context's buffers are all queued, the next
-// read-back waits for the harvest thread to free one (the application is
-// stalled, and the wait shows as the harvest's `wait` stage); nothing is
-// dropped.
+// copies. Overflow policy (SMPROF_BACKLOG): when a context's buffers are all
+// queued, the next read-back either waits for a harvest thread to free one
+// (wait, the default: the application is stalled, the wait shows as the
+// harvest's `wait` stage, nothing is dropped) or is skipped at once (drop:
+// the application is never held longer than a copy; the events stay in the
+// device buffer for a later harvest, and what no longer fits there is dropped
+// on the device, counted; skipped read-backs are counted in
+// StatsMsg::harvests_skipped). The last read-back before the arena or the
+// modules go (exit, module unload, context end) neither waits nor skips: it
+// takes one buffer beyond the bound.
 //
 // Events whose CUPTI record has not arrived wait for later harvests of their
 // context (and records that got no events wait for theirs), up to
@@ -45,6 +51,7 @@
 // memory of the modules that wrote the event.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -57,6 +64,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/settings.h"
 #include "injector/activity_store.h"
 #include "injector/device_context.h"
 #include "injector/gpu.h"
@@ -79,8 +87,9 @@ class Harvester {
   // Fills the process-wide counters the harvester does not own (launch counts).
   using StatsFiller = std::function<void(wire::StatsMsg*)>;
   // `threads`: harvest threads (0: a quarter of the cores, 1 to kMaxThreads).
+  // `backlog`: the overflow policy above.
   Harvester(Gpu& gpu, ActivityStore& activity, KernelTable& kernels, Shipper& shipper, std::mutex& ship_mu,
-            StatsFiller fill_stats, unsigned threads = 0);
+            StatsFiller fill_stats, unsigned threads = 0, Backlog backlog = Backlog::kWait);
   ~Harvester();  // stops the harvest thread (queued work is abandoned)
 
   // On an application thread: reads the arena back if it may (see
@@ -145,6 +154,8 @@ class Harvester {
   // Threads one large read-back is decoded on (harvest.h DecodeAndMapClocks).
   const unsigned decode_threads_;
   wire::StatsMsg stats_{};  // ship_mu_
+  const Backlog backlog_;
+  std::atomic<uint64_t> skipped_{0};  // read-backs skipped under Backlog::kDrop
 
   std::mutex mu_;
   std::condition_variable cv_;

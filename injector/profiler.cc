@@ -67,7 +67,8 @@ Profiler::Profiler(Gpu& gpu, const Settings& settings, Shipper& shipper, unsigne
                  activity_.Track(k->mangled);
                }),
       harvester_(
-          gpu, activity_, kernels_, shipper, ship_mu_, [this](wire::StatsMsg* s) { FillStats(s); }, harvest_threads),
+          gpu, activity_, kernels_, shipper, ship_mu_, [this](wire::StatsMsg* s) { FillStats(s); }, harvest_threads,
+          settings_.backlog),
       window_open_(settings_.capture_range != CaptureRange::kProfilerApi) {
   activity_.Track(kClockProbeKernel);
   activity_.Track(kTimerStepKernel);

@@ -701,6 +701,12 @@ void PrintSummary(const std::optional<CollectorSummary>& read, const std::string
                static_cast<unsigned long long>(summary.lost_device_buffer),
                static_cast<unsigned long long>(summary.lost_device_unplaced),
                static_cast<unsigned long long>(summary.lost_transport), host_text.c_str(), orphan_text.c_str());
+  if (summary.harvests_skipped != 0) {
+    std::fprintf(stderr,
+                 "smprof: %llu read-backs skipped while the host was behind the GPU (--backlog drop): the application "
+                 "was not held; what no longer fit in the device buffer is in \"device buffer\" above\n",
+                 static_cast<unsigned long long>(summary.harvests_skipped));
+  }
   // Losses that are not counted in events: each is named when non-zero.
   std::string problems;
   for (const auto& [key, n] : std::initializer_list<std::pair<const char*, uint64_t>>{

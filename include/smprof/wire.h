@@ -183,7 +183,7 @@ static_assert(sizeof(ArenaRef) == 64 && offsetof(ArenaRef, num_chunks) == 16 && 
 // Transport messages (injector -> collector)
 // ---------------------------------------------------------------------------
 
-inline constexpr uint32_t kTransportVersion = 6;
+inline constexpr uint32_t kTransportVersion = 7;
 inline constexpr uint32_t kMaxMessageBytes = 1u << 20;  // collector rejects larger
 
 enum MsgType : uint32_t {
@@ -403,6 +403,10 @@ struct StatsMsg {
   // Events read back from the GPU that the process never shipped: its exit
   // could not wait for the last harvests any longer, or a harvest failed.
   uint64_t events_lost_host;
+  // Read-backs skipped because every buffer was still queued (SMPROF_BACKLOG
+  // drop): the events stayed in the device buffer (what overflowed it is in
+  // events_dropped_device).
+  uint64_t harvests_skipped;
 };
 
 enum NoticeKind : uint32_t {
@@ -435,7 +439,7 @@ static_assert(sizeof(WarpEventsMsg) == 40 && offsetof(WarpEventsMsg, count) == 3
 static_assert(sizeof(HarvestMsg) == 120 && offsetof(HarvestMsg, host_begin_ns) == 48 &&
                   offsetof(HarvestMsg, call) == 72 && offsetof(HarvestMsg, stage_us) == 96,
               "HarvestMsg layout");
-static_assert(sizeof(StatsMsg) == 128, "StatsMsg layout");
+static_assert(sizeof(StatsMsg) == 136, "StatsMsg layout");
 static_assert(sizeof(NoticeMsg) == 16, "NoticeMsg layout");
 
 // Messages are padded to this alignment.

@@ -243,6 +243,10 @@ class FakeGpu final : public Gpu {
         __atomic_store_n(static_cast<uint32_t*>(dst), word, __ATOMIC_RELAXED);
       } else {
         std::memcpy(dst, At(src), bytes);
+        if (bytes >= 1024) {  // chunks read back
+          ++large_copies_;
+          held_cv_.notify_all();
+        }
       }
     });
     return true;
@@ -331,6 +335,8 @@ class FakeGpu final : public Gpu {
   // Calls waiting in ReadString; FlushActivity calls that took incomplete
   // records too (a final harvest's). Call inside WaitUntil.
   size_t held_string_reads_locked() const { return held_reads_; }
+  // Copies of 1 KiB or more to the host (read-backs of chunks). Call inside WaitUntil.
+  size_t large_copies_locked() const { return large_copies_; }
   size_t final_activity_flushes_locked() const { return final_flushes_; }
 
   uint64_t string_reads() const {
@@ -487,6 +493,7 @@ class FakeGpu final : public Gpu {
   std::condition_variable held_cv_;
   bool hold_reads_ = false;
   size_t held_reads_ = 0;
+  size_t large_copies_ = 0;  // mu_
   size_t final_flushes_ = 0;
 };
 

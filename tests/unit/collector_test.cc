@@ -368,6 +368,7 @@ TEST(CollectorSummaryTest, FromJsonReadsWhatToJsonWrites) {
   a.launches_opted_in = 11;
   a.launches_not_selected = 12;
   a.host_calls_forgotten = 14;
+  a.harvests_skipped = 16;
   a.transport_unread_messages = 13;
   a.not_profiled = json::array({{{"pid", 1}, {"reason", "stepped_aside"}, {"detail", "ncu"}}});
   a.stats_json = "/t/x.pftrace.stats.json";
@@ -382,6 +383,7 @@ TEST(CollectorSummaryTest, FromJsonReadsWhatToJsonWrites) {
   EXPECT_FALSE(b.trace_ok);
   EXPECT_EQ(b.stats_csv, a.stats_csv);
   EXPECT_EQ(b.lost_host, 15u);
+  EXPECT_EQ(b.harvests_skipped, 16u);
   // A summary written before "host" was counted reads as none lost there.
   json old = a.ToJson();
   old["lost"].erase("host");
@@ -424,6 +426,7 @@ TEST_P(CollectorTest, SummaryJsonHasExactlyTheDocumentedKeys) {
                                          "launches_opted_in",
                                          "launches_not_selected",
                                          "host_calls_forgotten",
+                                         "harvests_skipped",
                                          "gpus",
                                          "not_profiled",
                                          "layout",
@@ -632,6 +635,7 @@ TEST_P(CollectorTest, LatestStatsMessageGivesDeviceTotals) {
   st.harvests = 7;
   st.forced_drains = 3;
   st.events_lost_host = 12;  // read back, never shipped: the exit could not wait
+  st.harvests_skipped = 2;   // SMPROF_BACKLOG drop
   Send(a, Frame(st, wire::kMsgStats));
   collector_->HandleProducerEnd(a, true);
   // A second producer without stats: its harvest drops count.
@@ -648,6 +652,7 @@ TEST_P(CollectorTest, LatestStatsMessageGivesDeviceTotals) {
   EXPECT_EQ(s.harvests, 8u);
   EXPECT_EQ(s.forced_drains, 3u);
   EXPECT_EQ(s.lost_host, 12u);
+  EXPECT_EQ(s.harvests_skipped, 2u);
   EXPECT_EQ(s.lost_total, 75u);
   EXPECT_EQ(s.producers_incomplete, 1u);  // b never ended
   EXPECT_EQ(Events(t, "i", 3, 1)[0]["name"], "harvest: exit");

@@ -597,6 +597,39 @@ TEST_F(ProfilerTest, AFinalFlushShipsWhatAHarvestInProgressLeavesWaiting) {
   EXPECT_EQ(sink.stats.events_unattributed, 64u);
 }
 
+// SMPROF_BACKLOG drop: with every read-back buffer queued behind a harvest
+// thread that cannot go on, a synchronisation is not held: its read-back is
+// skipped (counted), the events stay in the device buffer, and a later
+// harvest (here the exit's) reads them back, none lost.
+TEST_F(ProfilerTest, WithBacklogDropAReadBackThatFindsEveryBufferQueuedIsSkipped) {
+  Settings settings = MakeSettings();
+  settings.backlog = Backlog::kDrop;
+  Start(settings, /*harvest_threads=*/1);
+  gpu.HoldStringReads(true);
+  Gemm(s1);
+  Sync();  // the harvest thread takes it and pauses reading its names
+  ASSERT_TRUE(gpu.WaitUntil([&] { return gpu.held_string_reads_locked() > 0; }, std::chrono::seconds(10)));
+  const size_t queued = Harvester::kSnapshotsPerContext - 1;
+  for (size_t i = 0; i < queued + 2; ++i) {  // `queued` read-backs fill the buffers; the last two are skipped
+    Gemm(s1);
+    Sync();
+  }
+  // The exit's read-back does not wait for a buffer (the harvest thread is
+  // still held): it takes one more, at once. It used to wait 5 s, give up
+  // and leave the arena's events uncounted.
+  size_t copies = 0;
+  gpu.WaitUntil([&] { return (copies = gpu.large_copies_locked()) > 0; }, std::chrono::seconds(10));
+  std::thread finish([&] { Finish(); });
+  EXPECT_TRUE(gpu.WaitUntil([&] { return gpu.large_copies_locked() > copies; }, std::chrono::seconds(3)))
+      << "the exit's read-back waited for a buffer";
+  gpu.HoldStringReads(false);
+  finish.join();
+  EXPECT_EQ(sink.stats.harvests_skipped, 2u);
+  EXPECT_EQ(sink.launches["gemm(float*)"], static_cast<int>(queued) + 3);
+  EXPECT_EQ(sink.total_events, (queued + 3) * 64);
+  EXPECT_EQ(sink.stats.events_dropped_device, 0u);
+}
+
 // Threads launching and synchronising at once (run under TSan in CI).
 TEST_F(ProfilerTest, ConcurrentLaunchesAndHarvestsKeepEveryEvent) {
   Start(MakeSettings("", "", "none", 4), /*harvest_threads=*/3);

@@ -30,7 +30,7 @@ TEST(SettingsTest, TableIsCompleteAndUnique) {
     EXPECT_NE(std::string(s.value_name), "") << s.variable;
     EXPECT_EQ(&SpecOf(s.id), &s);
   }
-  EXPECT_EQ(ids.size(), 12u) << "a Setting is missing from the table";
+  EXPECT_EQ(ids.size(), 13u) << "a Setting is missing from the table";
   EXPECT_EQ(FindSettingByOption("buffer-mb")->id, Setting::kBufferMb);
   EXPECT_EQ(FindSettingByShortOption('k')->id, Setting::kKernels);
   EXPECT_EQ(FindSettingByOption("launches")->id, Setting::kLaunches);
@@ -116,6 +116,20 @@ TEST(SettingsTest, TraceCycles) {
   EXPECT_FALSE(ParseSetting(Setting::kTraceCycles, "all", "SMPROF_TRACE_CYCLES", &s, &error));
   EXPECT_EQ(error, "SMPROF_TRACE_CYCLES: unknown trace cycles \"all\": use none, counter or args");
   EXPECT_EQ(s.trace_cycles, "none");
+}
+
+TEST(SettingsTest, Backlog) {
+  Settings s;
+  EXPECT_EQ(s.backlog, Backlog::kWait);
+  std::string error;
+  ASSERT_TRUE(ParseSetting(Setting::kBacklog, "drop", "--backlog", &s, &error)) << error;
+  EXPECT_EQ(s.backlog, Backlog::kDrop);
+  EXPECT_EQ(SettingText(Setting::kBacklog, s), "drop");
+  EXPECT_FALSE(ParseSetting(Setting::kBacklog, "block", "SMPROF_BACKLOG", &s, &error));
+  EXPECT_EQ(error, "SMPROF_BACKLOG: unknown backlog \"block\": use wait or drop");
+  EXPECT_EQ(s.backlog, Backlog::kDrop);
+  ASSERT_TRUE(ParseSetting(Setting::kBacklog, "wait", "--backlog", &s, &error)) << error;
+  EXPECT_EQ(SettingText(Setting::kBacklog, s), "wait");
 }
 
 TEST(SettingsTest, Launches) {
