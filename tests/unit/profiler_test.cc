@@ -11,6 +11,8 @@
 #include <cstring>
 #include <map>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "tests/fakes/fake_gpu.h"
 
@@ -141,6 +143,19 @@ class ProfilerTest : public ::testing::Test {
     profiler->OnLaunchEnter(call);
     gpu.LaunchGraph(graph, stream, correlation, ranges, &profiler->activity());
     profiler->OnLaunchExit(correlation);
+  }
+  // A graph of `nodes` (function, warps) instantiated as `exec` (a made-up CUgraphExec), and its replays.
+  struct Graph {
+    void* graph;
+    void* exec;
+  };
+  Graph Instantiate(std::vector<std::pair<GpuFunction, uint32_t>> nodes, uintptr_t exec) {
+    Graph g{gpu.AddGraph(std::move(nodes)), reinterpret_cast<void*>(exec)};
+    profiler->OnGraphExecCreated(gpu.context, g.graph, g.exec);
+    return g;
+  }
+  void Replay(const Graph& g, int replays, GpuStream s) {
+    for (int replay = 0; replay < replays; ++replay) LaunchGraphOn(g.graph, g.exec, s);
   }
   void Gemm(GpuStream s, uint32_t warps = 8, uint32_t ranges = 4) { LaunchOn(gemm, module, kGemm, s, warps, ranges); }
   void Other(GpuStream s, uint32_t warps = 8, uint32_t ranges = 4) {
@@ -356,10 +371,8 @@ TEST_F(ProfilerTest, ManySmallWarpsFitTheArena) {
 // each replay projects its node's chunks, so drains come before overflows.
 TEST_F(ProfilerTest, GraphReplaysProjectTheirNodesAndNeverOverflow) {
   Start(MakeSettings("gemm"));
-  void* graph = gpu.AddGraph({{gemm, 300}});
-  void* exec = reinterpret_cast<void*>(0xE3);
-  profiler->OnGraphExecCreated(gpu.context, graph, exec);
-  for (int replay = 0; replay < 12; ++replay) LaunchGraphOn(graph, exec, s1);
+  const Graph graph = Instantiate({{gemm, 300}}, 0xE3);
+  Replay(graph, 12, s1);
   Sync();
   Finish();
   EXPECT_EQ(sink.launches["gemm(float*)"], 12);
@@ -476,16 +489,11 @@ TEST_F(ProfilerTest, GraphLaunchesLightOnlyModulesOfTheirSelectedNodes) {
   Start(MakeSettings("gemm"));
   GpuModule second = gpu.AddModule(true);
   GpuFunction lone = gpu.AddFunction(second, "_Z4lonev");
-  void* with_gemm = gpu.AddGraph({{gemm, 8}, {other, 8}});
-  void* without = gpu.AddGraph({{lone, 8}});
-  void* exec_with = reinterpret_cast<void*>(0xE1);
-  void* exec_without = reinterpret_cast<void*>(0xE2);
-  profiler->OnGraphExecCreated(gpu.context, with_gemm, exec_with);
-  profiler->OnGraphExecCreated(gpu.context, without, exec_without);
+  const Graph with_gemm = Instantiate({{gemm, 8}, {other, 8}}, 0xE1);
+  const Graph without = Instantiate({{lone, 8}}, 0xE2);
   for (int replay = 0; replay < 2; ++replay) {
-    for (auto [graph, exec] : {std::pair{with_gemm, exec_with}, std::pair{without, exec_without}}) {
-      LaunchGraphOn(graph, exec, s1);
-    }
+    Replay(with_gemm, 1, s1);
+    Replay(without, 1, s1);
   }
   Sync();
   Finish();
@@ -502,10 +510,8 @@ TEST_F(ProfilerTest, GraphLaunchesLightOnlyModulesOfTheirSelectedNodes) {
 // nothing on the GPU.
 TEST_F(ProfilerTest, LaunchRangesChooseGraphReplays) {
   Start(MakeSettings("gemm", "gemm:1-2"));
-  void* graph = gpu.AddGraph({{gemm, 8}, {gemm, 8}, {other, 8}});
-  void* exec = reinterpret_cast<void*>(0xE1);
-  profiler->OnGraphExecCreated(gpu.context, graph, exec);
-  for (int replay = 0; replay < 5; ++replay) LaunchGraphOn(graph, exec, s1);
+  const Graph graph = Instantiate({{gemm, 8}, {gemm, 8}, {other, 8}}, 0xE1);
+  Replay(graph, 5, s1);
   Sync();
   Finish();
   EXPECT_EQ(gpu.kernels_run(), 15u);
@@ -534,10 +540,8 @@ TEST_F(ProfilerTest, CapturedLaunchesAreNotCountedTheirReplaysAre) {
   profiler->OnLaunchEnter(call);
   profiler->OnLaunchExit(call.correlation_id);
   gpu.SetCapturing(s1, false);
-  void* graph = gpu.AddGraph({{gemm, 8}});
-  void* exec = reinterpret_cast<void*>(0xE1);
-  profiler->OnGraphExecCreated(gpu.context, graph, exec);
-  for (int replay = 0; replay < 3; ++replay) LaunchGraphOn(graph, exec, s1);
+  const Graph graph = Instantiate({{gemm, 8}}, 0xE1);
+  Replay(graph, 3, s1);
   Sync();
   Finish();
   EXPECT_EQ(sink.launches["gemm(float*)"], 1);
@@ -549,10 +553,8 @@ TEST_F(ProfilerTest, CapturedLaunchesAreNotCountedTheirReplaysAre) {
 // they share a module; the other's nodes are dropped on the host and counted.
 TEST_F(ProfilerTest, AGraphReplayKeepsOnlyTheKernelsItTakes) {
   Start(MakeSettings("gemm,other", "other:0"));
-  void* graph = gpu.AddGraph({{gemm, 8}, {other, 8}});
-  void* exec = reinterpret_cast<void*>(0xE1);
-  profiler->OnGraphExecCreated(gpu.context, graph, exec);
-  for (int replay = 0; replay < 3; ++replay) LaunchGraphOn(graph, exec, s1);
+  const Graph graph = Instantiate({{gemm, 8}, {other, 8}}, 0xE1);
+  Replay(graph, 3, s1);
   Sync();
   Finish();
   EXPECT_EQ(sink.launches["gemm(float*)"], 3);
