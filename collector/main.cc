@@ -231,17 +231,23 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  // A launcher that is gone before it read "ready" (smprof-run killed while
+  // we started) will start no program: the run ends here, but the trace
+  // file already exists, so it is finished and put in place like any other
+  // rather than left behind as PATH.partial.
+  int rc = 0;
   if (args.ready_fd >= 0) {
     const bool ok = WriteAll(args.ready_fd, "ready\n", 6);
     const int saved = errno;
     ::close(args.ready_fd);
     if (!ok) {
-      std::fprintf(stderr, "smprof-collector: cannot write to --ready-fd %d: %s\n", args.ready_fd,
-                   std::strerror(saved));
-      return 1;
+      std::fprintf(stderr, "smprof-collector: cannot write to --ready-fd %d: %s; finishing the trace empty\n",
+                   args.ready_fd, std::strerror(saved));
+      g_stop.store(true, std::memory_order_relaxed);
+      rc = 1;
     }
   }
-  logger->info("run '{}' ready, writing {}", args.run_id, args.output);
+  if (rc == 0) logger->info("run '{}' ready, writing {}", args.run_id, args.output);
 
   std::unique_ptr<smprof::ControlChannel> control;
   if (args.control_fd >= 0) control = std::make_unique<smprof::ControlChannel>(args.control_fd);
@@ -257,7 +263,6 @@ int main(int argc, char** argv) {
   const std::string text = summary.ToJson().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   logger->info("summary: {}", text);
 
-  int rc = 0;
   if (!summary.trace_ok) {
     std::fprintf(stderr, "smprof-collector: %s (check free space and permissions)\n", summary.trace_error.c_str());
     rc = 1;

@@ -391,6 +391,25 @@ TEST_F(CollectorE2eTest, KilledCollectorLeavesAValidPrefix) {
   EXPECT_EQ(x[1]["args"]["unterminated"], true);
 }
 
+// The launcher gone before it read "ready" (smprof-run killed while the
+// collector started): no program will run, and the trace the collector had
+// begun is finished and put in place, not left behind as PATH.partial.
+TEST_F(CollectorE2eTest, LauncherGoneBeforeReadyFinishesTheTraceEmpty) {
+  run_id_ = UniqueRunId("gone");
+  int ready = -1;
+  const std::string log = dir_ + "/collector.log";
+  const pid_t collector = Spawn({"--run-id", run_id_, "--output", trace_, "--summary", summary_}, &ready, log);
+  ASSERT_GT(collector, 0);
+  close(ready);  // before the collector can write "ready": its write fails with EPIPE
+  EXPECT_EQ(WaitExit(collector), 1);
+  EXPECT_NE(ReadFile(log).find("cannot write to --ready-fd"), std::string::npos) << ReadFile(log);
+  EXPECT_TRUE(json::accept(ReadFile(trace_))) << ReadFile(trace_);
+  EXPECT_FALSE(std::ifstream(PartialPath(trace_)).good());
+  const json summary = json::parse(ReadFile(summary_));
+  EXPECT_EQ(summary["trace"], trace_);
+  EXPECT_EQ(summary["events"], 0);
+}
+
 // On SIGTERM the collector closes the run: a producer that is still attached
 // (and never detaches) cannot keep the drain going until its timeout, and
 // what it sends from then on is refused.
