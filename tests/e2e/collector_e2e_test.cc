@@ -396,11 +396,15 @@ TEST_F(CollectorE2eTest, KilledCollectorLeavesAValidPrefix) {
 // begun is finished and put in place, not left behind as PATH.partial.
 TEST_F(CollectorE2eTest, LauncherGoneBeforeReadyFinishesTheTraceEmpty) {
   run_id_ = UniqueRunId("gone");
-  int ready = -1;
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);  // inherited by the collector
+  close(fds[0]);            // no reader from the start: writing "ready" fails with EPIPE
   const std::string log = dir_ + "/collector.log";
-  const pid_t collector = Spawn({"--run-id", run_id_, "--output", trace_, "--summary", summary_}, &ready, log);
+  const pid_t collector = Spawn(
+      {"--run-id", run_id_, "--output", trace_, "--summary", summary_, "--ready-fd", std::to_string(fds[1])}, nullptr,
+      log);
+  close(fds[1]);
   ASSERT_GT(collector, 0);
-  close(ready);  // before the collector can write "ready": its write fails with EPIPE
   EXPECT_EQ(WaitExit(collector), 1);
   EXPECT_NE(ReadFile(log).find("cannot write to --ready-fd"), std::string::npos) << ReadFile(log);
   EXPECT_TRUE(json::accept(ReadFile(trace_))) << ReadFile(trace_);
