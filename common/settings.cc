@@ -30,7 +30,8 @@ const std::vector<SettingSpec> kSettings = {
      "(only between the program's cudaProfilerStart() and\n"
      "cudaProfilerStop() calls, as nsys --capture-range=cudaProfilerApi)"},
     {Setting::kBufferMb, "SMPROF_BUFFER_MB", "buffer-mb", 0, "N", "64",
-     "device event buffer per GPU context in MiB, 1-4095"},
+     "device event buffer per GPU context in MiB, 1-4095 (a staging\n"
+     "copy of it takes as much device memory again)"},
     {Setting::kWarps, "SMPROF_WARPS", "warps", 0, "LIST", "all warps",
      "warp indices within a block that record, e.g. 0,4-7; each 0-31"},
     {Setting::kShmMb, "SMPROF_SHM_MB", "shm-mb", 0, "N", "32",

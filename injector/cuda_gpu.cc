@@ -265,6 +265,11 @@ bool CudaGpu::CopyToHost(void* dst, DevPtr src, size_t bytes, GpuStream stream) 
   return SMPROF_CU(cuMemcpyDtoHAsync(dst, src, bytes, S(stream)));
 }
 
+bool CudaGpu::CopyOnDevice(DevPtr dst, DevPtr src, size_t bytes, GpuStream stream) {
+  RelaxedCapture relaxed;
+  return SMPROF_CU(cuMemcpyDtoDAsync(dst, src, bytes, S(stream)));
+}
+
 bool CudaGpu::Fill(DevPtr dst, uint8_t value, size_t bytes, GpuStream stream) {
   RelaxedCapture relaxed;
   return SMPROF_CU(cuMemsetD8Async(dst, value, bytes, S(stream)));

@@ -35,6 +35,7 @@ class CudaGpu final : public Gpu {
   void DestroyStream(GpuStream stream) override;
   bool CopyToDevice(DevPtr dst, const void* src, size_t bytes, GpuStream stream) override;
   bool CopyToHost(void* dst, DevPtr src, size_t bytes, GpuStream stream) override;
+  bool CopyOnDevice(DevPtr dst, DevPtr src, size_t bytes, GpuStream stream) override;
   bool Fill(DevPtr dst, uint8_t value, size_t bytes, GpuStream stream) override;
   bool Wait(GpuStream stream, std::chrono::nanoseconds timeout) override;
   StreamState Query(GpuStream stream) override;

@@ -54,40 +54,15 @@ struct DeviceContext::Module {
   }
 };
 
-HostBuffer::HostBuffer(Gpu* gpu, size_t bytes) : size_(bytes) {
-  if (bytes == 0) return;
-  if (gpu != nullptr) data_ = static_cast<uint8_t*>(gpu->AllocatePinned(bytes));
-  if (data_ != nullptr) {
-    gpu_ = gpu;
-  } else {
-    heap_.resize(bytes);
-    data_ = heap_.data();
-  }
-}
-
-HostBuffer::~HostBuffer() {
-  if (gpu_ != nullptr && data_ != nullptr) gpu_->FreePinned(data_);
-}
-
-HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
-  if (this == &o) return *this;
-  if (gpu_ != nullptr && data_ != nullptr) gpu_->FreePinned(data_);
-  gpu_ = o.gpu_;
-  size_ = o.size_;
-  heap_ = std::move(o.heap_);
-  data_ = gpu_ != nullptr ? o.data_ : heap_.data();
-  if (size_ == 0) data_ = nullptr;
-  o.gpu_ = nullptr;
-  o.data_ = nullptr;
-  o.size_ = 0;
-  return *this;
-}
-
 DeviceContext::DeviceContext(Gpu& gpu, GpuCtx ctx, const ArenaOptions& options)
     : gpu_(gpu), ctx_(ctx), options_(options) {}
 
 DeviceContext::~DeviceContext() {
+  Log().debug("GPU {}: {} read-backs staged on the device, {} copied to host memory directly", facts_.info.ordinal,
+              staged_reads_.load(), direct_reads_.load());
   if (arena_ != 0) gpu_.Free(arena_);
+  if (staging_ != 0) gpu_.Free(staging_);
+  if (fetch_stream_ != nullptr) gpu_.DestroyStream(fetch_stream_);
   if (words_ != nullptr) gpu_.FreePinned(words_);
   if (stream_ != nullptr) gpu_.DestroyStream(stream_);
 }
@@ -135,6 +110,15 @@ bool DeviceContext::SetUp() {
     return false;
   }
   if (facts_.cycles_per_ns <= 0) facts_.cycles_per_ns = 1.0;
+  // Optional: without it, read-backs copy to host memory on the
+  // application's thread.
+  if (!gpu_.CreateStream(&fetch_stream_) || !gpu_.Allocate(chunk_region_bytes_, &staging_)) {
+    staging_ = 0;
+    Log().info(
+        "GPU {}: no device memory for a staging copy of the arena ({} MB); read-backs copy to host memory "
+        "while the application waits",
+        facts_.info.ordinal, chunk_region_bytes_ >> 20);
+  }
   Log().info("GPU {} ({}): {} MB arena, {} chunks of {} bytes", facts_.info.ordinal, facts_.info.name, bytes >> 20,
              num_chunks, chunk);
   return true;
@@ -446,7 +430,20 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   out->total_chunks = ref_.num_chunks;
   out->dropped_events = header.dropped_events;
   out->unplaced_events = header.unplaced_events;
-  if (out->chunks.size() < used_bytes) out->chunks = HostBuffer(&gpu_, used_bytes);
+  out->staged = used > 0 && TakeSlice(used_bytes, &out->staging_offset);
+  (out->staged ? staged_reads_ : direct_reads_).fetch_add(used > 0 ? 1 : 0, std::memory_order_relaxed);
+  if (!out->staged && out->chunks.size() < used_bytes) {
+    // No staging slice was free: the copy goes to host memory now, into a
+    // buffer large enough (pageable, host_buffer.h says why).
+    out->retired = std::move(out->chunks);
+    out->chunks = HostBuffer(used_bytes);
+    if (out->chunks.size() < used_bytes) {
+      failed_ = true;  // the arena cannot be emptied: stop using it
+      Log().error("profiling stops on GPU {}: no host memory for a read-back of {} bytes", facts_.info.ordinal,
+                  used_bytes);
+      return ReadBack::kFailed;
+    }
+  }
 
   // Zero what was used; every module goes dark at a new epoch (its whole
   // reference in one copy: no kernel of it can be running now).
@@ -481,14 +478,24 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   }
   wire::ArenaRef dark = ref_;
   dark.arena = 0;
-  bool ok = (used == 0 || (gpu_.CopyToHost(out->chunks.data(), ref_.chunks, used_bytes, stream_) &&
-                           gpu_.Fill(ref_.chunks, 0, used_bytes, stream_))) &&
-            gpu_.Fill(arena_ + offsetof(wire::ArenaHeader, next_chunk), 0,
-                      sizeof(wire::ArenaHeader) - offsetof(wire::ArenaHeader, next_chunk), stream_);
+  bool ok = true;
+  if (out->staged) {
+    ok = gpu_.CopyOnDevice(staging_ + out->staging_offset, ref_.chunks, used_bytes, stream_);
+  } else if (used > 0) {
+    ok = gpu_.CopyToHost(out->chunks.data(), ref_.chunks, used_bytes, stream_);
+  }
+  ok = ok && (used == 0 || gpu_.Fill(ref_.chunks, 0, used_bytes, stream_)) &&
+       gpu_.Fill(arena_ + offsetof(wire::ArenaHeader, next_chunk), 0,
+                 sizeof(wire::ArenaHeader) - offsetof(wire::ArenaHeader, next_chunk), stream_);
   for (Module* m : modules) ok = ok && gpu_.CopyToDevice(m->global, &dark, sizeof(dark), stream_);
   if (!ok || !gpu_.Wait(stream_, kOwnCopyTimeout)) {
     failed_ = true;  // the arena may be half reset: stop using it
-    out->chunks = HostBuffer();  // a copy may still land in it: never reuse, never free under it
+    out->chunks.Abandon();  // a copy may still land in it: never reuse, never free under it
+    if (out->staged) {
+      std::lock_guard<std::mutex> lock(slices_mu_);
+      ReleaseSliceLocked(out->staging_offset);
+    }
+    out->staged = false;
     Log().error("profiling stops on GPU {}: the profile buffer could not be read back", facts_.info.ordinal);
     return ReadBack::kFailed;
   }
@@ -522,6 +529,110 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   projected_chunks_ = 0;
   sized_ = false;
   return ReadBack::kDone;
+}
+
+bool DeviceContext::TakeSlice(uint64_t bytes, uint64_t* offset) {
+  if (staging_ == 0) return false;
+  std::lock_guard<std::mutex> lock(slices_mu_);
+  uint64_t at = 0;  // first fit
+  for (const auto& [begin, slice] : slices_) {
+    if (begin - at >= bytes) break;
+    at = begin + slice.first;
+  }
+  if (at + bytes > chunk_region_bytes_) return false;
+  slices_.emplace(at, std::make_pair(bytes, 1));
+  *offset = at;
+  return true;
+}
+
+void DeviceContext::ReleaseSliceLocked(uint64_t offset) {
+  auto it = slices_.find(offset);
+  if (it != slices_.end() && --it->second.second == 0) slices_.erase(it);
+}
+
+bool DeviceContext::Fetch(ArenaSnapshot* snapshot) {
+  {
+    std::lock_guard<std::mutex> lock(slices_mu_);
+    if (!snapshot->staged) return true;  // not staged, or an unload brought it
+    snapshot->fetching = true;
+  }
+  // No lock across the copy: an unload's callback may hold the driver until
+  // it returns, and must not wait for this thread meanwhile.
+  const size_t bytes = static_cast<size_t>(snapshot->used_chunks) * snapshot->chunk_bytes;
+  if (snapshot->chunks.size() < bytes) {
+    snapshot->retired = std::move(snapshot->chunks);
+    snapshot->chunks = HostBuffer(bytes);
+  }
+  bool ok = snapshot->chunks.size() >= bytes &&
+            gpu_.CopyToHost(snapshot->chunks.data(), staging_ + snapshot->staging_offset, bytes, fetch_stream_) &&
+            gpu_.Wait(fetch_stream_, kOwnCopyTimeout);
+  HostBuffer spent;  // unmapped outside the lock
+  std::lock_guard<std::mutex> lock(slices_mu_);
+  snapshot->fetching = false;
+  snapshot->staged = false;
+  if (!ok && snapshot->rescued.size() >= bytes) {                  // the context went while this copy waited
+    if (snapshot->chunks.size() != 0) snapshot->chunks.Abandon();  // a copy may still land in it
+    snapshot->chunks = std::move(snapshot->rescued);
+    ok = true;
+  }
+  spent = std::move(snapshot->rescued);
+  if (ok) {
+    ReleaseSliceLocked(snapshot->staging_offset);
+    return true;
+  }
+  // The slice stays held: a copy from it may still be under way.
+  failed_ = true;
+  snapshot->chunks.Abandon();  // a copy may still land in it
+  snapshot->used_chunks = 0;
+  Log().error("profiling stops on GPU {}: a read-back could not be brought to host memory; its events are lost",
+              facts_.info.ordinal);
+  return false;
+}
+
+void DeviceContext::FetchAtUnload(ArenaSnapshot* snapshot, const std::function<void(const ArenaSnapshot&)>& scan) {
+  uint64_t offset;
+  bool staged;
+  {
+    std::lock_guard<std::mutex> lock(slices_mu_);
+    staged = snapshot->staged;
+    offset = snapshot->staging_offset;
+    if (staged) ++slices_[offset].second;  // held while copied here, whatever the fetch does
+  }
+  if (!staged) {
+    scan(*snapshot);  // in host memory for good (a harvest thread may be decoding it: both only read)
+    return;
+  }
+  ArenaSnapshot copy;
+  copy.used_chunks = snapshot->used_chunks;
+  copy.chunk_bytes = snapshot->chunk_bytes;
+  const size_t bytes = static_cast<size_t>(copy.used_chunks) * copy.chunk_bytes;
+  copy.chunks = HostBuffer(bytes);
+  const bool ok = copy.chunks.size() >= bytes &&
+                  gpu_.CopyToHost(copy.chunks.data(), staging_ + offset, bytes, stream_) &&
+                  gpu_.Wait(stream_, kOwnCopyTimeout);
+  if (!ok) {
+    copy.chunks.Abandon();  // a copy may still land in it
+    Log().warn("GPU {}: staged events could not be read before an unload; their names may be unreadable",
+               facts_.info.ordinal);
+  }
+  scan(copy);
+  HostBuffer spent;  // unmapped outside the lock
+  std::lock_guard<std::mutex> lock(slices_mu_);
+  ReleaseSliceLocked(offset);
+  if (!ok || !snapshot->staged) return;  // failed here, or fetched meanwhile
+  if (snapshot->fetching) {
+    snapshot->rescued = std::move(copy.chunks);
+    return;
+  }
+  spent = std::move(snapshot->chunks);  // nobody is fetching it: this copy is its chunks
+  snapshot->chunks = std::move(copy.chunks);
+  snapshot->staged = false;
+  ReleaseSliceLocked(offset);
+}
+
+bool DeviceContext::Staged(const ArenaSnapshot& snapshot) {
+  std::lock_guard<std::mutex> lock(slices_mu_);
+  return snapshot.staged;
 }
 
 }  // namespace smprof::injector

@@ -88,6 +88,7 @@ class Gpu {
 
   virtual bool CopyToDevice(DevPtr dst, const void* src, size_t bytes, GpuStream stream) = 0;
   virtual bool CopyToHost(void* dst, DevPtr src, size_t bytes, GpuStream stream) = 0;
+  virtual bool CopyOnDevice(DevPtr dst, DevPtr src, size_t bytes, GpuStream stream) = 0;
   virtual bool Fill(DevPtr dst, uint8_t value, size_t bytes, GpuStream stream) = 0;
   // Waits until `stream` is idle or `timeout` passes (false: not idle, or an error).
   virtual bool Wait(GpuStream stream, std::chrono::nanoseconds timeout) = 0;

@@ -18,7 +18,8 @@ uint64_t Warps(const KernelRecord& r) {
 }
 
 // Calls fn(chunk header, event) for every used event slot of a read-back,
-// without decoding: a scan of chunk headers and event words.
+// without decoding: a scan of chunk headers and event words. Only for
+// chunks in host memory (DeviceContext::Staged says).
 template <typename Fn>
 void ForEachUsedSlot(const ArenaSnapshot& snap, Fn fn) {
   for (uint32_t c = 0; c < snap.used_chunks; ++c) {
@@ -85,7 +86,6 @@ struct Harvester::ContextState {
   std::vector<KernelRecord> carried_records;
   std::vector<int> carried_record_ages;
   std::vector<ArenaSnapshot> free;  // buffers to reuse (mu_)
-  bool preparing = false;           // a harvest thread is pinning a spare (mu_)
   size_t out = 0;                   // snapshots queued or being processed (mu_)
   size_t queued = 0;                // jobs queued or being processed (mu_)
   // Held from a read-back until its job is queued: jobs are processed in the
@@ -287,13 +287,16 @@ void Harvester::ReadNamesBeforeUnload(DeviceContext* device) {
     std::lock_guard<std::mutex> lock(mu_);
     state = &StateOf(device);
     generation = state->name_generation.load(std::memory_order_acquire);
-    const auto scan = [&](const Job* job) {
+    const auto collect = [&](const ArenaSnapshot& snap) { CollectNameAddresses(snap, &addresses); };
+    const auto scan = [&](Job* job) {
       if (job != nullptr && job->device == device && job->has_snapshot && job->name_generation == generation) {
-        CollectNameAddresses(job->snapshot, &addresses);
+        // Staged chunks come to host memory now, on this thread: the staging
+        // area goes with the context, and the names are in the chunks.
+        device->FetchAtUnload(&job->snapshot, collect);
       }
     };
     for (const auto& job : queue_) scan(job.get());
-    for (const Job* job : processing_) scan(job);
+    for (Job* job : processing_) scan(job);
     // Events that wait for their CUPTI record are named when they ship.
     for (const WarpSegment& s : state->carried_segments) {
       if (s.name_generation != generation) continue;
@@ -380,31 +383,6 @@ std::string Harvester::ReadName(ContextState& state, DeviceContext* device, uint
   return state.names.emplace(key, std::move(name)).first->second;  // an unload's read may have come first
 }
 
-// Page-locking a large buffer takes longer than copying into it (2 GB: about
-// half a second): done on the application's thread at a read-back, it would
-// hold the application that long. So while a context has no free buffer and
-// may have another, a harvest thread pins one, as large as the one just
-// filled, before it decodes.
-void Harvester::PrepareSpare(ContextState& state, size_t bytes) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (bytes == 0 || state.ended || state.preparing || !state.free.empty() ||
-        state.out + state.free.size() >= kSnapshotsPerContext) {
-      return;
-    }
-    state.preparing = true;
-  }
-  ArenaSnapshot spare;
-  spare.chunks = HostBuffer(&gpu_, bytes);
-  std::lock_guard<std::mutex> lock(mu_);
-  state.preparing = false;
-  // Bounded as ever: a read-back may have taken a buffer of its own meanwhile.
-  if (!state.ended && state.out + state.free.size() < kSnapshotsPerContext) {
-    state.free.push_back(std::move(spare));
-  }
-  cv_.notify_all();
-}
-
 void Harvester::Process(Job& job) {
   DeviceContext* device = job.device;
   ContextState* state;
@@ -417,7 +395,12 @@ void Harvester::Process(Job& job) {
   std::optional<ContextScope> scope;
   if (!gone) scope.emplace(gpu_, device->ctx());
   if (scope && !scope->ok()) gone = true;
-  if (!gone && job.has_snapshot) PrepareSpare(*state, job.snapshot.chunks.size());
+  // The chunks to host memory first, if they wait on the device (an unload
+  // may have fetched them already). A buffer that was too small goes now.
+  if (!gone && job.has_snapshot) {
+    device->Fetch(&job.snapshot);
+    job.snapshot.retired = HostBuffer();
+  }
   uint64_t stage_start = gpu_.Now();
   const auto stage = [&](wire::HarvestStage s) {
     const uint64_t now = gpu_.Now();
@@ -613,13 +596,24 @@ uint64_t Harvester::CountUnshipped() {
   uint64_t events = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    size_t staged = 0;
     const auto count = [&](const Job* job) {
-      if (job != nullptr && job->has_snapshot) events += EventsIn(job->snapshot);
+      if (job == nullptr || !job->has_snapshot) return;
+      // Chunks still on the device cannot be counted (contexts, and their
+      // DeviceContexts, live as long as the profiler).
+      if (job->device->Staged(job->snapshot)) {
+        ++staged;
+      } else {
+        events += EventsIn(job->snapshot);
+      }
     };
     for (const auto& job : queue_) count(job.get());
     for (const Job* job : processing_) count(job);
     for (const auto& [device, state] : states_) {
       for (const WarpSegment& s : state->carried_segments) events += s.events.size();
+    }
+    if (staged != 0) {
+      Log().warn("{} read-backs were still in device memory at exit; their events are lost, uncounted", staged);
     }
   }
   std::lock_guard<std::mutex> lock(ship_mu_);

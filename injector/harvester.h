@@ -17,14 +17,17 @@
 // An application thread is held only while the arena is copied (and, for a
 // forced drain, while the recording work it waits for finishes). The queue
 // holds at most kSnapshotsPerContext read-backs per context, each in a
-// reusable page-locked buffer: host memory stays bounded by that many arena
-// copies. Overflow policy (SMPROF_BACKLOG): when a context's buffers are all
-// queued, the next read-back either waits for a harvest thread to free one
-// (wait, the default: the application is stalled, the wait shows as the
-// harvest's `wait` stage, nothing is dropped) or is skipped at once (drop:
-// the application is never held longer than a copy; the events stay in the
-// device buffer for a later harvest, and what no longer fits there is dropped
-// on the device, counted; skipped read-backs are counted in
+// reusable host buffer (host_buffer.h): host memory stays bounded by that
+// many arena copies. The copy the application waits for is the device's (a
+// staging copy in device memory, device_context.h); a harvest thread brings
+// it to the host buffer when it takes the job. Overflow policy
+// (SMPROF_BACKLOG): when a context's buffers are all queued, the next
+// read-back either waits for a harvest thread to free one (wait, the
+// default: the application is stalled, the wait shows as the harvest's
+// `wait` stage, nothing is dropped) or is skipped at once (drop: the
+// application is never held longer than a copy; the events stay in the
+// device buffer for a later harvest, and what no longer fits there is
+// dropped on the device, counted; skipped read-backs are counted in
 // StatsMsg::harvests_skipped). The last read-back before the arena or the
 // modules go (exit, module unload, context end) neither waits nor skips: it
 // takes one buffer beyond the bound.
@@ -133,9 +136,6 @@ class Harvester {
   void Enqueue(std::unique_ptr<Job> job);              // mu_ held
   void Run();
   void Process(Job& job);
-  // Pins a read-back buffer of `bytes` for the context's next harvest (see
-  // harvester.cc) when it has no free one and may have another.
-  void PrepareSpare(ContextState& state, size_t bytes);
   // Waits for the job's turn at a step done in read order (false: stopping).
   bool WaitTurn(const uint64_t& turn, uint64_t seq);
   void EndTurn(uint64_t* turn);

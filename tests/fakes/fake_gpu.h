@@ -189,7 +189,8 @@ class FakeGpu final : public Gpu {
   }
   bool Allocate(size_t bytes, DevPtr* ptr) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (fail_allocations_) return false;
+    if (fail_allocations_ || allocations_left_ == 0) return false;
+    if (allocations_left_ > 0) --allocations_left_;
     *ptr = AllocLocked(bytes);
     return true;
   }
@@ -204,10 +205,10 @@ class FakeGpu final : public Gpu {
     }
     return new uint8_t[bytes]();
   }
-  // How many page-locked buffers thread `t` allocated.
-  size_t pinned_on(std::thread::id t) {
+  // How many page-locked buffers were allocated.
+  size_t pinned_allocations() {
     std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<size_t>(std::count(pinned_by_.begin(), pinned_by_.end(), t));
+    return pinned_by_.size();
   }
   void FreePinned(void* ptr) override { delete[] static_cast<uint8_t*>(ptr); }
   bool CreateStream(GpuStream* stream) override {
@@ -234,6 +235,19 @@ class FakeGpu final : public Gpu {
     return true;
   }
   bool CopyToHost(void* dst, DevPtr src, size_t bytes, GpuStream stream) override {
+    if (bytes >= 1024) {
+      std::unique_lock<std::mutex> lock(mu_);
+      host_copiers_.push_back(std::this_thread::get_id());
+      if (hold_next_copy_) {
+        // As a driver call waits while another thread is in a callback.
+        hold_next_copy_ = false;
+        ++held_copies_;
+        held_cv_.notify_all();
+        held_cv_.wait(lock, [this] { return release_copies_; });
+        --held_copies_;
+        if (fail_held_copies_) return false;
+      }
+    }
     Enqueue(stream, [this, dst, src, bytes] {
       std::lock_guard<std::mutex> lock(mu_);
       if (bytes == sizeof(uint32_t) && reinterpret_cast<uintptr_t>(dst) % sizeof(uint32_t) == 0) {
@@ -250,6 +264,30 @@ class FakeGpu final : public Gpu {
       }
     });
     return true;
+  }
+  bool CopyOnDevice(DevPtr dst, DevPtr src, size_t bytes, GpuStream stream) override {
+    Enqueue(stream, [this, dst, src, bytes] {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::memmove(At(dst), At(src), bytes);
+      ++device_copies_;
+      held_cv_.notify_all();
+    });
+    return true;
+  }
+  // Device memory allocations that may still succeed (then they fail).
+  void set_allocations_left(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    allocations_left_ = n;
+  }
+  // Read-back copies to the host (1 KiB or more) that thread `t` queued.
+  size_t host_copies_from(std::thread::id t) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<size_t>(std::count(host_copiers_.begin(), host_copiers_.end(), t));
+  }
+  // Copies from device to device memory (staged read-backs) so far.
+  size_t device_copies() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return device_copies_;
   }
   bool Fill(DevPtr dst, uint8_t value, size_t bytes, GpuStream stream) override {
     Enqueue(stream, [this, dst, value, bytes] {
@@ -321,6 +359,20 @@ class FakeGpu final : public Gpu {
 
   // While held, ReadString waits: a harvest thread pauses between taking
   // its records and shipping (it reads the names of what it ships).
+  // The next read-back copy to the host waits until released; released
+  // with `fail`, it fails (as a copy from a context destroyed meanwhile).
+  void HoldNextHostCopy() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_next_copy_ = true;
+    release_copies_ = false;
+  }
+  void ReleaseHostCopy(bool fail) {
+    std::lock_guard<std::mutex> lock(mu_);
+    release_copies_ = true;
+    fail_held_copies_ = fail;
+    held_cv_.notify_all();
+  }
+  size_t held_copies_locked() const { return held_copies_; }
   void HoldStringReads(bool hold) {
     std::lock_guard<std::mutex> lock(mu_);
     hold_reads_ = hold;
@@ -335,8 +387,9 @@ class FakeGpu final : public Gpu {
   // Calls waiting in ReadString; FlushActivity calls that took incomplete
   // records too (a final harvest's). Call inside WaitUntil.
   size_t held_string_reads_locked() const { return held_reads_; }
-  // Copies of 1 KiB or more to the host (read-backs of chunks). Call inside WaitUntil.
-  size_t large_copies_locked() const { return large_copies_; }
+  // Copies of chunks: of 1 KiB or more to the host, and on the device
+  // (read-backs and their fetches). Call inside WaitUntil.
+  size_t chunk_copies_locked() const { return large_copies_ + device_copies_; }
   size_t final_activity_flushes_locked() const { return final_flushes_; }
 
   uint64_t string_reads() const {
@@ -346,6 +399,8 @@ class FakeGpu final : public Gpu {
 
   GpuCtx context = reinterpret_cast<GpuCtx>(0xC0);
   bool fail_allocations_ = false;
+  int allocations_left_ = -1;                  // -1: no limit
+  std::vector<std::thread::id> host_copiers_;  // callers of read-back copies to the host
   uint32_t events_written_in_last_kernel = 0;
 
  private:
@@ -472,7 +527,7 @@ class FakeGpu final : public Gpu {
   }
 
   mutable std::mutex mu_;
-  std::vector<std::thread::id> pinned_by_;  // AllocatePinned's callers, in order
+  std::vector<std::thread::id> pinned_by_;  // AllocatePinned's callers
   uintptr_t next_handle_ = 0x1000;
   DevPtr next_address_ = 0x10000000;
   std::map<DevPtr, std::vector<uint8_t>> memory_;
@@ -494,6 +549,9 @@ class FakeGpu final : public Gpu {
   bool hold_reads_ = false;
   size_t held_reads_ = 0;
   size_t large_copies_ = 0;  // mu_
+  size_t device_copies_ = 0;
+  bool hold_next_copy_ = false, release_copies_ = false, fail_held_copies_ = false;
+  size_t held_copies_ = 0;
   size_t final_flushes_ = 0;
 };
 

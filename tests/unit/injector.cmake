@@ -15,6 +15,6 @@ set_tests_properties(injector.exports_only_its_entry_point PROPERTIES LABELS uni
 # The launch policy, device contexts and harvester against a fake GPU
 # (tests/fakes/fake_gpu.h): CUPTI callbacks are the test's calls.
 smprof_add_test(injector_logic_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/profiler_test.cc
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/profiler_test.cc ${CMAKE_CURRENT_LIST_DIR}/host_buffer_test.cc
   LIBS smprof_injector_logic
   LABELS unit)

@@ -169,6 +169,7 @@ class ProfilerTest : public ::testing::Test {
     profiler->Shutdown();
     profiler.reset();
   }
+  void ExpectUnloadDuringAFetch(bool destroy_context);
   // A launch whose record comes only with the final flush (see the tests).
   void ExpectALateLastRecordAttributes(bool destroy_context) {
     Start(MakeSettings());
@@ -394,24 +395,23 @@ TEST_F(ProfilerTest, DecodingAndShippingRunOffTheApplicationThread) {
   EXPECT_EQ(sink.events["gemm(float*)"], 2u * 64);
 }
 
-TEST_F(ProfilerTest, ReadBackBuffersArePinnedOffTheApplicationThread) {
+// Host memory is never page-locked for read-backs (locking holds every
+// driver call of the application, host_buffer.h): the only locked memory is
+// the context's few words, at its set-up.
+TEST_F(ProfilerTest, ReadBacksLockNoHostMemory) {
   Start(MakeSettings());
-  const std::thread::id app = std::this_thread::get_id();
   Gemm(s1);
-  Sync();  // the first read-back pins its buffer on the application thread
+  Sync();
   sink.WaitForHarvests(1);
-  const size_t pinned = gpu.pinned_on(app);
-  sink.Block(true);
+  const size_t locked = gpu.pinned_allocations();
+  for (int i = 0; i < 40; ++i) Gemm(s1);  // 40 times the chunks: larger than the first buffer
+  Sync();
   Gemm(s1);
-  Sync();  // reuses that buffer; its harvest thread pins a spare before it ships
-  sink.WaitUntilASenderIsHeld();
-  Gemm(s1);
-  Sync();  // the first buffer is still being shipped: this one takes the spare
-  EXPECT_EQ(gpu.pinned_on(app), pinned);
-  sink.Block(false);
+  Sync();
   Finish();
-  EXPECT_EQ(sink.events["gemm(float*)"], 3u * 64);
+  EXPECT_EQ(sink.events["gemm(float*)"], 42u * 64);
   EXPECT_EQ(sink.harvests[wire::kHarvestSync], 3);
+  EXPECT_EQ(gpu.pinned_allocations(), locked);
 }
 
 TEST_F(ProfilerTest, ABusyStreamDefersTheHarvestToALaterSync) {
@@ -457,6 +457,129 @@ TEST_F(ProfilerTest, ModuleUnloadReadsNamesFirstAndForgetsHandles) {
   ASSERT_EQ(sink.names.size(), 1u);
   EXPECT_EQ(sink.names[0], "load");
   EXPECT_EQ(sink.harvests[wire::kHarvestModuleUnload], 1);
+}
+
+// The unload's read-back is staged on the device while the harvest thread
+// is busy: the names its chunks need are read before the module goes, so
+// its chunks are fetched then, on the unloading thread.
+TEST_F(ProfilerTest, AStagedReadBackIsFetchedForItsNamesBeforeAnUnload) {
+  Start(MakeSettings());
+  const GpuModule stages = gpu.AddModule(true, {"stage"});
+  const GpuFunction kernel = gpu.AddFunction(stages, "_Z6stagesv");
+  Gemm(s1);
+  sink.Block(true);
+  Sync();
+  sink.WaitUntilASenderIsHeld();  // its chunks are on the host: the staging buffer is free
+  LaunchOn(kernel, stages, "_Z6stagesv", s1);
+  const size_t staged_before = gpu.device_copies();
+  profiler->OnModuleUnload(gpu.context);  // staged, queued behind the held harvest
+  EXPECT_EQ(gpu.device_copies(), staged_before + 1);
+  gpu.UnloadModule(stages);
+  sink.Block(false);
+  Finish();
+  EXPECT_EQ(sink.events["gemm(float*)"], 64u);
+  EXPECT_EQ(sink.events["stages()"], 64u);
+  EXPECT_NE(std::find(sink.names.begin(), sink.names.end(), "stage"), sink.names.end());
+  for (const std::string& name : sink.names) EXPECT_EQ(name.find("unreadable"), std::string::npos) << name;
+}
+
+// Read-backs are copied on the device while the application waits, and
+// brought to host memory by a harvest thread; when the staging buffer still
+// holds one, or none could be allocated, they are copied to host memory.
+TEST_F(ProfilerTest, ReadBacksAreStagedOnTheDeviceAndFetchedOffTheApplicationThread) {
+  Start(MakeSettings());
+  const std::thread::id app = std::this_thread::get_id();
+  Gemm(s1);
+  Sync();
+  sink.WaitForHarvests(1);
+  Gemm(s1);
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.events["gemm(float*)"], 2u * 64);
+  EXPECT_EQ(gpu.device_copies(), 2u);
+  EXPECT_EQ(gpu.host_copies_from(app), 0u);
+}
+
+// An unload's callback may hold the driver until it returns, so a harvest
+// thread's copy can wait for it: the unload must then fetch what it needs
+// itself instead of waiting for that copy (on the GPU this deadlocked).
+// With the context's end, the unload's copy also stands in for the fetch,
+// should it fail as the context goes.
+void ProfilerTest::ExpectUnloadDuringAFetch(bool destroy_context) {
+  Start(MakeSettings());
+  const GpuModule stages = gpu.AddModule(true, {"stage"});
+  const GpuFunction kernel = gpu.AddFunction(stages, "_Z6stagesv");
+  gpu.HoldNextHostCopy();
+  LaunchOn(kernel, stages, "_Z6stagesv", s1);
+  Sync();  // staged; the harvest thread's fetch waits
+  ASSERT_TRUE(gpu.WaitUntil([&] { return gpu.held_copies_locked() > 0; }, std::chrono::seconds(10)));
+  std::atomic<bool> unloaded{false};
+  std::thread unload([&] {
+    if (destroy_context) {
+      profiler->OnContextDestroy(gpu.context);
+    } else {
+      profiler->OnModuleUnload(gpu.context);
+    }
+    unloaded = true;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!unloaded && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(unloaded) << "the unload waited for the harvest thread's copy";
+  if (unloaded) gpu.UnloadModule(stages);  // its names are gone
+  gpu.ReleaseHostCopy(/*fail=*/destroy_context);
+  unload.join();
+  Finish();
+  EXPECT_EQ(sink.events["stages()"], 64u);
+  EXPECT_EQ(sink.stats.events_lost_host, 0u);
+  EXPECT_NE(std::find(sink.names.begin(), sink.names.end(), "stage"), sink.names.end());
+  for (const std::string& name : sink.names) EXPECT_EQ(name.find("unreadable"), std::string::npos) << name;
+}
+
+TEST_F(ProfilerTest, AnUnloadDuringAFetchDoesNotWaitForIt) { ExpectUnloadDuringAFetch(false); }
+
+TEST_F(ProfilerTest, AContextEndDuringAFetchDoesNotWaitForItAndStandsInForIt) { ExpectUnloadDuringAFetch(true); }
+
+// Read-backs not fetched yet each hold a slice of the staging area (as large
+// as the arena); one that finds no slice free copies to the host directly.
+TEST_F(ProfilerTest, ReadBacksWaitingForTheirFetchShareTheStagingArea) {
+  Start(MakeSettings(), /*harvest_threads=*/1);  // a 1 MB arena: 1023 chunks of 1 KiB
+  const std::thread::id app = std::this_thread::get_id();
+  gpu.HoldStringReads(true);
+  Gemm(s1);
+  Sync();  // fetched, then the harvest thread pauses reading its names
+  ASSERT_TRUE(gpu.WaitUntil([&] { return gpu.held_string_reads_locked() > 0; }, std::chrono::seconds(10)));
+  EXPECT_EQ(gpu.device_copies(), 1u);
+  for (int i = 0; i < 3; ++i) {  // 384 chunks each: two fit beside each other, the third does not
+    for (int j = 0; j < 48; ++j) Gemm(s1);
+    Sync();
+  }
+  EXPECT_EQ(gpu.device_copies(), 3u);
+  EXPECT_EQ(gpu.host_copies_from(app), 1u);
+  gpu.HoldStringReads(false);
+  Gemm(s1);
+  Sync();  // the area is free again once they are fetched
+  Finish();
+  EXPECT_EQ(gpu.device_copies(), 4u);
+  EXPECT_EQ(gpu.host_copies_from(app), 1u);
+  EXPECT_EQ(sink.events["gemm(float*)"], (2u + 3 * 48) * 64);
+  EXPECT_EQ(sink.stats.events_dropped_device, 0u);
+  EXPECT_EQ(sink.harvests[wire::kHarvestSync], 5);
+}
+
+TEST_F(ProfilerTest, WithoutStagingMemoryReadBacksCopyToTheHostDirectly) {
+  gpu.set_allocations_left(1);  // the arena, not its staging copy
+  Start(MakeSettings());
+  const std::thread::id app = std::this_thread::get_id();
+  Gemm(s1);
+  Sync();
+  Gemm(s1);
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.events["gemm(float*)"], 2u * 64);
+  EXPECT_EQ(gpu.device_copies(), 0u);
+  EXPECT_EQ(gpu.host_copies_from(app), 2u);
 }
 
 TEST_F(ProfilerTest, LateCuptiRecordsAreMatchedAtTheNextHarvest) {
@@ -620,9 +743,9 @@ TEST_F(ProfilerTest, WithBacklogDropAReadBackThatFindsEveryBufferQueuedIsSkipped
   // still held): it takes one more, at once. It used to wait 5 s, give up
   // and leave the arena's events uncounted.
   size_t copies = 0;
-  gpu.WaitUntil([&] { return (copies = gpu.large_copies_locked()) > 0; }, std::chrono::seconds(10));
+  gpu.WaitUntil([&] { return (copies = gpu.chunk_copies_locked()) > 0; }, std::chrono::seconds(10));
   std::thread finish([&] { Finish(); });
-  EXPECT_TRUE(gpu.WaitUntil([&] { return gpu.large_copies_locked() > copies; }, std::chrono::seconds(3)))
+  EXPECT_TRUE(gpu.WaitUntil([&] { return gpu.chunk_copies_locked() > copies; }, std::chrono::seconds(3)))
       << "the exit's read-back waited for a buffer";
   gpu.HoldStringReads(false);
   finish.join();
