@@ -496,6 +496,25 @@ void Harvester::Process(Job& job) {
       waiting_events += s->events.size();
     }
   }
+  // Segments that start to wait are named now, while the memory of their
+  // modules is surely there: an unload reads the names of what waits in the
+  // context, but not of what a harvest has taken from it and still holds;
+  // that harvest then finds the names cached.
+  {
+    std::unordered_set<uint64_t> seen;
+    uint64_t recent[16] = {};  // most events repeat a few names: skip the set for those
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      if (waiting_ages[i] != 1) continue;  // named when it started to wait
+      const WarpSegment& s = waiting[i];
+      for (const DecodedEvent& e : s.events) {
+        const uint64_t address = s.name_base + static_cast<int64_t>(e.name_offset);
+        uint64_t& slot = recent[(address >> 3) & 15];
+        if (slot == address) continue;
+        slot = address;
+        if (seen.insert(address).second) ReadName(*state, device, s.name_generation, address);
+      }
+    }
+  }
   if (!given_up.empty()) {
     std::vector<Launch> synthetic = MatchLaunches(&given_up, {}, wanted, clock_offset, &match);
     for (Launch& l : synthetic) launches.push_back(std::move(l));

@@ -51,7 +51,9 @@
 // of it that waits for a record, keeps the generation of its context's modules
 // (a module unload or context end starts a new one, after reading the names of
 // everything queued, in progress or waiting), so a name is read only from the
-// memory of the modules that wrote the event.
+// memory of the modules that wrote the event. Events are named when they start
+// to wait, so a harvest that took waiting events (which an unload meanwhile
+// does not see) finds their names cached.
 #pragma once
 
 #include <atomic>

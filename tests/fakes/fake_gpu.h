@@ -338,10 +338,13 @@ class FakeGpu final : public Gpu {
   }
   std::string ReadString(DevPtr address, GpuStream) override {
     std::unique_lock<std::mutex> lock(mu_);
-    ++held_reads_;
-    held_cv_.notify_all();
-    held_cv_.wait(lock, [this] { return !hold_reads_; });
-    --held_reads_;
+    if (std::find(unheld_readers_.begin(), unheld_readers_.end(), std::this_thread::get_id()) ==
+        unheld_readers_.end()) {
+      ++held_reads_;
+      held_cv_.notify_all();
+      held_cv_.wait(lock, [this] { return !hold_reads_; });
+      --held_reads_;
+    }
     ++string_reads_;
     return std::string(reinterpret_cast<const char*>(At(address)));
   }
@@ -373,6 +376,11 @@ class FakeGpu final : public Gpu {
     held_cv_.notify_all();
   }
   size_t held_copies_locked() const { return held_copies_; }
+  // HoldStringReads does not hold the calling thread's reads.
+  void NeverHoldMyStringReads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    unheld_readers_.push_back(std::this_thread::get_id());
+  }
   void HoldStringReads(bool hold) {
     std::lock_guard<std::mutex> lock(mu_);
     hold_reads_ = hold;
@@ -547,6 +555,7 @@ class FakeGpu final : public Gpu {
   uint64_t string_reads_ = 0;
   std::condition_variable held_cv_;
   bool hold_reads_ = false;
+  std::vector<std::thread::id> unheld_readers_;
   size_t held_reads_ = 0;
   size_t large_copies_ = 0;  // mu_
   size_t device_copies_ = 0;

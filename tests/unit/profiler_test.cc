@@ -541,6 +541,36 @@ TEST_F(ProfilerTest, AnUnloadDuringAFetchDoesNotWaitForIt) { ExpectUnloadDuringA
 
 TEST_F(ProfilerTest, AContextEndDuringAFetchDoesNotWaitForItAndStandsInForIt) { ExpectUnloadDuringAFetch(true); }
 
+// Events that wait for their CUPTI record are named when they start to
+// wait: a later harvest that has taken them from the context (so an unload
+// meanwhile does not see them) and ships them after the unload finds their
+// names cached, not in unloaded memory.
+TEST_F(ProfilerTest, EventsTakenFromTheWaitingOnesKeepTheirNamesAcrossAnUnload) {
+  Start(MakeSettings());
+  const GpuModule stages = gpu.AddModule(true, {"stage"});
+  const GpuFunction kernel = gpu.AddFunction(stages, "_Z6stagesv");
+  LaunchOn(kernel, stages, "_Z6stagesv", s1, 8, 4, /*deliver=*/false);
+  Sync();  // the record has not arrived: the events wait in the context
+  sink.WaitForHarvests(1);
+  gpu.DeliverLate(&profiler->activity());
+  gpu.HoldStringReads(true);
+  Gemm(s1);
+  Sync();  // this harvest takes the waiting events, matches them, and pauses reading gemm's names
+  ASSERT_TRUE(gpu.WaitUntil([&] { return gpu.held_string_reads_locked() > 0; }, std::chrono::seconds(10)));
+  std::thread unload([&] {
+    gpu.NeverHoldMyStringReads();
+    profiler->OnModuleUnload(gpu.context);
+  });
+  unload.join();
+  gpu.UnloadModule(stages);
+  gpu.HoldStringReads(false);
+  Finish();
+  EXPECT_EQ(sink.events["stages()"], 64u);
+  EXPECT_EQ(sink.events["gemm(float*)"], 64u);
+  EXPECT_NE(std::find(sink.names.begin(), sink.names.end(), "stage"), sink.names.end());
+  for (const std::string& name : sink.names) EXPECT_EQ(name.find("unreadable"), std::string::npos) << name;
+}
+
 // Read-backs not fetched yet each hold a slice of the staging area (as large
 // as the arena); one that finds no slice free copies to the host directly.
 TEST_F(ProfilerTest, ReadBacksWaitingForTheirFetchShareTheStagingArea) {
