@@ -170,6 +170,17 @@ class ProfilerTest : public ::testing::Test {
     profiler.reset();
   }
   void ExpectUnloadDuringAFetch(bool destroy_context);
+  // A second opted-in module: its kernel stages() records "stage" ranges.
+  void AddStages() {
+    stages = gpu.AddModule(true, {"stage"});
+    stages_kernel = gpu.AddFunction(stages, kStages);
+  }
+  void Stages(bool deliver = true) { LaunchOn(stages_kernel, stages, kStages, s1, 8, 4, deliver); }
+  // Every name was read from live memory, `name` among them.
+  void ExpectNamesReadable(const std::string& name) {
+    EXPECT_NE(std::find(sink.names.begin(), sink.names.end(), name), sink.names.end());
+    for (const std::string& n : sink.names) EXPECT_EQ(n.find("unreadable"), std::string::npos) << n;
+  }
   // A launch whose record comes only with the final flush (see the tests).
   void ExpectALateLastRecordAttributes(bool destroy_context) {
     Start(MakeSettings());
@@ -190,6 +201,9 @@ class ProfilerTest : public ::testing::Test {
 
   static constexpr const char* kGemm = "_Z4gemmPf";
   static constexpr const char* kOther = "_Z5otherPf";
+  static constexpr const char* kStages = "_Z6stagesv";
+  GpuModule stages = nullptr;
+  GpuFunction stages_kernel = nullptr;
   FakeGpu gpu;
   CaptureSink sink;
   std::unique_ptr<Shipper> shipper;
@@ -464,13 +478,12 @@ TEST_F(ProfilerTest, ModuleUnloadReadsNamesFirstAndForgetsHandles) {
 // its chunks are fetched then, on the unloading thread.
 TEST_F(ProfilerTest, AStagedReadBackIsFetchedForItsNamesBeforeAnUnload) {
   Start(MakeSettings());
-  const GpuModule stages = gpu.AddModule(true, {"stage"});
-  const GpuFunction kernel = gpu.AddFunction(stages, "_Z6stagesv");
+  AddStages();
   Gemm(s1);
   sink.Block(true);
   Sync();
   sink.WaitUntilASenderIsHeld();  // its chunks are on the host: the staging buffer is free
-  LaunchOn(kernel, stages, "_Z6stagesv", s1);
+  Stages();
   const size_t staged_before = gpu.device_copies();
   profiler->OnModuleUnload(gpu.context);  // staged, queued behind the held harvest
   EXPECT_EQ(gpu.device_copies(), staged_before + 1);
@@ -479,8 +492,7 @@ TEST_F(ProfilerTest, AStagedReadBackIsFetchedForItsNamesBeforeAnUnload) {
   Finish();
   EXPECT_EQ(sink.events["gemm(float*)"], 64u);
   EXPECT_EQ(sink.events["stages()"], 64u);
-  EXPECT_NE(std::find(sink.names.begin(), sink.names.end(), "stage"), sink.names.end());
-  for (const std::string& name : sink.names) EXPECT_EQ(name.find("unreadable"), std::string::npos) << name;
+  ExpectNamesReadable("stage");
 }
 
 // Read-backs are copied on the device while the application waits, and
@@ -507,10 +519,9 @@ TEST_F(ProfilerTest, ReadBacksAreStagedOnTheDeviceAndFetchedOffTheApplicationThr
 // should it fail as the context goes.
 void ProfilerTest::ExpectUnloadDuringAFetch(bool destroy_context) {
   Start(MakeSettings());
-  const GpuModule stages = gpu.AddModule(true, {"stage"});
-  const GpuFunction kernel = gpu.AddFunction(stages, "_Z6stagesv");
+  AddStages();
   gpu.HoldNextHostCopy();
-  LaunchOn(kernel, stages, "_Z6stagesv", s1);
+  Stages();
   Sync();  // staged; the harvest thread's fetch waits
   ASSERT_TRUE(gpu.WaitUntil([&] { return gpu.held_copies_locked() > 0; }, std::chrono::seconds(10)));
   std::atomic<bool> unloaded{false};
@@ -533,8 +544,7 @@ void ProfilerTest::ExpectUnloadDuringAFetch(bool destroy_context) {
   Finish();
   EXPECT_EQ(sink.events["stages()"], 64u);
   EXPECT_EQ(sink.stats.events_lost_host, 0u);
-  EXPECT_NE(std::find(sink.names.begin(), sink.names.end(), "stage"), sink.names.end());
-  for (const std::string& name : sink.names) EXPECT_EQ(name.find("unreadable"), std::string::npos) << name;
+  ExpectNamesReadable("stage");
 }
 
 TEST_F(ProfilerTest, AnUnloadDuringAFetchDoesNotWaitForIt) { ExpectUnloadDuringAFetch(false); }
@@ -547,9 +557,8 @@ TEST_F(ProfilerTest, AContextEndDuringAFetchDoesNotWaitForItAndStandsInForIt) { 
 // names cached, not in unloaded memory.
 TEST_F(ProfilerTest, EventsTakenFromTheWaitingOnesKeepTheirNamesAcrossAnUnload) {
   Start(MakeSettings());
-  const GpuModule stages = gpu.AddModule(true, {"stage"});
-  const GpuFunction kernel = gpu.AddFunction(stages, "_Z6stagesv");
-  LaunchOn(kernel, stages, "_Z6stagesv", s1, 8, 4, /*deliver=*/false);
+  AddStages();
+  Stages(/*deliver=*/false);
   Sync();  // the record has not arrived: the events wait in the context
   sink.WaitForHarvests(1);
   gpu.DeliverLate(&profiler->activity());
@@ -567,8 +576,7 @@ TEST_F(ProfilerTest, EventsTakenFromTheWaitingOnesKeepTheirNamesAcrossAnUnload) 
   Finish();
   EXPECT_EQ(sink.events["stages()"], 64u);
   EXPECT_EQ(sink.events["gemm(float*)"], 64u);
-  EXPECT_NE(std::find(sink.names.begin(), sink.names.end(), "stage"), sink.names.end());
-  for (const std::string& name : sink.names) EXPECT_EQ(name.find("unreadable"), std::string::npos) << name;
+  ExpectNamesReadable("stage");
 }
 
 // Read-backs not fetched yet each hold a slice of the staging area (as large
