@@ -612,6 +612,7 @@ void DeviceContext::FetchAtUnload(ArenaSnapshot* snapshot, const std::function<v
                   gpu_.Wait(stream_, kOwnCopyTimeout);
   if (!ok) {
     copy.chunks.Abandon();  // a copy may still land in it
+    copy.used_chunks = 0;   // nothing to scan
     Log().warn("GPU {}: staged events could not be read before an unload; their names may be unreadable",
                facts_.info.ordinal);
   }

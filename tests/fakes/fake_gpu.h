@@ -238,6 +238,10 @@ class FakeGpu final : public Gpu {
     if (bytes >= 1024) {
       std::unique_lock<std::mutex> lock(mu_);
       host_copiers_.push_back(std::this_thread::get_id());
+      if (fail_next_copy_) {
+        fail_next_copy_ = false;
+        return false;
+      }
       if (hold_next_copy_) {
         // As a driver call waits while another thread is in a callback.
         hold_next_copy_ = false;
@@ -362,6 +366,11 @@ class FakeGpu final : public Gpu {
 
   // While held, ReadString waits: a harvest thread pauses between taking
   // its records and shipping (it reads the names of what it ships).
+  // The next read-back copy to the host fails at once.
+  void FailNextHostCopy() {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_next_copy_ = true;
+  }
   // The next read-back copy to the host waits until released; released
   // with `fail`, it fails (as a copy from a context destroyed meanwhile).
   void HoldNextHostCopy() {
@@ -559,7 +568,7 @@ class FakeGpu final : public Gpu {
   size_t held_reads_ = 0;
   size_t large_copies_ = 0;  // mu_
   size_t device_copies_ = 0;
-  bool hold_next_copy_ = false, release_copies_ = false, fail_held_copies_ = false;
+  bool hold_next_copy_ = false, release_copies_ = false, fail_held_copies_ = false, fail_next_copy_ = false;
   size_t held_copies_ = 0;
   size_t final_flushes_ = 0;
 };

@@ -495,6 +495,28 @@ TEST_F(ProfilerTest, AStagedReadBackIsFetchedForItsNamesBeforeAnUnload) {
   ExpectNamesReadable("stage");
 }
 
+// The unload's own copy of a staged read-back fails: it goes on without
+// those names (they show as unreadable: a name is read only before its
+// generation's unload), and the harvest thread's fetch still brings the
+// events.
+TEST_F(ProfilerTest, AFailedCopyAtAnUnloadLosesNoStagedEvents) {
+  Start(MakeSettings());
+  AddStages();
+  Gemm(s1);
+  sink.Block(true);
+  Sync();
+  sink.WaitUntilASenderIsHeld();
+  Stages();
+  gpu.FailNextHostCopy();
+  profiler->OnModuleUnload(gpu.context);  // stages() staged and queued; the unload's copy of it fails
+  sink.Block(false);
+  Finish();
+  EXPECT_EQ(sink.events["gemm(float*)"], 64u);
+  EXPECT_EQ(sink.events["stages()"], 64u);
+  EXPECT_EQ(sink.stats.events_lost_host, 0u);
+  EXPECT_NE(std::find(sink.names.begin(), sink.names.end(), "load"), sink.names.end());
+}
+
 // Read-backs are copied on the device while the application waits, and
 // brought to host memory by a harvest thread; when the staging buffer still
 // holds one, or none could be allocated, they are copied to host memory.
