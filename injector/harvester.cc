@@ -400,6 +400,12 @@ void Harvester::Process(Job& job) {
   if (!gone && job.has_snapshot) {
     device->Fetch(&job.snapshot);
     job.snapshot.retired = HostBuffer();
+  } else if (job.has_snapshot && device->Staged(job.snapshot)) {
+    // The context went with the chunks still on it (the unload's own copy
+    // failed): its buffer holds an older read-back's bytes, never to decode.
+    job.snapshot.used_chunks = 0;
+    Log().warn("GPU {}: a read-back was still in device memory when its context ended; its events are lost",
+               device->facts().info.ordinal);
   }
   uint64_t stage_start = gpu_.Now();
   const auto stage = [&](wire::HarvestStage s) {

@@ -517,6 +517,25 @@ TEST_F(ProfilerTest, AFailedCopyAtAnUnloadLosesNoStagedEvents) {
   EXPECT_NE(std::find(sink.names.begin(), sink.names.end(), "load"), sink.names.end());
 }
 
+// At a context's end the same failure leaves the read-back on the device for
+// good: its events are lost (and logged), never decoded from whatever its
+// host buffer held before.
+TEST_F(ProfilerTest, AFailedCopyAtAContextEndDecodesNothingStale) {
+  Start(MakeSettings());
+  AddStages();
+  Gemm(s1);
+  sink.Block(true);
+  Sync();
+  sink.WaitUntilASenderIsHeld();
+  Stages();
+  gpu.FailNextHostCopy();
+  profiler->OnContextDestroy(gpu.context);
+  sink.Block(false);
+  Finish();
+  EXPECT_EQ(sink.events["gemm(float*)"], 64u);
+  EXPECT_EQ(sink.events["stages()"], 0u);
+}
+
 // Read-backs are copied on the device while the application waits, and
 // brought to host memory by a harvest thread; when the staging buffer still
 // holds one, or none could be allocated, they are copied to host memory.
