@@ -127,7 +127,7 @@ class MemorySink : public smprof::injector::MessageSink {
   std::vector<size_t> offsets;
 };
 
-std::string NameAt(uint64_t address) {
+std::string NameAt(uint64_t /*generation*/, uint64_t address) {
   switch (address - kNameBase) {
     case 0:
       return "load";

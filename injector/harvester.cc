@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <unordered_set>
@@ -544,14 +545,23 @@ void Harvester::Process(Job& job) {
     if (calls != nullptr) l.call = calls->Find(l.record.correlation_id);
   }
 
-  // Names are read from device memory, so before a module unload completes.
-  std::unordered_map<uint64_t, std::string> names;
-  for (const Launch& l : launches) {
-    for (const LaunchEvents& w : l.warps) {
-      for (const DecodedEvent& e : w.events) {
-        const uint64_t address = w.segment->name_base + static_cast<int64_t>(e.name_offset);
-        if (!names.count(address)) {
-          names.emplace(address, ReadName(*state, device, w.segment->name_generation, address));
+  // Names are read from device memory, so before a module unload completes;
+  // by generation too (events that waited across an unload may share an
+  // address with a later module's).
+  std::map<std::pair<uint64_t, uint64_t>, std::string> names;
+  {
+    // Most events repeat a few names: those skip the map.
+    std::pair<uint64_t, uint64_t> recent[16];
+    std::fill(std::begin(recent), std::end(recent), std::make_pair(UINT64_MAX, UINT64_MAX));
+    for (const Launch& l : launches) {
+      for (const LaunchEvents& w : l.warps) {
+        for (const DecodedEvent& e : w.events) {
+          const uint64_t address = w.segment->name_base + static_cast<int64_t>(e.name_offset);
+          const auto key = std::make_pair(w.segment->name_generation, address);
+          auto& slot = recent[(address >> 3) & 15];
+          if (slot == key) continue;
+          slot = key;
+          if (!names.count(key)) names.emplace(key, ReadName(*state, device, key.first, address));
         }
       }
     }
@@ -598,7 +608,7 @@ void Harvester::Process(Job& job) {
   }
   shipper_.SendLaunches(
       launches, job.reason == wire::kHarvestHighWater ? uint32_t{wire::kLaunchForcedDrain} : 0u,
-      [&](uint64_t address) { return names[address]; },
+      [&](uint64_t generation, uint64_t address) { return names[std::make_pair(generation, address)]; },
       [](const std::string& mangled) { return mangled.empty() ? std::string("<unknown kernel>") : Demangle(mangled); });
   stage(wire::kStageShip);
   // A final flush closes the launches it shipped (events that waited for a

@@ -110,12 +110,13 @@ void Shipper::AnnounceThread(uint32_t tid) {
 }
 
 void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_flags,
-                           const std::function<std::string(uint64_t)>& name_of,
+                           const std::function<std::string(uint64_t, uint64_t)>& name_of,
                            const std::function<std::string(const std::string&)>& kernel_name) {
   address_ids_.clear();  // addresses are only stable while modules stay loaded
   // In front of the map: the last ids by address (a kernel has few names).
   struct Cached {
     uint64_t address = 0;
+    uint64_t generation = 0;
     uint32_t id = 0;
   };
   Cached recent[64];
@@ -156,10 +157,13 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
         for (size_t i = first; i < first + count; ++i) {
           const uint64_t address = seg.name_base + static_cast<int64_t>(warp.events[i].name_offset);
           Cached& slot = recent[(address >> 3) % 64];
-          if (slot.id == 0 || slot.address != address) {
-            auto it = address_ids_.find(address);
-            if (it == address_ids_.end()) it = address_ids_.emplace(address, InternName(name_of(address))).first;
-            slot = Cached{address, it->second};
+          if (slot.id == 0 || slot.address != address || slot.generation != seg.name_generation) {
+            const auto key = std::make_pair(seg.name_generation, address);
+            auto it = address_ids_.find(key);
+            if (it == address_ids_.end()) {
+              it = address_ids_.emplace(key, InternName(name_of(seg.name_generation, address))).first;
+            }
+            slot = Cached{address, seg.name_generation, it->second};
           }
         }
         auto w = Zeroed<wire::WarpEventsMsg>();
@@ -176,7 +180,9 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
           const DecodedEvent& e = warp.events[i];
           const uint64_t address = seg.name_base + static_cast<int64_t>(e.name_offset);
           const Cached& slot = recent[(address >> 3) % 64];
-          const uint32_t id = slot.id != 0 && slot.address == address ? slot.id : address_ids_.at(address);
+          const uint32_t id = slot.id != 0 && slot.address == address && slot.generation == seg.name_generation
+                                  ? slot.id
+                                  : address_ids_.at(std::make_pair(seg.name_generation, address));
           const wire::WireEvent wire_event{e.time_ns, static_cast<uint32_t>(e.clock), id, e.info, e.value};
           std::memcpy(out, &wire_event, sizeof(wire_event));
         }

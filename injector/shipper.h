@@ -14,6 +14,7 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "injector/harvest.h"
@@ -80,10 +81,13 @@ class Shipper {
   void SendDevice(const DeviceInfo& device);
   void SendNotice(wire::NoticeKind kind, const std::string& text);
 
-  // `name_of(address)` returns the marker name stored at a device address.
-  // `kernel_name(mangled)` returns the display name of a kernel.
+  // `name_of(generation, address)` returns the marker name stored at a
+  // device address by the modules of that name generation (a segment's
+  // name_generation: after a module unload, another module may put another
+  // name at the same address). `kernel_name(mangled)` returns the display
+  // name of a kernel.
   void SendLaunches(const std::vector<Launch>& launches, uint32_t extra_flags,
-                    const std::function<std::string(uint64_t)>& name_of,
+                    const std::function<std::string(uint64_t, uint64_t)>& name_of,
                     const std::function<std::string(const std::string&)>& kernel_name);
 
   // `chunks_used` of `chunks_total`: how full the arena was (its fill counter).
@@ -112,7 +116,13 @@ class Shipper {
   uint64_t next_launch_id_ = 1;
   uint32_t next_name_id_ = 1;
   std::unordered_map<std::string, uint32_t> name_ids_;
-  std::unordered_map<uint64_t, uint32_t> address_ids_;  // name address -> id, per harvest
+  struct NameKeyHash {
+    size_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
+      return std::hash<uint64_t>()(k.second * 0x9E3779B97F4A7C15ull ^ k.first);
+    }
+  };
+  // (name generation, address) -> id, per harvest
+  std::unordered_map<std::pair<uint64_t, uint64_t>, uint32_t, NameKeyHash> address_ids_;
   std::vector<uint32_t> devices_sent_;
   ThreadNameFn thread_name_;
   std::vector<uint32_t> threads_sent_;

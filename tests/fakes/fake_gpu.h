@@ -141,6 +141,18 @@ class FakeGpu final : public Gpu {
     std::memset(At(m.arena_ref), 0, sizeof(wire::ArenaRef));
   }
 
+  // An opted-in module loaded where the unloaded `old` was: its names at
+  // old's name addresses (no more of them than old had).
+  GpuModule AddModuleInPlaceOf(GpuModule old, std::vector<std::string> names) {
+    const GpuModule module = AddModule(true, names);
+    std::lock_guard<std::mutex> lock(mu_);
+    Module& m = modules_.at(module);
+    m.name_base = modules_.at(old).name_base;
+    for (size_t i = 0; i < m.names.size() && i < modules_.at(old).names.size(); ++i) {
+      std::memcpy(At(m.name_base + 16 + 64 * i), m.names[i].c_str(), std::min<size_t>(m.names[i].size() + 1, 63));
+    }
+    return module;
+  }
   // Reads the module's arena reference as a kernel would.
   wire::ArenaRef Ref(GpuModule module) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -620,6 +620,29 @@ TEST_F(ProfilerTest, EventsTakenFromTheWaitingOnesKeepTheirNamesAcrossAnUnload) 
   ExpectNamesReadable("stage");
 }
 
+// Events that waited across an unload and a later module's events whose
+// names sit at the same addresses ship in one harvest, each with its own
+// module's names.
+TEST_F(ProfilerTest, WaitingEventsAndALaterModuleAtTheSameAddressKeepTheirOwnNames) {
+  Start(MakeSettings());
+  AddStages();
+  Stages(/*deliver=*/false);
+  Sync();  // its events wait for the record
+  sink.WaitForHarvests(1);
+  profiler->OnModuleUnload(gpu.context);
+  gpu.UnloadModule(stages);
+  stages = gpu.AddModuleInPlaceOf(stages, {"again"});  // another module: its name where "stage" was
+  stages_kernel = gpu.AddFunction(stages, kStages);
+  gpu.DeliverLate(&profiler->activity());
+  Stages();
+  Sync();  // both launches in one harvest
+  Finish();
+  EXPECT_EQ(sink.events["stages()"], 128u);
+  EXPECT_EQ(sink.launches["stages()"], 2);
+  ExpectNamesReadable("stage");
+  ExpectNamesReadable("again");
+}
+
 // Read-backs not fetched yet each hold a slice of the staging area (as large
 // as the arena); one that finds no slice free copies to the host directly.
 TEST_F(ProfilerTest, ReadBacksWaitingForTheirFetchShareTheStagingArea) {

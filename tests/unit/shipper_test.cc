@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 
 namespace smprof::injector {
 namespace {
@@ -63,7 +64,7 @@ TEST(Shipper, FramesLaunchesNamesAndEvents) {
   seg.hw_warp = 41;
   const std::vector<Launch> launches = {MakeLaunch(&seg, 10, 3)};
   s.SendLaunches(
-      launches, 0, [](uint64_t a) { return a == 0x1000 ? std::string("even") : std::string("odd"); },
+      launches, 0, [](uint64_t, uint64_t a) { return a == 0x1000 ? std::string("even") : std::string("odd"); },
       [](const std::string&) { return std::string("gemm(float*)"); });
   // launch, name "even", name "odd", warp events
   ASSERT_EQ(sink.messages.size(), 4u);
@@ -92,7 +93,7 @@ TEST(Shipper, FramesLaunchesNamesAndEvents) {
 
   // Launch ids keep increasing across harvests; known names are not resent.
   s.SendLaunches(
-      launches, wire::kLaunchForcedDrain, [](uint64_t) { return std::string("even"); },
+      launches, wire::kLaunchForcedDrain, [](uint64_t, uint64_t) { return std::string("even"); },
       [](const std::string&) { return std::string("gemm(float*)"); });
   EXPECT_EQ(sink.As<wire::LaunchMsg>(4).launch_id, 2u);
   EXPECT_TRUE(sink.As<wire::LaunchMsg>(4).flags & wire::kLaunchForcedDrain);
@@ -127,7 +128,7 @@ TEST(Shipper, NamesAThreadOnceBeforeTheLaunchOrHarvestThatNamesIt) {
   std::vector<Launch> launches = {MakeLaunch(&seg, 10, 1), MakeLaunch(&seg, 20, 1)};
   launches[0].call = wire::HostCall{1, 5, 77, wire::kApiLaunchKernel};
   launches[1].call = wire::HostCall{6, 8, 77, wire::kApiLaunchKernel};
-  const auto name = [](uint64_t) { return std::string("x"); };
+  const auto name = [](uint64_t, uint64_t) { return std::string("x"); };
   const auto kernel = [](const std::string& m) { return m; };
   s.SendLaunches(launches, 0, name, kernel);
   ASSERT_GE(sink.messages.size(), 2u);
@@ -189,7 +190,7 @@ TEST(Shipper, SplitsLargeWarpsAndCountsDrops) {
   WarpSegment seg;
   const size_t n = Shipper::kMaxEventsPerMessage * 2 + 5;
   const std::vector<Launch> launches = {MakeLaunch(&seg, 10, n)};
-  const auto name = [](uint64_t) { return std::string("x"); };
+  const auto name = [](uint64_t, uint64_t) { return std::string("x"); };
   const auto kernel = [](const std::string& m) { return m; };
   s.SendLaunches(launches, 0, name, kernel);
   uint64_t total = 0;
@@ -209,12 +210,44 @@ TEST(Shipper, SplitsLargeWarpsAndCountsDrops) {
   EXPECT_EQ(s.counters().messages_dropped, 4u);  // launch + 3 warp messages
 }
 
+// Events of two name generations at one address (a module unloaded, another
+// put its own name there) keep their own names within one harvest.
+TEST(Shipper, OneAddressOfTwoNameGenerationsNamesEachItsOwn) {
+  RecordingSink sink;
+  Shipper s(&sink);
+  WarpSegment old_module, new_module;
+  old_module.name_base = new_module.name_base = 0x1000;
+  old_module.name_generation = 1;
+  new_module.name_generation = 2;
+  new_module.warp = 1;
+  const std::vector<Launch> launches = {MakeLaunch(&old_module, 10, 1), MakeLaunch(&new_module, 20, 1)};
+  s.SendLaunches(
+      launches, 0,
+      [](uint64_t generation, uint64_t) { return generation == 1 ? std::string("old") : std::string("new"); },
+      [](const std::string& m) { return m; });
+  std::map<uint32_t, std::string> names;
+  std::vector<uint32_t> used;
+  for (size_t i = 0; i < sink.messages.size(); ++i) {
+    if (sink.TypeAt(i) == wire::kMsgName) {
+      const auto m = sink.As<wire::NameMsg>(i);
+      names[m.name_id] = std::string(reinterpret_cast<const char*>(sink.messages[i].data() + sizeof(m)), m.name_len);
+    } else if (sink.TypeAt(i) == wire::kMsgWarpEvents) {
+      wire::WireEvent e;
+      std::memcpy(&e, sink.messages[i].data() + sizeof(wire::WarpEventsMsg), sizeof(e));
+      used.push_back(e.name_id);
+    }
+  }
+  ASSERT_EQ(used.size(), 2u);
+  EXPECT_EQ(names[used[0]], "old");
+  EXPECT_EQ(names[used[1]], "new");
+}
+
 TEST(Shipper, NameWhoseMessageWasDroppedIsAnnouncedAgain) {
   RecordingSink sink;
   Shipper s(&sink);
   WarpSegment seg;
   const std::vector<Launch> launches = {MakeLaunch(&seg, 10, 1)};
-  const auto name = [](uint64_t) { return std::string("load"); };
+  const auto name = [](uint64_t, uint64_t) { return std::string("load"); };
   const auto kernel = [](const std::string& m) { return m; };
   sink.reject_all = true;
   s.SendLaunches(launches, 0, name, kernel);
