@@ -42,6 +42,30 @@ uint64_t EventsIn(const ArenaSnapshot& snap) {
   return events;
 }
 
+// Marker names of events by (name generation, address), each read once
+// through `read(generation, address)`; most events repeat a few names, and
+// those skip the map.
+class EventNames {
+ public:
+  using Key = std::pair<uint64_t, uint64_t>;
+  EventNames() { std::fill(std::begin(recent_), std::end(recent_), Key(UINT64_MAX, UINT64_MAX)); }
+  template <typename Read>
+  void Add(const WarpSegment& s, const std::vector<DecodedEvent>& events, Read read) {
+    for (const DecodedEvent& e : events) {
+      const Key key(s.name_generation, s.name_base + static_cast<int64_t>(e.name_offset));
+      Key& slot = recent_[(key.second >> 3) & 15];
+      if (slot == key) continue;
+      slot = key;
+      if (names_.count(key) == 0) names_.emplace(key, read(key.first, key.second));
+    }
+  }
+  const std::string& At(uint64_t generation, uint64_t address) { return names_[Key(generation, address)]; }
+
+ private:
+  std::map<Key, std::string> names_;
+  Key recent_[16];
+};
+
 // The distinct name addresses (name base + offset) of the events in a read-back.
 void CollectNameAddresses(const ArenaSnapshot& snap, std::unordered_set<uint64_t>* out) {
   ForEachUsedSlot(snap, [&](const wire::ChunkHeader& h, const wire::Event& e) {
@@ -507,19 +531,13 @@ void Harvester::Process(Job& job) {
   // modules is surely there: an unload reads the names of what waits in the
   // context, but not of what a harvest has taken from it and still holds;
   // that harvest then finds the names cached.
+  const auto read_name = [&](uint64_t generation, uint64_t address) {
+    return ReadName(*state, device, generation, address);
+  };
   {
-    std::unordered_set<uint64_t> seen;
-    uint64_t recent[16] = {};  // most events repeat a few names: skip the set for those
+    EventNames waiting_names;
     for (size_t i = 0; i < waiting.size(); ++i) {
-      if (waiting_ages[i] != 1) continue;  // named when it started to wait
-      const WarpSegment& s = waiting[i];
-      for (const DecodedEvent& e : s.events) {
-        const uint64_t address = s.name_base + static_cast<int64_t>(e.name_offset);
-        uint64_t& slot = recent[(address >> 3) & 15];
-        if (slot == address) continue;
-        slot = address;
-        if (seen.insert(address).second) ReadName(*state, device, s.name_generation, address);
-      }
+      if (waiting_ages[i] == 1) waiting_names.Add(waiting[i], waiting[i].events, read_name);  // else named before
     }
   }
   if (!given_up.empty()) {
@@ -548,23 +566,9 @@ void Harvester::Process(Job& job) {
   // Names are read from device memory, so before a module unload completes;
   // by generation too (events that waited across an unload may share an
   // address with a later module's).
-  std::map<std::pair<uint64_t, uint64_t>, std::string> names;
-  {
-    // Most events repeat a few names: those skip the map.
-    std::pair<uint64_t, uint64_t> recent[16];
-    std::fill(std::begin(recent), std::end(recent), std::make_pair(UINT64_MAX, UINT64_MAX));
-    for (const Launch& l : launches) {
-      for (const LaunchEvents& w : l.warps) {
-        for (const DecodedEvent& e : w.events) {
-          const uint64_t address = w.segment->name_base + static_cast<int64_t>(e.name_offset);
-          const auto key = std::make_pair(w.segment->name_generation, address);
-          auto& slot = recent[(address >> 3) & 15];
-          if (slot == key) continue;
-          slot = key;
-          if (!names.count(key)) names.emplace(key, ReadName(*state, device, key.first, address));
-        }
-      }
-    }
+  EventNames names;
+  for (const Launch& l : launches) {
+    for (const LaunchEvents& w : l.warps) names.Add(*w.segment, w.events, read_name);
   }
   // What each kernel claimed per warp this time sizes the chunks and the
   // drain projection of its next launch (0 above, for kernels whose records
@@ -608,7 +612,7 @@ void Harvester::Process(Job& job) {
   }
   shipper_.SendLaunches(
       launches, job.reason == wire::kHarvestHighWater ? uint32_t{wire::kLaunchForcedDrain} : 0u,
-      [&](uint64_t generation, uint64_t address) { return names[std::make_pair(generation, address)]; },
+      [&](uint64_t generation, uint64_t address) { return names.At(generation, address); },
       [](const std::string& mangled) { return mangled.empty() ? std::string("<unknown kernel>") : Demangle(mangled); });
   stage(wire::kStageShip);
   // A final flush closes the launches it shipped (events that waited for a

@@ -176,6 +176,18 @@ class ProfilerTest : public ::testing::Test {
     stages_kernel = gpu.AddFunction(stages, kStages);
   }
   void Stages(bool deliver = true) { LaunchOn(stages_kernel, stages, kStages, s1, 8, 4, deliver); }
+  // A harvest of gemm held while shipping (its chunks already fetched: the
+  // staging area is free), then a launch of stages(): the next read-back is
+  // staged and queued behind the held one.
+  void StagesBehindAHeldHarvest() {
+    Start(MakeSettings());
+    AddStages();
+    Gemm(s1);
+    sink.Block(true);
+    Sync();
+    sink.WaitUntilASenderIsHeld();
+    Stages();
+  }
   // Every name was read from live memory, `name` among them.
   void ExpectNamesReadable(const std::string& name) {
     EXPECT_NE(std::find(sink.names.begin(), sink.names.end(), name), sink.names.end());
@@ -477,13 +489,7 @@ TEST_F(ProfilerTest, ModuleUnloadReadsNamesFirstAndForgetsHandles) {
 // is busy: the names its chunks need are read before the module goes, so
 // its chunks are fetched then, on the unloading thread.
 TEST_F(ProfilerTest, AStagedReadBackIsFetchedForItsNamesBeforeAnUnload) {
-  Start(MakeSettings());
-  AddStages();
-  Gemm(s1);
-  sink.Block(true);
-  Sync();
-  sink.WaitUntilASenderIsHeld();  // its chunks are on the host: the staging buffer is free
-  Stages();
+  StagesBehindAHeldHarvest();
   const size_t staged_before = gpu.device_copies();
   profiler->OnModuleUnload(gpu.context);  // staged, queued behind the held harvest
   EXPECT_EQ(gpu.device_copies(), staged_before + 1);
@@ -500,13 +506,7 @@ TEST_F(ProfilerTest, AStagedReadBackIsFetchedForItsNamesBeforeAnUnload) {
 // generation's unload), and the harvest thread's fetch still brings the
 // events.
 TEST_F(ProfilerTest, AFailedCopyAtAnUnloadLosesNoStagedEvents) {
-  Start(MakeSettings());
-  AddStages();
-  Gemm(s1);
-  sink.Block(true);
-  Sync();
-  sink.WaitUntilASenderIsHeld();
-  Stages();
+  StagesBehindAHeldHarvest();
   gpu.FailNextHostCopy();
   profiler->OnModuleUnload(gpu.context);  // stages() staged and queued; the unload's copy of it fails
   sink.Block(false);
@@ -521,13 +521,7 @@ TEST_F(ProfilerTest, AFailedCopyAtAnUnloadLosesNoStagedEvents) {
 // good: its events are lost (and logged), never decoded from whatever its
 // host buffer held before.
 TEST_F(ProfilerTest, AFailedCopyAtAContextEndDecodesNothingStale) {
-  Start(MakeSettings());
-  AddStages();
-  Gemm(s1);
-  sink.Block(true);
-  Sync();
-  sink.WaitUntilASenderIsHeld();
-  Stages();
+  StagesBehindAHeldHarvest();
   gpu.FailNextHostCopy();
   profiler->OnContextDestroy(gpu.context);
   sink.Block(false);
