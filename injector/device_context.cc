@@ -550,6 +550,12 @@ void DeviceContext::ReleaseSliceLocked(uint64_t offset) {
   if (it != slices_.end() && --it->second.second == 0) slices_.erase(it);
 }
 
+bool DeviceContext::CopyFromStaging(uint64_t offset, size_t bytes, GpuStream stream, HostBuffer* into) {
+  if (into->size() < bytes) *into = HostBuffer(bytes);
+  return into->size() >= bytes && gpu_.CopyToHost(into->data(), staging_ + offset, bytes, stream) &&
+         gpu_.Wait(stream, kOwnCopyTimeout);
+}
+
 bool DeviceContext::Fetch(ArenaSnapshot* snapshot) {
   {
     std::lock_guard<std::mutex> lock(slices_mu_);
@@ -559,19 +565,14 @@ bool DeviceContext::Fetch(ArenaSnapshot* snapshot) {
   // No lock across the copy: an unload's callback may hold the driver until
   // it returns, and must not wait for this thread meanwhile.
   const size_t bytes = static_cast<size_t>(snapshot->used_chunks) * snapshot->chunk_bytes;
-  if (snapshot->chunks.size() < bytes) {
-    snapshot->retired = std::move(snapshot->chunks);
-    snapshot->chunks = HostBuffer(bytes);
-  }
-  bool ok = snapshot->chunks.size() >= bytes &&
-            gpu_.CopyToHost(snapshot->chunks.data(), staging_ + snapshot->staging_offset, bytes, fetch_stream_) &&
-            gpu_.Wait(fetch_stream_, kOwnCopyTimeout);
+  if (snapshot->chunks.size() < bytes) snapshot->retired = std::move(snapshot->chunks);
+  bool ok = CopyFromStaging(snapshot->staging_offset, bytes, fetch_stream_, &snapshot->chunks);
   HostBuffer spent;  // unmapped outside the lock
   std::lock_guard<std::mutex> lock(slices_mu_);
   snapshot->fetching = false;
   snapshot->staged = false;
-  if (!ok && snapshot->rescued.size() >= bytes) {                  // the context went while this copy waited
-    if (snapshot->chunks.size() != 0) snapshot->chunks.Abandon();  // a copy may still land in it
+  if (!ok && snapshot->rescued.size() >= bytes) {  // the context went while this copy waited
+    snapshot->chunks.Abandon();                    // a copy may still land in it
     snapshot->chunks = std::move(snapshot->rescued);
     ok = true;
   }
@@ -605,11 +606,8 @@ void DeviceContext::FetchAtUnload(ArenaSnapshot* snapshot, const std::function<v
   ArenaSnapshot copy;
   copy.used_chunks = snapshot->used_chunks;
   copy.chunk_bytes = snapshot->chunk_bytes;
-  const size_t bytes = static_cast<size_t>(copy.used_chunks) * copy.chunk_bytes;
-  copy.chunks = HostBuffer(bytes);
-  const bool ok = copy.chunks.size() >= bytes &&
-                  gpu_.CopyToHost(copy.chunks.data(), staging_ + offset, bytes, stream_) &&
-                  gpu_.Wait(stream_, kOwnCopyTimeout);
+  const bool ok =
+      CopyFromStaging(offset, static_cast<size_t>(copy.used_chunks) * copy.chunk_bytes, stream_, &copy.chunks);
   if (!ok) {
     copy.chunks.Abandon();  // a copy may still land in it
     copy.used_chunks = 0;   // nothing to scan

@@ -217,6 +217,9 @@ class DeviceContext {
   // free), held once; each hold is released once, the last frees it.
   bool TakeSlice(uint64_t bytes, uint64_t* offset);
   void ReleaseSliceLocked(uint64_t offset);                          // slices_mu_ held
+  // Copies `bytes` of the staging area from `offset` into `*into` (replaced
+  // by a large enough buffer if it is smaller) on `stream`, and waits.
+  bool CopyFromStaging(uint64_t offset, size_t bytes, GpuStream stream, HostBuffer* into);
   void AddBusy(GpuStream stream, bool per_thread, uint64_t thread);  // mu_ held
   bool WriteArenaWord(Module* m, bool lit, GpuStream stream);
 
