@@ -29,6 +29,18 @@ struct ContextCache {
 };
 thread_local ContextCache t_context;
 
+// The graph this thread replayed last (replays of one graph in a loop take no
+// lock). Valid while `generation` is the profiler's graph generation: every
+// instantiation and destruction bumps it. The plan is not owned: a graph is
+// not destroyed while it is being launched.
+struct GraphCache {
+  uint64_t profiler = 0;
+  uint64_t generation = 0;
+  void* exec = nullptr;
+  const void* plan = nullptr;
+};
+thread_local GraphCache t_graph;
+
 ArenaOptions ArenaOptionsOf(const Settings& s) {
   ArenaOptions o;
   o.buffer_bytes = uint64_t{s.buffer_mb} << 20;
@@ -233,11 +245,17 @@ void Profiler::OnLaunchEnter(const LaunchCall& call) {
 // before smprof saw it records whole when any module with a selected kernel
 // is known (its nodes are unknown, so they count nothing).
 void Profiler::EnterGraphLaunch(const LaunchCall& call) {
-  std::shared_ptr<const GraphPlan> plan;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = graphs_.find(call.graph_exec);
-    if (it != graphs_.end()) plan = it->second;
+  const GraphPlan* plan = nullptr;
+  const uint64_t generation = graph_generation_.load(std::memory_order_acquire);
+  if (t_graph.profiler == id_ && t_graph.generation == generation && t_graph.exec == call.graph_exec) {
+    plan = static_cast<const GraphPlan*>(t_graph.plan);
+  } else {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = graphs_.find(call.graph_exec);
+      if (it != graphs_.end()) plan = it->second.get();
+    }
+    t_graph = GraphCache{id_, generation, call.graph_exec, plan};
   }
   if (plan != nullptr && plan->kernels.empty()) return;  // no kernel node opted in
   if (plan != nullptr) launches_opted_in_.fetch_add(1, std::memory_order_relaxed);
@@ -348,11 +366,13 @@ void Profiler::OnGraphExecCreated(GpuCtx ctx, void* graph, void* exec) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   graphs_[exec] = std::move(plan);
+  graph_generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 void Profiler::OnGraphExecDestroy(void* exec) {
   std::lock_guard<std::mutex> lock(mu_);
   graphs_.erase(exec);
+  graph_generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 void Profiler::OnLaunchExit(uint64_t correlation_id) {

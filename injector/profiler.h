@@ -122,6 +122,7 @@ class Profiler {
   std::atomic<uint64_t> launches_opted_in_{0};
   std::atomic<uint64_t> launches_not_selected_{0};
   std::atomic<uint64_t> context_generation_{1};
+  std::atomic<uint64_t> graph_generation_{1};  // bumped whenever graphs_ changes
 
   std::mutex mu_;  // guards contexts_; never held across a Gpu call
   std::unordered_map<GpuCtx, Context*> contexts_;

@@ -724,6 +724,28 @@ TEST_F(ProfilerTest, GraphLaunchesLightOnlyModulesOfTheirSelectedNodes) {
   EXPECT_EQ(sink.events["gemm(float*)"], 2u * 64);
 }
 
+// A thread keeps the graph it replayed last (replays in a loop take no lock);
+// a graph destroyed and another instantiated at the same address must not
+// replay under the first one's nodes.
+TEST_F(ProfilerTest, AGraphInstantiatedWhereAnotherWasReplaysItsOwnNodes) {
+  Start(MakeSettings("gemm"));
+  GpuModule second = gpu.AddModule(true);
+  GpuFunction lone = gpu.AddFunction(second, "_Z4lonev");
+  const Graph first = Instantiate({{lone, 8}}, 0xE1);
+  Replay(first, 2, s1);
+  profiler->OnGraphExecDestroy(first.exec);
+  Instantiate({{lone, 8}}, 0xE2);  // likely where the first one's plan was
+  const Graph second_graph = Instantiate({{gemm, 8}}, 0xE1);
+  Replay(second_graph, 2, s1);
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.launches["gemm(float*)"], 2);
+  EXPECT_EQ(sink.events["gemm(float*)"], 2u * 64);
+  EXPECT_EQ(sink.launches.count("lone()"), 0u);
+  EXPECT_EQ(sink.stats.launches_opted_in, 4u);
+  EXPECT_EQ(sink.stats.launches_not_selected, 2u);
+}
+
 // --launches counts a graph replay as one launch of each selected kernel among
 // its nodes, however many nodes it has: a replay outside the range records
 // nothing on the GPU.
