@@ -12,7 +12,9 @@
 //    of that process (its command may be "?" when the process never said it;
 //    OnProcessNamed follows once it does).
 //  * OnLaunch precedes the launch's warps; OnWarp precedes the warp's
-//    slices and instants; OnLaunchEnd comes once, after the last of them.
+//    slices and instants; the launch's async spans (matched across its
+//    warps) follow its last slice or instant; OnLaunchEnd comes once, after
+//    the last of them.
 //  * Per warp, slices and instants come in order of their start time (ties:
 //    the enclosing slice first), except after a flush of a very long
 //    episode (TraceBuilder says when), where a slice may start before the
@@ -102,6 +104,18 @@ struct WarpRecord {
   uint16_t hw_warp = 0;  // %warpid: its slot on the SM
 };
 
+// A user value recorded with a marker (wire::kEventHasValue): the END's value
+// on a slice, or an instant's. Shown as a signed integer of the width the
+// device recorded (32-bit values sign-extended).
+struct UserValue {
+  bool present = false;
+  // A sample of the counter named after the marker (wire::kEventCounter):
+  // writers show it on a counter track of that name under the warp, not as
+  // an instant; the statistics summarise it under that name.
+  bool counter = false;
+  int64_t value = 0;
+};
+
 struct SliceRecord {
   std::string_view name;
   // A run-wide key of the name's text (the same text, the same key), for
@@ -113,6 +127,8 @@ struct SliceRecord {
   uint32_t depth = 0;   // nesting depth on its lane (0 = outermost)
   bool unterminated = false;  // no END came: ends with the launch (or the warp's last event)
   std::string_view note;      // why, for unterminated slices; may be empty
+  bool phase = false;         // a phase (SMPROF_PHASE): ended by the warp's next phase or PHASE_END
+  UserValue value;            // carried by its END
 };
 
 struct InstantRecord {
@@ -120,6 +136,31 @@ struct InstantRecord {
   uint32_t name_key = 0;  // as SliceRecord::name_key
   uint64_t ts_ns = 0;
   bool unmatched_end = false;  // an END without a BEGIN, shown as an instant
+  UserValue value;             // value.counter: a counter sample, not an instant
+};
+
+// A span begun on one warp and ended on another (or the same) warp of one
+// block (SMPROF_ASYNC_BEGIN / SMPROF_ASYNC_END with the same name and
+// token): an END closes the oldest span of its (block, name, token) open
+// when it was recorded. Handed on after the launch's last warp record and
+// before OnLaunchEnd, in order of begin time. Warps are given by their
+// WarpRecord as handed to OnWarp.
+struct AsyncSpanRecord {
+  std::string_view name;
+  uint32_t name_key = 0;  // as SliceRecord::name_key
+  uint32_t token = 0;
+  uint32_t block[3] = {0, 0, 0};
+  uint64_t begin_ns = 0, end_ns = 0;  // end_ns >= begin_ns
+  // The warps that began and ended it; nullptr for a missing end (an
+  // unterminated span: ends with the launch) or a missing begin (an END
+  // that closed nothing: begin_ns == end_ns).
+  const WarpRecord* begin_warp = nullptr;
+  const WarpRecord* end_warp = nullptr;
+  // Run-wide, unique per span, from 1: a writer's flow id between the two
+  // warps (writers keep it apart from other flows they draw).
+  uint64_t flow_id = 0;
+  bool unterminated() const { return end_warp == nullptr && begin_warp != nullptr; }
+  bool unmatched_end() const { return begin_warp == nullptr; }
 };
 
 struct HarvestRecord {
@@ -162,6 +203,7 @@ class TraceSink {
   virtual void OnWarp(const LaunchRecord& /*launch*/, const WarpRecord& /*warp*/) {}
   virtual void OnSlice(const LaunchRecord& /*launch*/, const WarpRecord& /*warp*/, const SliceRecord& /*slice*/) {}
   virtual void OnInstant(const LaunchRecord& /*launch*/, const WarpRecord& /*warp*/, const InstantRecord& /*instant*/) {}
+  virtual void OnAsyncSpan(const LaunchRecord& /*launch*/, const AsyncSpanRecord& /*span*/) {}
   // No more records of this launch. `warps_in_order` lists the launch's warp
   // indices sorted by (sm, block z, y, x, warp): the order to show them in.
   virtual void OnLaunchEnd(const LaunchRecord& /*launch*/, const uint32_t* /*warps_in_order*/, size_t /*warp_count*/) {}
