@@ -56,6 +56,32 @@ void MergeWarps(Launch* launch) {
 
 }  // namespace
 
+namespace internal {
+
+bool WellFormedEvent(uint32_t kind_flags) {
+  // The flags each kind may carry (docs/device-api.md).
+  constexpr uint32_t kValue = wire::kEventHasValue | wire::kEventWideValue;
+  static constexpr uint32_t kAllowed[wire::kMaxEventKind + 1] = {
+      0,                                                          // 0: none
+      wire::kEventNameValue,                                      // BEGIN
+      kValue | wire::kEventNameValue,                             // END
+      kValue | wire::kEventCounter | wire::kEventNameValue,       // INSTANT
+      wire::kEventNameValue,                                      // PHASE
+      0,                                                          // PHASE_END
+      0,                                                          // ASYNC_BEGIN
+      0,                                                          // ASYNC_END
+      0,                                                          // VALUE_HIGH: only after its event
+  };
+  const uint32_t kind = kind_flags & wire::kEventKindMask;
+  const uint32_t flags = kind_flags & wire::kEventFlagsMask;
+  if (kind < wire::kEventBegin || kind >= wire::kEventValueHigh || (flags & ~kAllowed[kind]) != 0) return false;
+  const bool has_value = (flags & wire::kEventHasValue) != 0;
+  if (!has_value && (flags & (wire::kEventWideValue | wire::kEventCounter)) != 0) return false;
+  return !(has_value && (flags & wire::kEventNameValue) != 0);
+}
+
+}  // namespace internal
+
 void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes, std::vector<WarpSegment>* out,
                   DecodeStats* stats) {
   const uint32_t capacity = chunk_bytes / sizeof(wire::Event);
@@ -88,18 +114,27 @@ void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_byt
         if (e.clock_lo != 0 || e.name_offset != 0 || e.value != 0) ++stats->malformed_events;
         continue;  // unused slot
       }
-      // This recorder writes begin, end and instant events without flags;
-      // the other kinds of wire.h are decoded once the device API writes them.
-      const uint32_t kind = e.info & wire::kEventKindMask;
-      if (kind < wire::kEventBegin || kind > wire::kEventInstant || (e.info & wire::kEventFlagsMask) != 0) {
-        ++stats->malformed_events;
+      const uint32_t kind_flags = e.info & (wire::kEventKindMask | wire::kEventFlagsMask);
+      if (!internal::WellFormedEvent(kind_flags)) {
+        ++stats->malformed_events;  // a stray continuation among them
         continue;
       }
       DecodedEvent d;
       d.clock = wire::EventClock(e);
       d.name_offset = e.name_offset;
-      d.info = e.info & (wire::kEventKindMask | wire::kEventFlagsMask);
+      d.info = kind_flags;
       d.value = e.value;
+      if ((kind_flags & wire::kEventWideValue) != 0) {
+        // Its continuation is the next slot of the chunk (record.cuh never splits the pair).
+        wire::Event high{};
+        if (i + 1 < capacity) std::memcpy(&high, base + static_cast<uint64_t>(i + 1) * sizeof(wire::Event), sizeof(high));
+        if ((high.info & (wire::kEventKindMask | wire::kEventFlagsMask)) != wire::kEventValueHigh) {
+          ++stats->malformed_events;
+          continue;
+        }
+        d.value_high = high.value;
+        ++i;
+      }
       segment.events.push_back(d);
     }
     stats->events += segment.events.size();

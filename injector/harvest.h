@@ -6,10 +6,13 @@
 //
 //   DecodeChunks    arena chunks -> WarpSegments (one per chunk), validated:
 //                   a chunk without kChunkMagic, or an event with a kind or
-//                   flags this recorder does not write, is counted as
-//                   malformed and skipped, never trusted. Unused (all-zero)
-//                   slots are skipped wherever they are: a warp that raced a
-//                   claim on a diverged path may leave one.
+//                   flags its kind does not take (docs/device-api.md), is
+//                   counted as malformed and skipped, never trusted. A wide
+//                   value's continuation slot is folded into its event
+//                   (value_high); one out of place is malformed. Unused
+//                   (all-zero) slots are skipped wherever they are: a warp
+//                   that raced a claim on a diverged path, or a wide event
+//                   that did not fit its chunk, may leave one.
 //   MapEventClocks  each event's %clock64 -> %globaltimer ns, through the
 //                   anchors of the chunks of its SM (injector/clock_map.h).
 //   EstimateClockOffset
@@ -45,6 +48,7 @@ struct DecodedEvent {
   int32_t name_offset = 0;
   uint32_t info = 0;  // wire::EventKind | wire::EventFlags
   uint32_t value = 0;
+  uint32_t value_high = 0;  // bits 32-63 of a wide value (wire::kEventWideValue), from its continuation slot
 };
 
 struct WarpSegment {
@@ -67,6 +71,12 @@ struct DecodeStats {
   uint64_t malformed_chunks = 0;
   uint64_t malformed_events = 0;
 };
+
+namespace internal {
+// Whether an event's kind and flags (Event::info bits 0-7) go together; a
+// continuation (kEventValueHigh) is well formed only after its wide event.
+bool WellFormedEvent(uint32_t kind_flags);
+}  // namespace internal
 
 // `chunks` holds `num_chunks` chunks of `chunk_bytes` each (a power of two
 // >= 64). Appends one segment per valid, non-empty chunk.

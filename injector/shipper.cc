@@ -151,8 +151,17 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
 
     for (const LaunchEvents& warp : launch.warps) {
       const WarpSegment& seg = *warp.segment;
-      for (size_t first = 0; first < warp.events.size(); first += kMaxEventsPerMessage) {
-        const size_t count = std::min<size_t>(kMaxEventsPerMessage, warp.events.size() - first);
+      // A message holds up to kMaxEventsPerMessage wire entries; a wide value
+      // takes two (its event, then a kEventValueHigh entry), never split.
+      for (size_t first = 0; first < warp.events.size();) {
+        size_t count = 0;    // events
+        uint32_t slots = 0;  // wire entries
+        while (first + count < warp.events.size()) {
+          const uint32_t need = (warp.events[first + count].info & wire::kEventWideValue) != 0 ? 2 : 1;
+          if (slots + need > kMaxEventsPerMessage) break;
+          slots += need;
+          ++count;
+        }
         // Names first: interning one sends a NameMsg (through buffer_).
         for (size_t i = first; i < first + count; ++i) {
           const uint64_t address = seg.name_base + static_cast<int64_t>(warp.events[i].name_offset);
@@ -172,8 +181,8 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
         w.sm = seg.sm;
         w.warp = seg.warp;
         w.hw_warp = seg.hw_warp;
-        w.count = static_cast<uint32_t>(count);
-        uint8_t* message = Frame(static_cast<uint32_t>(sizeof(w) + count * sizeof(wire::WireEvent)));
+        w.count = slots;
+        uint8_t* message = Frame(static_cast<uint32_t>(sizeof(w) + slots * sizeof(wire::WireEvent)));
         std::memcpy(message, &w, sizeof(w));
         uint8_t* out = message + sizeof(w);
         for (size_t i = first; i < first + count; ++i, out += sizeof(wire::WireEvent)) {
@@ -185,8 +194,15 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
                                   : address_ids_.at(std::make_pair(seg.name_generation, address));
           const wire::WireEvent wire_event{e.time_ns, static_cast<uint32_t>(e.clock), id, e.info, e.value};
           std::memcpy(out, &wire_event, sizeof(wire_event));
+          if ((e.info & wire::kEventWideValue) != 0) {
+            out += sizeof(wire::WireEvent);
+            const wire::WireEvent high{e.time_ns, static_cast<uint32_t>(e.clock), id, wire::kEventValueHigh,
+                                       e.value_high};
+            std::memcpy(out, &high, sizeof(high));
+          }
         }
         Commit(wire::kMsgWarpEvents, count);
+        first += count;
       }
     }
   }

@@ -3,13 +3,27 @@
 //   #include <smprof/smprof.cuh>
 //
 //   __global__ void gemm(...) {
-//     SMPROF_RANGE("load") {            // a scoped range around a block
-//       ...
-//     }
+//     SMPROF_KERNEL();                  // a context, and a "kernel" range over the warp's body
+//     SMPROF_RANGE("load") { ... }      // a scoped range around a block
 //     SMPROF_SCOPE("compute");          // a range until the end of the enclosing scope
 //     SMPROF_BEGIN("mma"); ...; SMPROF_END("mma");   // explicit begin/end
 //     SMPROF_INSTANT("barrier");        // a point in time
+//     SMPROF_PHASE("load"); ...; SMPROF_PHASE("mma"); ...; SMPROF_PHASE_END();
+//                                       // one stamp ends a phase and starts the next
+//     SMPROF_INSTANT("tile", smprof::value(tile));   // a 32- or 64-bit integer value
+//     SMPROF_END("mma", smprof::value(k));           // ... on a range's end
+//     SMPROF_COUNTER("in flight", n);   // a counter sample (a counter track per warp)
+//     SMPROF_ASYNC_BEGIN("stage", s);   // a span that another warp of the block ends
+//     SMPROF_ASYNC_END("stage", s);     //   with the same name and token
+//     SMPROF_RANGE("stage %d", smprof::arg(s)) { ... }   // a name with an integer
 //   }
+//
+// Options after the name, in any order: smprof::when(cond) records only when
+// cond holds on some active lane (a warp vote: the warp stays converged);
+// smprof::on_warp(w), on_warps(first, count), per_block() record only on
+// those warps of each block (e.g. the producer warp of a warp-specialised
+// kernel); smprof::value(v) and smprof::arg(n) as above. SMPROF_WARPS
+// (run-wide sampling) applies on top. docs/device-api.md has the details.
 //
 // Names are string literals: no registration, no code generation, no cap on
 // how many. Each marker records who (SM, block, warp, launch) and when
@@ -18,7 +32,8 @@
 // host code do not change. Which warps record is chosen at run time
 // (SMPROF_WARPS, e.g. "0,4-7", warp indices within the block).
 //
-// The fastest recording needs one line in the kernel:
+// The fastest recording needs one line in the kernel (SMPROF_KERNEL() is
+// this and a range over the rest of the kernel):
 //
 //   __global__ void gemm(...) {
 //     SMPROF_CONTEXT();                 // the write cursor lives in a register
@@ -39,31 +54,47 @@
 #pragma once
 
 #include "smprof/detail/macros.h"
+#include "smprof/detail/options.h"
 #include "smprof/wire.h"
 
 #if defined(__CUDACC__) && !defined(SMPROF_DISABLE)
 #include "smprof/detail/record.cuh"
 
-// `"" name ""` only compiles for string literals.
+// Names bind to `const char (&)[N]`: string literals (or character arrays).
 #define SMPROF_CONTEXT() ::smprof::Context smprof_ctx
-#define SMPROF_RANGE(name) \
-  if (::smprof::detail::ScopedRange SMPROF_UNIQUE(smprof_range_){smprof_ctx, "" name ""}; true)
-#define SMPROF_SCOPE(name) ::smprof::detail::ScopedRange SMPROF_UNIQUE(smprof_scope_){smprof_ctx, "" name ""}
-#define SMPROF_BEGIN(name) ::smprof::detail::Mark(smprof_ctx, ::smprof::wire::kEventBegin, "" name "", 0u)
-#define SMPROF_END(name) ::smprof::detail::Mark(smprof_ctx, ::smprof::wire::kEventEnd, "" name "", 0u)
-#define SMPROF_INSTANT(name) ::smprof::detail::Mark(smprof_ctx, ::smprof::wire::kEventInstant, "" name "", 0u)
+#define SMPROF_KERNEL()        \
+  ::smprof::Context smprof_ctx; \
+  auto smprof_kernel_range_ = ::smprof::detail::OpenRange(smprof_ctx, "kernel")
+#define SMPROF_RANGE(...) \
+  if (auto SMPROF_UNIQUE(smprof_range_) = ::smprof::detail::OpenRange(smprof_ctx, __VA_ARGS__); true)
+#define SMPROF_SCOPE(...) auto SMPROF_UNIQUE(smprof_scope_) = ::smprof::detail::OpenRange(smprof_ctx, __VA_ARGS__)
+#define SMPROF_BEGIN(...) ::smprof::detail::Mark<::smprof::wire::kEventBegin>(smprof_ctx, __VA_ARGS__)
+#define SMPROF_END(...) ::smprof::detail::Mark<::smprof::wire::kEventEnd>(smprof_ctx, __VA_ARGS__)
+#define SMPROF_INSTANT(...) ::smprof::detail::Mark<::smprof::wire::kEventInstant>(smprof_ctx, __VA_ARGS__)
+#define SMPROF_PHASE(...) ::smprof::detail::Mark<::smprof::wire::kEventPhase>(smprof_ctx, __VA_ARGS__)
+#define SMPROF_PHASE_END(...) ::smprof::detail::EndPhase(smprof_ctx)(__VA_ARGS__)
+#define SMPROF_COUNTER(...) ::smprof::detail::Counter(smprof_ctx, __VA_ARGS__)
+#define SMPROF_ASYNC_BEGIN(...) ::smprof::detail::Async<::smprof::wire::kEventAsyncBegin>(smprof_ctx, __VA_ARGS__)
+#define SMPROF_ASYNC_END(...) ::smprof::detail::Async<::smprof::wire::kEventAsyncEnd>(smprof_ctx, __VA_ARGS__)
 
-#else  // disabled, or a host-only compiler: markers compile to nothing
+#else  // disabled, or a host-only compiler: markers compile to nothing but their arguments
 
 namespace smprof {
 struct Context {};  // so that functions taking `smprof::Context&` still compile
 }  // namespace smprof
 
 #define SMPROF_CONTEXT() [[maybe_unused]] ::smprof::Context smprof_ctx
-#define SMPROF_RANGE(name) if (((void)sizeof("" name "")), true)
-#define SMPROF_SCOPE(name) ((void)sizeof("" name ""))
-#define SMPROF_BEGIN(name) ((void)sizeof("" name ""))
-#define SMPROF_END(name) ((void)sizeof("" name ""))
-#define SMPROF_INSTANT(name) ((void)sizeof("" name ""))
+#define SMPROF_KERNEL() SMPROF_CONTEXT()
+#define SMPROF_UNUSED_MARKER(...) ((void)::smprof::detail::Unused(__VA_ARGS__))
+#define SMPROF_RANGE(...) if (SMPROF_UNUSED_MARKER(__VA_ARGS__), true)
+#define SMPROF_SCOPE(...) SMPROF_UNUSED_MARKER(__VA_ARGS__)
+#define SMPROF_BEGIN(...) SMPROF_UNUSED_MARKER(__VA_ARGS__)
+#define SMPROF_END(...) SMPROF_UNUSED_MARKER(__VA_ARGS__)
+#define SMPROF_INSTANT(...) SMPROF_UNUSED_MARKER(__VA_ARGS__)
+#define SMPROF_PHASE(...) SMPROF_UNUSED_MARKER(__VA_ARGS__)
+#define SMPROF_PHASE_END(...) SMPROF_UNUSED_MARKER(__VA_ARGS__)
+#define SMPROF_COUNTER(...) SMPROF_UNUSED_MARKER(__VA_ARGS__)
+#define SMPROF_ASYNC_BEGIN(...) SMPROF_UNUSED_MARKER(__VA_ARGS__)
+#define SMPROF_ASYNC_END(...) SMPROF_UNUSED_MARKER(__VA_ARGS__)
 
 #endif

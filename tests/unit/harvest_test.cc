@@ -100,7 +100,7 @@ TEST(DecodeChunks, RejectsCorruptChunksAndEventsAndSkipsUnusedSlots) {
   const uint32_t good = a.Claim(1, 0, 0, 0);
   a.Add(good, 10, 0, wire::kEventInstant);
   a.Add(good, 20, 0, 9);                                           // a kind this recorder does not write
-  a.Add(good, 25, 0, wire::kEventInstant | wire::kEventHasValue);  // flags it does not write
+  a.Add(good, 25, 0, wire::kEventBegin | wire::kEventHasValue);    // a flag its kind does not take
   a.Add(good, 0, 5, 0);                                            // info 0 but not an unused slot
   const uint32_t bad = a.Claim(2, 0, 1, 0);
   a.Add(bad, 30, 0, wire::kEventInstant);
@@ -118,6 +118,64 @@ TEST(DecodeChunks, RejectsCorruptChunksAndEventsAndSkipsUnusedSlots) {
   EXPECT_EQ(out[1].events.size(), 2u);
   EXPECT_EQ(stats.malformed_chunks, 1u);
   EXPECT_EQ(stats.malformed_events, 3u);
+}
+
+// The device API's kinds and flags (docs/device-api.md): a wide value's
+// continuation slot is folded into its event; one out of place, or a flag
+// a kind does not take, is malformed.
+TEST(DecodeChunks, FoldsWideValuesAndChecksEachKindsFlags) {
+  ArenaBuilder a(2);
+  const uint32_t c = a.Claim(1, 0, 0, 0);
+  a.Add(c, 10, 0, wire::kEventPhase | wire::kEventNameValue, 3);
+  a.Add(c, 11, 0, wire::kEventInstant | wire::kEventHasValue | wire::kEventWideValue, 0x89abcdefu);
+  a.Add(c, 11, 0, wire::kEventValueHigh, 0x01234567u);
+  a.Add(c, 12, 0, wire::kEventInstant | wire::kEventHasValue | wire::kEventCounter, 5);
+  a.Add(c, 13, 0, wire::kEventAsyncBegin, 7);
+  a.Add(c, 14, 0, wire::kEventAsyncEnd, 7);
+  a.Add(c, 15, 0, wire::kEventPhaseEnd);
+  a.Add(c, 16, 0, wire::kEventEnd | wire::kEventHasValue, 9);
+  const uint32_t d = a.Claim(1, 0, 0, 0);  // 13 slots a chunk
+  a.Add(d, 17, 0, wire::kEventValueHigh, 1);                                  // no wide event before it
+  a.Add(d, 18, 0, wire::kEventInstant | wire::kEventCounter, 1);              // a counter without a value
+  a.Add(d, 19, 0, wire::kEventEnd | wire::kEventHasValue | wire::kEventNameValue, 1);  // a value and a name integer
+  a.Add(d, 20, 0, wire::kEventAsyncBegin | wire::kEventHasValue, 1);          // async spans take no value
+  a.Add(d, 21, 0, wire::kEventEnd | wire::kEventHasValue | wire::kEventWideValue, 2);  // continuation missing
+  a.Add(d, 22, 0, wire::kEventInstant);
+  std::vector<WarpSegment> out;
+  DecodeStats stats;
+  DecodeChunks(a.data(), a.used(), kChunk, &out, &stats);
+  ASSERT_EQ(out.size(), 2u);
+  std::vector<DecodedEvent> e = out[0].events;
+  e.insert(e.end(), out[1].events.begin(), out[1].events.end());
+  ASSERT_EQ(e.size(), 8u);
+  EXPECT_EQ(e[0].info, uint32_t{wire::kEventPhase | wire::kEventNameValue});
+  EXPECT_EQ(e[0].value, 3u);
+  EXPECT_EQ(e[1].value, 0x89abcdefu);
+  EXPECT_EQ(e[1].value_high, 0x01234567u);
+  EXPECT_EQ(e[2].info, uint32_t{wire::kEventInstant | wire::kEventHasValue | wire::kEventCounter});
+  EXPECT_EQ(e[3].value, 7u);
+  EXPECT_EQ(e[5].info, uint32_t{wire::kEventPhaseEnd});
+  EXPECT_EQ(e[6].value, 9u);
+  EXPECT_EQ(e[6].value_high, 0u);
+  EXPECT_EQ(e[7].clock, 22u);  // the slot after the wide END without its continuation is read on its own
+  EXPECT_EQ(stats.events, 8u);
+  EXPECT_EQ(stats.malformed_events, 5u);
+}
+
+// A wide event in a chunk's last slot has no continuation: malformed (the
+// recorder never writes one there).
+TEST(DecodeChunks, AWideEventInAChunksLastSlotIsMalformed) {
+  ArenaBuilder a(1);
+  const uint32_t c = a.Claim(1, 0, 0, 0);
+  const uint32_t slots = kChunk / 16 - wire::kChunkHeaderSlots;
+  for (uint32_t i = 0; i + 1 < slots; ++i) a.Add(c, 10 + i, 0, wire::kEventInstant);
+  a.Add(c, 500, 0, wire::kEventInstant | wire::kEventHasValue | wire::kEventWideValue, 1);
+  std::vector<WarpSegment> out;
+  DecodeStats stats;
+  DecodeChunks(a.data(), a.used(), kChunk, &out, &stats);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].events.size(), slots - 1);
+  EXPECT_EQ(stats.malformed_events, 1u);
 }
 
 TEST(MapEventClocks, MapsThroughTheNearestEarlierAnchorOfTheSameSm) {

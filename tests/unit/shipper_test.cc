@@ -210,6 +210,55 @@ TEST(Shipper, SplitsLargeWarpsAndCountsDrops) {
   EXPECT_EQ(s.counters().messages_dropped, 4u);  // launch + 3 warp messages
 }
 
+// A wide value ships as its event and a kEventValueHigh entry right after it,
+// never split across messages; counts are of events, not entries.
+TEST(Shipper, WideValuesShipAsPairsNeverSplit) {
+  RecordingSink sink;
+  Shipper s(&sink);
+  WarpSegment seg;
+  const size_t n = Shipper::kMaxEventsPerMessage + 1;
+  std::vector<Launch> launches = {MakeLaunch(&seg, 10, n)};
+  std::vector<DecodedEvent>& events = launches[0].warps[0].events;
+  // Every event wide but the first: the first message holds the narrow one
+  // and (kMax - 1) / 2 pairs, and would split the next pair.
+  for (size_t i = 1; i < n; ++i) {
+    events[i].info = wire::kEventInstant | wire::kEventHasValue | wire::kEventWideValue;
+    events[i].value = static_cast<uint32_t>(i);
+    events[i].value_high = static_cast<uint32_t>(i + 1000);
+  }
+  const auto name = [](uint64_t, uint64_t) { return std::string("x"); };
+  const auto kernel = [](const std::string& m) { return m; };
+  s.SendLaunches(launches, 0, name, kernel);
+  size_t events_seen = 0;
+  uint64_t counted = 0;
+  for (size_t i = 0; i < sink.messages.size(); ++i) {
+    if (sink.TypeAt(i) != wire::kMsgWarpEvents) continue;
+    const auto w = sink.As<wire::WarpEventsMsg>(i);
+    ASSERT_LE(w.count, Shipper::kMaxEventsPerMessage);
+    ASSERT_EQ(sink.messages[i].size(), sizeof(w) + w.count * sizeof(wire::WireEvent));
+    counted += sink.event_counts[i];
+    for (uint32_t k = 0; k < w.count; ++k) {
+      wire::WireEvent e;
+      std::memcpy(&e, sink.messages[i].data() + sizeof(w) + k * sizeof(e), sizeof(e));
+      ASSERT_NE(e.kind, uint32_t{wire::kEventValueHigh}) << "a continuation without its event, message " << i;
+      const size_t index = events_seen++;
+      EXPECT_EQ(e.value, index);
+      if ((e.kind & wire::kEventWideValue) == 0) continue;
+      ASSERT_LT(k + 1, w.count) << "a pair split across messages";
+      wire::WireEvent high;
+      std::memcpy(&high, sink.messages[i].data() + sizeof(w) + (k + 1) * sizeof(high), sizeof(high));
+      EXPECT_EQ(high.kind, uint32_t{wire::kEventValueHigh});
+      EXPECT_EQ(high.value, index + 1000);
+      EXPECT_EQ(high.time_ns, e.time_ns);
+      EXPECT_EQ(high.name_id, e.name_id);
+      ++k;
+    }
+  }
+  EXPECT_EQ(events_seen, n);
+  EXPECT_EQ(counted, n);
+  EXPECT_EQ(s.counters().events, n);
+}
+
 // Events of two name generations at one address (a module unloaded, another
 // put its own name there) keep their own names within one harvest.
 TEST(Shipper, OneAddressOfTwoNameGenerationsNamesEachItsOwn) {

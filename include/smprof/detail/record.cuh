@@ -46,6 +46,7 @@
 #include <cstdint>
 
 #include "smprof/detail/macros.h"
+#include "smprof/detail/options.h"
 #include "smprof/detail/sreg.cuh"
 #include "smprof/wire.h"
 
@@ -153,6 +154,23 @@ __device__ SMPROF_FORCEINLINE void Store16If(bool pred, uint64_t dst, uint64_t l
       : "memory");
 }
 
+// A wide value's continuation slot (wire::kEventValueHigh): the event's
+// clock, bits 32-63 of the value, no name.
+__device__ SMPROF_FORCEINLINE uint64_t ContinuationLow(uint64_t lo) {
+  return (lo & ~(uint64_t{0xff} << 32)) | (static_cast<uint64_t>(wire::kEventValueHigh) << 32);
+}
+
+__device__ SMPROF_FORCEINLINE uint64_t ContinuationHigh(uint32_t value_high) {
+  return static_cast<uint64_t>(value_high) << 32;
+}
+
+// An event of kSlots slots (2: a wide value and its continuation) at `dst`.
+template <uint32_t kSlots>
+__device__ SMPROF_FORCEINLINE void StoreEventIf(bool pred, uint64_t dst, uint64_t lo, uint64_t hi, uint32_t high) {
+  Store16If(pred, dst, lo, hi);
+  if constexpr (kSlots == 2) Store16If(pred, dst + sizeof(wire::Event), ContinuationLow(lo), ContinuationHigh(high));
+}
+
 // red.global: a fire-and-forget add on a known-global address.
 __device__ SMPROF_FORCEINLINE void Count(uint64_t arena, uint32_t offset) {
   asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(arena + offset) : "memory");
@@ -192,8 +210,12 @@ __device__ SMPROF_FORCEINLINE uint32_t SharedAddress(const void* p) {
 
 // Every lane in `active` runs this; only the leader's (lowest active lane's)
 // memory operations take effect, and its verdict is broadcast, so the lanes
-// never diverge inside.
-__device__ SMPROF_RECORDER_SLOW_PATH void RecordDiverged(uint64_t lo, uint64_t hi, unsigned active) {
+// never diverge inside. An event takes kSlots consecutive slots of one chunk
+// (a wide value's pair is never split: a slot range that does not fit claims
+// a new chunk).
+template <uint32_t kSlots>
+__device__ SMPROF_RECORDER_SLOW_PATH void RecordDiverged(uint64_t lo, uint64_t hi, uint32_t high, unsigned active) {
+  constexpr uint32_t kBytes = kSlots * static_cast<uint32_t>(sizeof(wire::Event));
   const wire::ArenaRef& ref = Ref();
   const uint32_t leader_lane = static_cast<uint32_t>(__ffs(active) - 1);
   const bool leader = sreg::LaneId() == leader_lane;
@@ -211,24 +233,25 @@ __device__ SMPROF_RECORDER_SLOW_PATH void RecordDiverged(uint64_t lo, uint64_t h
                : "r"(addr)
                : "memory");
   const bool own = seen_tag == tag;
-  // The leader takes a slot only from its own block's cursor.
+  // The leader takes its slots only from its own block's cursor.
   uint32_t slot = 0;
   asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n @p atom.shared.add.u32 %0, [%2+8], 16;\n}"
+      "{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n @p atom.shared.add.u32 %0, [%2+8], %3;\n}"
       : "+r"(slot)
-      : "r"(static_cast<uint32_t>(leader && own)), "r"(addr)
+      : "r"(static_cast<uint32_t>(leader && own)), "r"(addr), "n"(kBytes)
       : "memory");
   // The verdict: a slot offset (>= the chunk header), 0 = claim, 1 = arena full.
   const uint32_t chunk_bytes = 1u << ref.chunk_shift;
   uint32_t verdict = 0;
   if (own && end == 0) {
     verdict = 1;
-  } else if (own && slot < end && slot + chunk_bytes >= end + static_cast<uint32_t>(sizeof(wire::ChunkHeader))) {
+  } else if (own && slot + kBytes <= end &&
+             slot + chunk_bytes >= end + static_cast<uint32_t>(sizeof(wire::ChunkHeader))) {
     verdict = slot;
   }
   verdict = __shfl_sync(active, verdict, leader_lane);
   if (verdict > 1) {
-    Store16If(leader, ref.chunks + verdict, Restamped(lo), hi);
+    StoreEventIf<kSlots>(leader, ref.chunks + verdict, Restamped(lo), hi, high);
     return;
   }
   if (leader) {
@@ -240,10 +263,9 @@ __device__ SMPROF_RECORDER_SLOW_PATH void RecordDiverged(uint64_t lo, uint64_t h
       const auto next = static_cast<uint32_t>(first - ref.chunks);
       const uint32_t chunk_end = next - static_cast<uint32_t>(sizeof(wire::ChunkHeader)) + chunk_bytes;
       asm volatile("st.volatile.shared.v2.u64 [%0], {%1, %2};" ::"r"(addr), "l"(tag),
-                   "l"(static_cast<uint64_t>(next + static_cast<uint32_t>(sizeof(wire::Event))) |
-                       (static_cast<uint64_t>(chunk_end) << 32))
+                   "l"(static_cast<uint64_t>(next + kBytes) | (static_cast<uint64_t>(chunk_end) << 32))
                    : "memory");
-      Store16(first, Restamped(lo), hi);
+      StoreEventIf<kSlots>(true, first, Restamped(lo), hi, high);
     }
   }
   __syncwarp(active);
@@ -254,21 +276,24 @@ __device__ SMPROF_RECORDER_SLOW_PATH void RecordDiverged(uint64_t lo, uint64_t h
 // shared store, and falls through; everything else takes one rare branch
 // to the slow path (a taken branch costs a marker ~15 cycles on H100, so the
 // common case must not take one).
-__device__ SMPROF_FORCEINLINE void RecordFromCursor(uint32_t kind_flags, uint64_t clock, uint64_t hi,
+template <uint32_t kSlots>
+__device__ SMPROF_FORCEINLINE void RecordFromCursor(uint32_t kind_flags, uint64_t clock, uint64_t hi, uint32_t high,
                                                     unsigned active) {
+  constexpr uint32_t kBytes = kSlots * static_cast<uint32_t>(sizeof(wire::Event));
   const wire::ArenaRef& ref = Ref();
   wire::WarpCursor* cursor = &Cursors()[WarpIndex()];
   const uint64_t tag = cursor->tag;
   const uint32_t next = cursor->next;
   const uint32_t end = cursor->end;
-  if (__builtin_expect((active != WarpLanes()) | (tag != WarpTag(sreg::GridId(), ref.epoch)) | (next >= end), 0)) {
-    RecordDiverged(EventLow(clock, kind_flags), hi, active);
+  if (__builtin_expect(
+          (active != WarpLanes()) | (tag != WarpTag(sreg::GridId(), ref.epoch)) | (next + (kBytes - 16) >= end), 0)) {
+    RecordDiverged<kSlots>(EventLow(clock, kind_flags), hi, high, active);
     return;
   }
-  cursor->next = next + static_cast<uint32_t>(sizeof(wire::Event));
+  cursor->next = next + kBytes;
   const bool lane0 = sreg::LaneId() == 0;  // before a BEGIN's late stamp (see Context::Record)
   const uint64_t stamp = StampsLate(kind_flags) ? sreg::Clock64() : clock;
-  Store16If(lane0, ref.chunks + next, EventLow(stamp, kind_flags), hi);
+  StoreEventIf<kSlots>(lane0, ref.chunks + next, EventLow(stamp, kind_flags), hi, high);
 }
 
 // ---------------------------------------------------------------------------
@@ -282,12 +307,14 @@ inline constexpr uint64_t kCursorArenaFull = 1ull << 62;
 
 // The rare case of a context's marker: the warp is diverged (the marker
 // goes to the shared-memory cursor's chunk; the context is left as it is, so
-// its lanes keep agreeing), or the cursor is at a chunk boundary (lane 0
-// claims a chunk, every lane gets the new cursor). Returns the cursor.
+// its lanes keep agreeing), or the cursor is at a chunk boundary, or a wide
+// event finds one slot left (lane 0 claims a chunk, every lane gets the new
+// cursor; a slot left over stays empty). Returns the cursor.
+template <uint32_t kSlots>
 __device__ SMPROF_RECORDER_SLOW_PATH uint64_t RecordContextSlow(uint64_t cursor, uint64_t lo, uint64_t hi,
-                                                                unsigned active, unsigned lanes) {
+                                                                uint32_t high, unsigned active, unsigned lanes) {
   if (active != lanes) {
-    RecordDiverged(lo, hi, active);
+    RecordDiverged<kSlots>(lo, hi, high, active);
     return cursor;
   }
   const wire::ArenaRef& ref = Ref();
@@ -296,8 +323,8 @@ __device__ SMPROF_RECORDER_SLOW_PATH uint64_t RecordContextSlow(uint64_t cursor,
     if (ref.chunks == 0 || ref.num_chunks == 0) {
       Count(ref.arena, offsetof(wire::ArenaHeader, unplaced_events));  // raced the publication: retry later
     } else if (cursor != kCursorArenaFull && (result = ClaimChunk(0)) != 0) {
-      Store16(result, Restamped(lo), hi);
-      result += sizeof(wire::Event);
+      StoreEventIf<kSlots>(true, result, Restamped(lo), hi, high);
+      result += kSlots * sizeof(wire::Event);
     } else {
       result = kCursorArenaFull;
       Count(ref.arena, offsetof(wire::ArenaHeader, dropped_events));
@@ -305,6 +332,11 @@ __device__ SMPROF_RECORDER_SLOW_PATH uint64_t RecordContextSlow(uint64_t cursor,
   }
   return __shfl_sync(active, result, 0);
 }
+
+// No predicate: every marker of a recording warp records.
+struct Always {
+  __device__ SMPROF_FORCEINLINE bool operator()() const { return true; }
+};
 
 }  // namespace smprof::detail
 
@@ -323,25 +355,35 @@ class Context {
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
-  __device__ SMPROF_FORCEINLINE void Record(uint32_t kind_flags, const char* name, uint32_t value) {
+  // An event of kSlots slots; `pred` (called only when the warp records)
+  // is voted on by the active lanes: the event is recorded when it holds
+  // on any of them.
+  template <uint32_t kSlots, typename Pred>
+  __device__ SMPROF_FORCEINLINE void Record(uint32_t kind_flags, const char* name, uint32_t value, uint32_t high,
+                                            Pred pred) {
     if (cursor_ == 0) return;  // not recording: one compare of a register
     const bool late = detail::StampsLate(kind_flags);
     const uint64_t clock = detail::sreg::Clock64();
     const unsigned active = __activemask();
+    if constexpr (!std::is_same<Pred, detail::Always>::value) {
+      if (!__any_sync(active, pred())) return;  // uniform: every lane gets the vote
+    }
     const uint64_t lo = detail::EventLow(clock, kind_flags);
     const uint64_t hi = detail::EventHigh(name, value);
-    // One rare branch: diverged, or at a chunk boundary (`|`, not `||`: one
-    // predicate, one branch).
-    if (__builtin_expect(
-            (active != lanes_) | ((static_cast<uint32_t>(cursor_) & detail::ChunkMask(detail::Ref())) == 0), 0)) {
-      cursor_ = detail::RecordContextSlow(cursor_, lo, hi, active, lanes_);
+    // One rare branch: diverged, or at a chunk boundary, or (wide) one slot
+    // before it (`|`, not `||`: one predicate, one branch).
+    const uint32_t mask = detail::ChunkMask(detail::Ref());
+    bool rare = (active != lanes_) | ((static_cast<uint32_t>(cursor_) & mask) == 0);
+    if constexpr (kSlots == 2) rare |= ((static_cast<uint32_t>(cursor_) + sizeof(wire::Event)) & mask) == 0;
+    if (__builtin_expect(rare, 0)) {
+      cursor_ = detail::RecordContextSlow<kSlots>(cursor_, lo, hi, high, active, lanes_);
       return;
     }
     // %laneid before a BEGIN's late stamp: its read latency stays outside the range.
     const bool lane0 = detail::sreg::LaneId() == 0;
     const uint64_t stamp = late ? detail::sreg::Clock64() : clock;
-    detail::Store16If(lane0, cursor_, detail::EventLow(stamp, kind_flags), hi);
-    cursor_ += sizeof(wire::Event);
+    detail::StoreEventIf<kSlots>(lane0, cursor_, detail::EventLow(stamp, kind_flags), hi, high);
+    cursor_ += kSlots * sizeof(wire::Event);
   }
 
  private:
@@ -359,51 +401,189 @@ enum smprof_no_context_t { smprof_ctx };
 
 namespace smprof::detail {
 
-__device__ SMPROF_FORCEINLINE void Mark(smprof_no_context_t, uint32_t kind_flags, const char* name, uint32_t value) {
+template <uint32_t kSlots, typename Pred>
+__device__ SMPROF_FORCEINLINE void Record(smprof_no_context_t, uint32_t kind_flags, const char* name, uint32_t value,
+                                          uint32_t high, Pred pred) {
   const wire::ArenaRef& ref = Ref();
   if (ref.arena == 0) return;  // not profiling: one constant load and a uniform branch
   const uint64_t clock = sreg::Clock64();  // before the warp test: see Context::Record
   if (!WarpSelected(ref)) return;
-  RecordFromCursor(kind_flags, clock, EventHigh(name, value), __activemask());
+  const unsigned active = __activemask();
+  if constexpr (!std::is_same<Pred, Always>::value) {
+    if (!__any_sync(active, pred())) return;
+  }
+  RecordFromCursor<kSlots>(kind_flags, clock, EventHigh(name, value), high, active);
 }
 
-__device__ SMPROF_FORCEINLINE void Mark(Context& ctx, uint32_t kind_flags, const char* name, uint32_t value) {
-  ctx.Record(kind_flags, name, value);
+template <uint32_t kSlots, typename Pred>
+__device__ SMPROF_FORCEINLINE void Record(Context& ctx, uint32_t kind_flags, const char* name, uint32_t value,
+                                          uint32_t high, Pred pred) {
+  ctx.template Record<kSlots>(kind_flags, name, value, high, pred);
 }
 
-// Scoped range: begin on construction, end on destruction.
+// ---------------------------------------------------------------------------
+// Options (options.h) applied to one marker.
+// ---------------------------------------------------------------------------
+
+struct Applied {
+  uint32_t flags = 0;
+  uint64_t value = 0;
+};
+
+__device__ SMPROF_FORCEINLINE void ApplyValue(Applied&, When) {}
+__device__ SMPROF_FORCEINLINE void ApplyValue(Applied&, OnWarps) {}
+template <typename T>
+__device__ SMPROF_FORCEINLINE void ApplyValue(Applied& a, ValueOption<T> v) {
+  a.flags |= wire::kEventHasValue | (sizeof(T) == 8 ? wire::kEventWideValue : 0u);
+  a.value = sizeof(T) == 8 ? static_cast<uint64_t>(v.v) : static_cast<uint64_t>(static_cast<uint32_t>(v.v));
+}
+__device__ SMPROF_FORCEINLINE void ApplyValue(Applied& a, ArgOption arg) {
+  a.flags |= wire::kEventNameValue;
+  a.value = arg.n;
+}
+
+// Who records, from the when/on_warp(s) options: the conditions are the
+// user's values; the warp's index is read only when the marker records.
+struct Gate {
+  bool when = true;
+  uint32_t first = 0;        // warps [first, end) of each block
+  uint32_t end = ~0u;
+  __device__ SMPROF_FORCEINLINE bool Holds() const {
+    const uint32_t warp = WarpIndex();
+    return when && warp >= first && warp < end;
+  }
+};
+__device__ SMPROF_FORCEINLINE void Narrow(Gate& g, When w) { g.when = g.when && w.ok; }
+__device__ SMPROF_FORCEINLINE void Narrow(Gate& g, OnWarps o) {
+  g.first = o.first > g.first ? o.first : g.first;
+  const uint32_t end = o.first + o.count < o.first ? ~0u : o.first + o.count;
+  g.end = end < g.end ? end : g.end;
+}
+template <typename T>
+__device__ SMPROF_FORCEINLINE void Narrow(Gate&, ValueOption<T>) {}
+__device__ SMPROF_FORCEINLINE void Narrow(Gate&, ArgOption) {}
+
+// Every marker: kind, name, the base value (a token; 0 otherwise), options.
+// `Ctx` is Context& or smprof_no_context_t (the enumerator `smprof_ctx`).
+template <uint32_t kKind, uint32_t kFlags, typename Ctx, typename... Opts>
+__device__ SMPROF_FORCEINLINE void MarkWith(Ctx&& ctx, const char* name, uint32_t token, const Opts&... opts) {
+  using Pack = OptionPack<Opts...>;
+  Applied a;
+  (ApplyValue(a, opts), ...);
+  const uint32_t kind_flags = kKind | kFlags | a.flags;
+  const uint32_t value = Pack::kValues + Pack::kArgs != 0 ? static_cast<uint32_t>(a.value) : token;
+  const uint32_t high = static_cast<uint32_t>(a.value >> 32);
+  constexpr uint32_t kSlots = Pack::kWide ? 2 : 1;
+  if constexpr (Pack::kPredicated) {
+    Gate g;
+    (Narrow(g, opts), ...);
+    Record<kSlots>(ctx, kind_flags, name, value, high, [g]() { return g.Holds(); });
+  } else {
+    Record<kSlots>(ctx, kind_flags, name, value, high, Always{});
+  }
+}
+
+template <uint32_t kKind, typename Ctx, size_t N, typename... Opts>
+__device__ SMPROF_FORCEINLINE void Mark(Ctx&& ctx, const char (&name)[N], const Opts&... opts) {
+  using Pack = OptionPack<Opts...>;
+  static_assert(Pack::kValues == 0 || kKind == wire::kEventEnd || kKind == wire::kEventInstant,
+                "smprof::value goes on SMPROF_END, SMPROF_INSTANT or SMPROF_COUNTER");
+  static_assert(Pack::kArgs == 0 || kKind == wire::kEventBegin || kKind == wire::kEventEnd ||
+                    kKind == wire::kEventInstant || kKind == wire::kEventPhase,
+                "smprof::arg goes on a named range, instant or phase");
+  MarkWith<kKind, 0>(ctx, name, 0, opts...);
+}
+
+template <typename Ctx, size_t N, typename T, typename... Opts>
+__device__ SMPROF_FORCEINLINE void Counter(Ctx&& ctx, const char (&name)[N], T v, const Opts&... opts) {
+  using Pack = OptionPack<Opts...>;
+  static_assert(Pack::kValues == 0 && Pack::kArgs == 0, "SMPROF_COUNTER(name, value, ...) takes its value once");
+  MarkWith<wire::kEventInstant, wire::kEventCounter>(ctx, name, 0, smprof::value(v), opts...);
+}
+
+template <uint32_t kKind, typename Ctx, size_t N, typename T, typename... Opts>
+__device__ SMPROF_FORCEINLINE void Async(Ctx&& ctx, const char (&name)[N], T token, const Opts&... opts) {
+  static_assert(std::is_integral<T>::value || std::is_enum<T>::value, "an async span's token is an integer");
+  static_assert(sizeof(T) <= 4, "an async span's token is a 32-bit integer");
+  using Pack = OptionPack<Opts...>;
+  static_assert(Pack::kValues == 0 && Pack::kArgs == 0, "async spans take smprof::when and on_warp(s) only");
+  MarkWith<kKind, 0>(ctx, name, static_cast<uint32_t>(token), opts...);
+}
+
+// How a marker object keeps the context it records through: a reference to
+// a Context, or nothing for the shared-memory cursor.
 template <typename Ctx>
+struct ContextRef {
+  Ctx& ctx;
+  __device__ SMPROF_FORCEINLINE Ctx& get() const { return ctx; }
+};
+template <>
+struct ContextRef<smprof_no_context_t> {
+  __device__ SMPROF_FORCEINLINE smprof_no_context_t get() const { return smprof_ctx; }
+};
+__device__ SMPROF_FORCEINLINE ContextRef<Context> RefTo(Context& ctx) { return ContextRef<Context>{ctx}; }
+__device__ SMPROF_FORCEINLINE ContextRef<smprof_no_context_t> RefTo(smprof_no_context_t) {
+  return ContextRef<smprof_no_context_t>{};
+}
+
+// SMPROF_PHASE_END(options...): a call on this object, so that the macro
+// works with no argument at all.
+template <typename Ctx>
+struct PhaseEnder {
+  ContextRef<Ctx> ref;
+  template <typename... Opts>
+  __device__ SMPROF_FORCEINLINE void operator()(const Opts&... opts) const {
+    using Pack = OptionPack<Opts...>;
+    static_assert(Pack::kValues == 0 && Pack::kArgs == 0, "SMPROF_PHASE_END takes smprof::when and on_warp(s) only");
+    MarkWith<wire::kEventPhaseEnd, 0>(ref.get(), "", 0, opts...);
+  }
+};
+template <typename Ctx>
+__device__ SMPROF_FORCEINLINE auto EndPhase(Ctx&& ctx) {
+  return PhaseEnder<std::decay_t<Ctx>>{RefTo(ctx)};
+}
+
+// Scoped range: begin on construction, end on destruction. The END is
+// recorded under the BEGIN's predicate (voted again: the same result unless
+// lanes exited inside the range) with the BEGIN's name integer.
+template <typename Ctx, bool kPredicated>
 class ScopedRange {
  public:
-  __device__ SMPROF_FORCEINLINE ScopedRange(Ctx& ctx, const char* name) : ctx_(ctx), name_(name) {
-    Mark(ctx_, wire::kEventBegin, name_, 0);
+  __device__ SMPROF_FORCEINLINE ScopedRange(ContextRef<Ctx> ref, const char* name, Gate gate, uint32_t name_flags,
+                                            uint32_t arg)
+      : ref_(ref), name_(name), arg_(arg), name_flags_(name_flags), gate_(gate) {}
+  __device__ SMPROF_FORCEINLINE ~ScopedRange() {
+    if constexpr (kPredicated) {
+      const Gate g = gate_;
+      Record<1>(ref_.get(), wire::kEventEnd | name_flags_, name_, arg_, 0u, [g]() { return g.Holds(); });
+    } else {
+      Record<1>(ref_.get(), wire::kEventEnd | name_flags_, name_, arg_, 0u, Always{});
+    }
   }
-  __device__ SMPROF_FORCEINLINE ~ScopedRange() { Mark(ctx_, wire::kEventEnd, name_, 0); }
   ScopedRange(const ScopedRange&) = delete;
   ScopedRange& operator=(const ScopedRange&) = delete;
 
  private:
-  Ctx& ctx_;
+  ContextRef<Ctx> ref_;
   const char* name_;
+  uint32_t arg_;
+  uint32_t name_flags_;
+  Gate gate_;
 };
 
-template <>
-class ScopedRange<smprof_no_context_t> {
- public:
-  __device__ SMPROF_FORCEINLINE ScopedRange(smprof_no_context_t, const char* name) : name_(name) {
-    Mark(smprof_ctx, wire::kEventBegin, name_, 0);
-  }
-  __device__ SMPROF_FORCEINLINE ~ScopedRange() { Mark(smprof_ctx, wire::kEventEnd, name_, 0); }
-  ScopedRange(const ScopedRange&) = delete;
-  ScopedRange& operator=(const ScopedRange&) = delete;
-
- private:
-  const char* name_;
-};
-
-template <typename Ctx>
-ScopedRange(Ctx&, const char*) -> ScopedRange<Ctx>;
-ScopedRange(smprof_no_context_t, const char*) -> ScopedRange<smprof_no_context_t>;
+template <typename Ctx, size_t N, typename... Opts>
+__device__ SMPROF_FORCEINLINE ScopedRange<std::decay_t<Ctx>, OptionPack<Opts...>::kPredicated> OpenRange(
+    Ctx&& ctx, const char (&name)[N], const Opts&... opts) {
+  using Pack = OptionPack<Opts...>;
+  static_assert(Pack::kValues == 0, "a scoped range takes no smprof::value: give it to SMPROF_END");
+  Applied a;
+  (ApplyValue(a, opts), ...);
+  MarkWith<wire::kEventBegin, 0>(ctx, name, 0, opts...);
+  Gate g;
+  (Narrow(g, opts), ...);
+  return ScopedRange<std::decay_t<Ctx>, Pack::kPredicated>(RefTo(ctx), name, g, a.flags,
+                                                           static_cast<uint32_t>(a.value));
+}
 
 }  // namespace smprof::detail
 #endif  // __CUDACC__
