@@ -19,6 +19,11 @@
 //                   then a 32-byte record is stored.
 //   5-7. smprof     SMPROF_INSTANT idle (arena reference zero: no smprof-run),
 //                   and recording, each without and with SMPROF_CONTEXT().
+//   8-   smprof     every kind of marker of the device API, recording in a
+//                   context ("ctx: ..."): values (a 64-bit one takes two
+//                   slots), a counter, a phase boundary, predicates that hold
+//                   and that do not (the latter records nothing: its cost is
+//                   the vote), warp choice, an async begin, a formatted name.
 // For the recording rows the program publishes an arena as the injector does
 // (allocate, zero, write the ArenaHeader, cudaMemcpyToSymbol of g_arena),
 // resets it before every launch as the injector does between harvests (zero
@@ -306,6 +311,30 @@ class SmprofContextRecorder {
   smprof::Context smprof_ctx;  // NOLINT(readability-identifier-naming): the name markers look up
 };
 
+// 8-. Each kind of marker of the device API (docs/device-api.md), in a
+// profiling context: its Mark is the marker the row names. `i` is the loop
+// index (a runtime value the compiler cannot fold).
+template <int kKind>
+class SmprofApiRecorder {
+ public:
+  __device__ explicit SmprofApiRecorder(const KernelArgs&) {}
+  __device__ void Mark(uint32_t i) {
+    if constexpr (kKind == 0) SMPROF_INSTANT("bench", smprof::value(i));
+    if constexpr (kKind == 1) SMPROF_INSTANT("bench", smprof::value(uint64_t{i} << 20));
+    if constexpr (kKind == 2) SMPROF_COUNTER("bench", i);
+    if constexpr (kKind == 3) SMPROF_PHASE("bench");
+    if constexpr (kKind == 4) SMPROF_INSTANT("bench", smprof::when(i != ~0u));  // holds: records
+    if constexpr (kKind == 5) SMPROF_INSTANT("bench", smprof::when(i == ~0u));  // never holds
+    if constexpr (kKind == 6) SMPROF_INSTANT("bench", smprof::on_warps(0, 32));  // every warp of the block
+    if constexpr (kKind == 7) SMPROF_ASYNC_BEGIN("bench", i);
+    if constexpr (kKind == 8) SMPROF_INSTANT("bench %d", smprof::arg(i));
+  }
+  __device__ void Finish(const KernelArgs&) {}
+
+ private:
+  smprof::Context smprof_ctx;  // NOLINT(readability-identifier-naming): the name markers look up
+};
+
 // ---------------------------------------------------------------------------
 // The timed kernel
 // ---------------------------------------------------------------------------
@@ -367,15 +396,17 @@ struct Row {
   ArenaUse arena;
   KernelSet one_warp;  // one kernel per entry of kFmaCounts
   Kernel full_gpu;     // the kFullGpuFmas loop, registers capped for 64 warps per SM
+  uint32_t events_per_mark;  // what each Mark records (0: a predicate that never holds)
 };
 
 template <class Recorder>
-Row MakeRow(const char* name, ArenaUse arena) {
+Row MakeRow(const char* name, ArenaUse arena, uint32_t events_per_mark = 1) {
   return {name,
           arena,
           {&TimedLoop<Recorder, kFmaCounts[0], 1>, &TimedLoop<Recorder, kFmaCounts[1], 1>,
            &TimedLoop<Recorder, kFmaCounts[2], 1>, &TimedLoop<Recorder, kFmaCounts[3], 1>},
-          &TimedLoop<Recorder, kFullGpuFmas, kFullBlocksPerSm>};
+          &TimedLoop<Recorder, kFullGpuFmas, kFullBlocksPerSm>,
+          events_per_mark};
 }
 
 constexpr size_t kFloorRow = 0;
@@ -390,6 +421,15 @@ std::vector<Row> MarkerRows() {
       MakeRow<SmprofContextRecorder>("smprof idle, context", ArenaUse::kIdle),
       MakeRow<SmprofRecorder>("smprof recording", ArenaUse::kRecording),
       MakeRow<SmprofContextRecorder>("smprof recording, context", ArenaUse::kRecording),
+      MakeRow<SmprofApiRecorder<0>>("ctx: instant + 32-bit value", ArenaUse::kRecording),
+      MakeRow<SmprofApiRecorder<1>>("ctx: instant + 64-bit value", ArenaUse::kRecording),
+      MakeRow<SmprofApiRecorder<2>>("ctx: counter", ArenaUse::kRecording),
+      MakeRow<SmprofApiRecorder<3>>("ctx: phase", ArenaUse::kRecording),
+      MakeRow<SmprofApiRecorder<4>>("ctx: when(true)", ArenaUse::kRecording),
+      MakeRow<SmprofApiRecorder<5>>("ctx: when(false)", ArenaUse::kRecording, 0),
+      MakeRow<SmprofApiRecorder<6>>("ctx: on_warps (selected)", ArenaUse::kRecording),
+      MakeRow<SmprofApiRecorder<7>>("ctx: async begin", ArenaUse::kRecording),
+      MakeRow<SmprofApiRecorder<8>>("ctx: name with arg", ArenaUse::kRecording),
   };
 }
 
@@ -488,7 +528,8 @@ class Arena {
       for (size_t slot = wire::kChunkHeaderSlots; slot < chunk_bytes / sizeof(wire::Event); ++slot) {
         wire::Event event;
         std::copy_n(chunk + slot * sizeof(event), sizeof(event), reinterpret_cast<unsigned char*>(&event));
-        if (event.info != 0) ++census.events;
+        // A wide value's continuation slot is not an event.
+        if (event.info != 0 && (event.info & wire::kEventKindMask) != wire::kEventValueHigh) ++census.events;
       }
     }
     return census;
@@ -596,7 +637,9 @@ Measurement Measure(const Row& row, Kernel kernel, const LaunchShape& shape, int
   for (int launch = 0; launch < launches; ++launch) {
     PrepareLaunch(row, buffers, arena);
     const float ms = buffers.TimedLaunch(kernel, shape);
-    if (row.arena == ArenaUse::kRecording) arena.VerifyOrDie(row.name, uint64_t{kEvents} * shape.Warps());
+    if (row.arena == ArenaUse::kRecording) {
+      arena.VerifyOrDie(row.name, uint64_t{kEvents} * row.events_per_mark * shape.Warps());
+    }
     if (launch == 0) continue;
     buffers.AppendWarpCycles(shape, cycles);
     best_ms = launch == 1 ? ms : std::min(best_ms, ms);

@@ -363,11 +363,16 @@ class Context {
                                             Pred pred) {
     if (cursor_ == 0) return;  // not recording: one compare of a register
     const bool late = detail::StampsLate(kind_flags);
-    const uint64_t clock = detail::sreg::Clock64();
     const unsigned active = __activemask();
+    // The vote before the clock read, and a uniform branch on it: a marker
+    // whose predicate fails costs the vote and the branch (measured: cheaper
+    // than predicating the store and the cursor's advance on the vote, when
+    // the predicate holds too, at full occupancy); one that records is
+    // stamped after the vote.
     if constexpr (!std::is_same<Pred, detail::Always>::value) {
       if (!__any_sync(active, pred())) return;  // uniform: every lane gets the vote
     }
+    const uint64_t clock = detail::sreg::Clock64();
     const uint64_t lo = detail::EventLow(clock, kind_flags);
     const uint64_t hi = detail::EventHigh(name, value);
     // One rare branch: diverged, or at a chunk boundary, or (wide) one slot
@@ -406,13 +411,16 @@ __device__ SMPROF_FORCEINLINE void Record(smprof_no_context_t, uint32_t kind_fla
                                           uint32_t high, Pred pred) {
   const wire::ArenaRef& ref = Ref();
   if (ref.arena == 0) return;  // not profiling: one constant load and a uniform branch
-  const uint64_t clock = sreg::Clock64();  // before the warp test: see Context::Record
-  if (!WarpSelected(ref)) return;
-  const unsigned active = __activemask();
-  if constexpr (!std::is_same<Pred, Always>::value) {
-    if (!__any_sync(active, pred())) return;
+  if constexpr (std::is_same<Pred, Always>::value) {
+    const uint64_t clock = sreg::Clock64();  // before the warp test: see Context::Record
+    if (!WarpSelected(ref)) return;
+    RecordFromCursor<kSlots>(kind_flags, clock, EventHigh(name, value), high, __activemask());
+  } else {
+    if (!WarpSelected(ref)) return;
+    const unsigned active = __activemask();
+    if (!__any_sync(active, pred())) return;  // before the clock read, as in Context::Record
+    RecordFromCursor<kSlots>(kind_flags, sreg::Clock64(), EventHigh(name, value), high, active);
   }
-  RecordFromCursor<kSlots>(kind_flags, clock, EventHigh(name, value), high, active);
 }
 
 template <uint32_t kSlots, typename Pred>
@@ -443,25 +451,41 @@ __device__ SMPROF_FORCEINLINE void ApplyValue(Applied& a, ArgOption arg) {
 }
 
 // Who records, from the when/on_warp(s) options: the conditions are the
-// user's values; the warp's index is read only when the marker records.
+// user's values; the warp's index (kWarps: an on_warp(s) option was given)
+// is computed only when the marker records, from the compiler's threadIdx
+// and blockDim (which the kernel's own role choice usually has in registers
+// already), not from the recorder's volatile %tid reads.
+template <bool kWarps>
 struct Gate {
   bool when = true;
-  uint32_t first = 0;        // warps [first, end) of each block
+  uint32_t first = 0;  // warps [first, end) of each block
   uint32_t end = ~0u;
   __device__ SMPROF_FORCEINLINE bool Holds() const {
-    const uint32_t warp = WarpIndex();
-    return when && warp >= first && warp < end;
+    if constexpr (kWarps) {
+      const uint32_t warp = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) >> 5;
+      return when && warp >= first && warp < end;
+    } else {
+      return when;
+    }
   }
 };
-__device__ SMPROF_FORCEINLINE void Narrow(Gate& g, When w) { g.when = g.when && w.ok; }
-__device__ SMPROF_FORCEINLINE void Narrow(Gate& g, OnWarps o) {
+template <typename... Opts>
+using GateOf = Gate<(false || ... || std::is_same<Opts, OnWarps>::value)>;
+
+template <bool kWarps>
+__device__ SMPROF_FORCEINLINE void Narrow(Gate<kWarps>& g, When w) {
+  g.when = g.when && w.ok;
+}
+template <bool kWarps>
+__device__ SMPROF_FORCEINLINE void Narrow(Gate<kWarps>& g, OnWarps o) {
   g.first = o.first > g.first ? o.first : g.first;
   const uint32_t end = o.first + o.count < o.first ? ~0u : o.first + o.count;
   g.end = end < g.end ? end : g.end;
 }
-template <typename T>
-__device__ SMPROF_FORCEINLINE void Narrow(Gate&, ValueOption<T>) {}
-__device__ SMPROF_FORCEINLINE void Narrow(Gate&, ArgOption) {}
+template <bool kWarps, typename T>
+__device__ SMPROF_FORCEINLINE void Narrow(Gate<kWarps>&, ValueOption<T>) {}
+template <bool kWarps>
+__device__ SMPROF_FORCEINLINE void Narrow(Gate<kWarps>&, ArgOption) {}
 
 // Every marker: kind, name, the base value (a token; 0 otherwise), options.
 // `Ctx` is Context& or smprof_no_context_t (the enumerator `smprof_ctx`).
@@ -475,7 +499,7 @@ __device__ SMPROF_FORCEINLINE void MarkWith(Ctx&& ctx, const char* name, uint32_
   const uint32_t high = static_cast<uint32_t>(a.value >> 32);
   constexpr uint32_t kSlots = Pack::kWide ? 2 : 1;
   if constexpr (Pack::kPredicated) {
-    Gate g;
+    GateOf<Opts...> g;
     (Narrow(g, opts), ...);
     Record<kSlots>(ctx, kind_flags, name, value, high, [g]() { return g.Holds(); });
   } else {
@@ -546,15 +570,15 @@ __device__ SMPROF_FORCEINLINE auto EndPhase(Ctx&& ctx) {
 // Scoped range: begin on construction, end on destruction. The END is
 // recorded under the BEGIN's predicate (voted again: the same result unless
 // lanes exited inside the range) with the BEGIN's name integer.
-template <typename Ctx, bool kPredicated>
+template <typename Ctx, bool kPredicated, typename G>
 class ScopedRange {
  public:
-  __device__ SMPROF_FORCEINLINE ScopedRange(ContextRef<Ctx> ref, const char* name, Gate gate, uint32_t name_flags,
+  __device__ SMPROF_FORCEINLINE ScopedRange(ContextRef<Ctx> ref, const char* name, G gate, uint32_t name_flags,
                                             uint32_t arg)
       : ref_(ref), name_(name), arg_(arg), name_flags_(name_flags), gate_(gate) {}
   __device__ SMPROF_FORCEINLINE ~ScopedRange() {
     if constexpr (kPredicated) {
-      const Gate g = gate_;
+      const G g = gate_;
       Record<1>(ref_.get(), wire::kEventEnd | name_flags_, name_, arg_, 0u, [g]() { return g.Holds(); });
     } else {
       Record<1>(ref_.get(), wire::kEventEnd | name_flags_, name_, arg_, 0u, Always{});
@@ -568,21 +592,21 @@ class ScopedRange {
   const char* name_;
   uint32_t arg_;
   uint32_t name_flags_;
-  Gate gate_;
+  G gate_;
 };
 
 template <typename Ctx, size_t N, typename... Opts>
-__device__ SMPROF_FORCEINLINE ScopedRange<std::decay_t<Ctx>, OptionPack<Opts...>::kPredicated> OpenRange(
+__device__ SMPROF_FORCEINLINE ScopedRange<std::decay_t<Ctx>, OptionPack<Opts...>::kPredicated, GateOf<Opts...>> OpenRange(
     Ctx&& ctx, const char (&name)[N], const Opts&... opts) {
   using Pack = OptionPack<Opts...>;
   static_assert(Pack::kValues == 0, "a scoped range takes no smprof::value: give it to SMPROF_END");
   Applied a;
   (ApplyValue(a, opts), ...);
   MarkWith<wire::kEventBegin, 0>(ctx, name, 0, opts...);
-  Gate g;
+  GateOf<Opts...> g;
   (Narrow(g, opts), ...);
-  return ScopedRange<std::decay_t<Ctx>, Pack::kPredicated>(RefTo(ctx), name, g, a.flags,
-                                                           static_cast<uint32_t>(a.value));
+  return ScopedRange<std::decay_t<Ctx>, Pack::kPredicated, GateOf<Opts...>>(RefTo(ctx), name, g, a.flags,
+                                                                            static_cast<uint32_t>(a.value));
 }
 
 }  // namespace smprof::detail

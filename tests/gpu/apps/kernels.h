@@ -27,3 +27,7 @@ void LaunchDeviceFunctions(bool with_context, int blocks, int threads, int* sink
 void LaunchCycleRanges(int blocks, long long n1, long long n2, long long n3, unsigned long long* spun,
                        cudaStream_t s);  // 32 threads; spun: 3 per block
 void LaunchCrossSmTicks(int blocks, int threads, int n, unsigned long long* out, cudaStream_t s);
+
+// kernels_device_api.cu: every device API kernel, with and without a context,
+// on `blocks` x 128 threads, `n` iterations each; `sink` holds 128 ints.
+void LaunchDeviceApi(int blocks, int n, int* sink, cudaStream_t s);

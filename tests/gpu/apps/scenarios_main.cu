@@ -300,6 +300,13 @@ int Finish(int* sink) {
   return 0;
 }
 
+// Every device API kernel (kernels_device_api.cu): 2 blocks, 40 iterations.
+int DeviceApi() {
+  int* sink = ZeroedInts(128);
+  LaunchDeviceApi(2, 40, sink, nullptr);
+  return Finish(sink);
+}
+
 int RecorderDivergentHalves() {  // divergent_halves<true>, then <false>, (5 iterations) on 4x64 threads
   int* sink = ZeroedInts(4 * 64);
   for (const bool ctx : {true, false}) LaunchDivergentHalves(ctx, 4, 64, 5, sink, nullptr);
@@ -422,6 +429,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "capture-after-eager")) return CaptureAfterEagerWork();
   if (!std::strcmp(scenario, "unload-replay") && argc > 2) return UnloadThenReplay(argv[2]);
   if (!std::strcmp(scenario, "exit-running")) return ExitWhileRunning();
+  if (!std::strcmp(scenario, "device-api")) return DeviceApi();
   if (!std::strcmp(scenario, "recorder-divergent-halves")) return RecorderDivergentHalves();
   if (!std::strcmp(scenario, "recorder-early-exit")) return RecorderEarlyExit();
   if (!std::strcmp(scenario, "recorder-partial-warps")) return RecorderPartialWarps();
@@ -434,7 +442,7 @@ int main(int argc, char** argv) {
                "usage: %s basic|streams|filter|graph|overflow|highwater|small-warps|exit7|destroyed-stream|threads|"
                "many-threads [launches]|ranges|profiler-window|driver-api "
                "<fatbin>|cupti-taken|silent-big|capture-after-eager|unload-replay <fatbin>|exit-running|"
-               "recorder-divergent-halves|recorder-early-exit|recorder-partial-warps|recorder-big-blocks|"
+               "device-api|recorder-divergent-halves|recorder-early-exit|recorder-partial-warps|recorder-big-blocks|"
                "recorder-many-markers|recorder-device-functions|recorder-cycle-ranges <file>|recorder-cross-sm <file>\n",
                argv[0]);
   return 2;
