@@ -93,7 +93,7 @@ bool Required() {
 
 struct Thread {
   std::string name;
-  std::vector<json> events;  // X and i events
+  std::vector<json> events;  // X, i, C (counters), b/e (async spans) and s/f (flows) events
 };
 struct LaunchGroup {
   std::string name;
@@ -156,7 +156,7 @@ ProfiledRun Profile(const std::string& scenario, const std::string& args = "", c
     if (it == run.launches.end()) continue;
     Thread& t = it->second.threads[e["tid"].get<int64_t>()];
     if (ph == "M" && e.value("name", "") == "thread_name") t.name = e["args"]["name"].get<std::string>();
-    if (ph == "X" || ph == "i") t.events.push_back(e);
+    if (ph == "X" || ph == "i" || ph == "C" || ph == "b" || ph == "e" || ph == "s" || ph == "f") t.events.push_back(e);
   }
   return run;
 }
@@ -1124,6 +1124,159 @@ TEST(GpuScenarios, RecorderManyMarkersPerWarpSpanManyChunksInOrder) {
     ExpectRangesClosed(run);
     ExpectExactTotals(run, 4, 2L * 16 * kMarkers + 2L * 4 * kMarkers);
   }
+}
+
+// --- The device API (tests/gpu/apps/kernels_device_api.cu) -------------------
+// One run of the "device-api" scenario: every kernel with and without a
+// context on 2 blocks of 4 warps, 40 iterations each.
+constexpr int kApiBlocks = 2;
+constexpr int kApiIterations = 40;
+const std::set<int> kAllFourWarps = {0, 1, 2, 3};
+
+const ProfiledRun& DeviceApiRun() {
+  static const ProfiledRun run = Profile("device-api");
+  return run;
+}
+
+// The values (args.value, or a counter's one arg) of a warp's events "<ph> <name>", sorted.
+std::vector<int64_t> ValuesOf(const Thread& t, const std::string& ph, const std::string& name) {
+  std::vector<int64_t> out;
+  for (const json& e : t.events) {
+    if (e.value("ph", "") != ph || e.value("name", "") != name) continue;
+    const json args = e.value("args", json::object());
+    if (ph == "C") {
+      EXPECT_EQ(args.size(), 1u) << e.dump();
+      if (!args.empty()) out.push_back(args.begin()->get<int64_t>());
+    } else {
+      EXPECT_TRUE(args.contains("value")) << e.dump();
+      if (args.contains("value")) out.push_back(args["value"].get<int64_t>());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(GpuScenarios, DeviceApiPhasesPredicatesWarpChoiceAndNames) {
+  REQUIRE_GPU();
+  const ProfiledRun& run = DeviceApiRun();
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  static constexpr int n = kApiIterations;
+  for (const std::string& variant : kVariants) {
+    for (const LaunchGroup* g : ExactlyGroups(run, "api_phases" + variant, 1)) {
+      ExpectWarpTracks(*g, kApiBlocks, kAllFourWarps, [](int) { return EventCounts{{"X load", n}, {"X mma", n}}; });
+    }
+    for (const LaunchGroup* g : ExactlyGroups(run, "api_predicates" + variant, 1)) {
+      ExpectWarpTracks(*g, kApiBlocks, kAllFourWarps, [](int warp) {
+        EventCounts c{{"i even", (n + 1) / 2}, {"X odd", n / 2}, {"i lane 5", n}, {"i low half", n}};
+        c[warp == 0 ? "i leader" : warp == 1 ? "i warp 1" : "i warps 2-3"] = n;
+        return c;
+      });
+    }
+    for (const LaunchGroup* g : ExactlyGroups(run, "api_names" + variant, 1)) {
+      ExpectWarpTracks(*g, kApiBlocks, kAllFourWarps, [](int) {
+        EventCounts c{{"X stage 0", (n + 2) / 3}, {"X stage 1", (n + 1) / 3}, {"X stage 2", n / 3}};
+        for (int i = 0; i < n; ++i) {
+          char tile[16];
+          std::snprintf(tile, sizeof(tile), "i tile 0x%02x", i + 10);
+          c[tile] = 1;
+          c["X step " + std::to_string(i)] = 1;
+        }
+        return c;
+      });
+    }
+  }
+  for (const LaunchGroup* g : ExactlyGroups(run, "api_kernel_scope", 1)) {
+    ExpectWarpTracks(*g, kApiBlocks, kAllFourWarps, [](int) { return EventCounts{{"X kernel", 1}, {"i work", n}}; });
+  }
+  ExpectRangesClosed(run);
+  // Per warp: phases 2n + 1 (one event per boundary), predicates 4.5n, values
+  // 5n, names 4n + 1; per block of the async kernel 2n + 2; SMPROF_KERNEL
+  // n + 2 (one variant).
+  const long per_variant_warps = kApiBlocks * 4;
+  const long recorded = 2 * per_variant_warps * ((2 * n + 1) + (9 * n / 2) + 5 * n + (4 * n + 1)) +
+                        2 * kApiBlocks * (2 * n + 2) + per_variant_warps * (n + 2);
+  ExpectExactTotals(run, 11, recorded);
+}
+
+TEST(GpuScenarios, DeviceApiValuesAndCountersAreExact) {
+  REQUIRE_GPU();
+  const ProfiledRun& run = DeviceApiRun();
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  static constexpr int n = kApiIterations;
+  std::vector<int64_t> v32, v64, ends;
+  for (int i = 0; i < n; ++i) {
+    v32.push_back(i - 2);
+    v64.push_back((int64_t{i} << 33) + 5);
+    ends.push_back(3 * i);
+  }
+  for (const std::string& variant : kVariants) {
+    for (const LaunchGroup* g : ExactlyGroups(run, "api_values" + variant, 1)) {
+      ExpectWarpTracks(*g, kApiBlocks, kAllFourWarps,
+                       [](int) { return EventCounts{{"i v32", n}, {"i v64", n}, {"X r", n}, {"C count", n}}; });
+      for (const auto& [tid, t] : g->threads) {
+        if (!IsWarp(t)) continue;
+        const int warp = ParseWarpLabel(t.name).warp;
+        std::vector<int64_t> counts;
+        for (int i = 0; i < n; ++i) counts.push_back(warp * 1000 + i);
+        EXPECT_EQ(ValuesOf(t, "i", "v32"), v32) << t.name;
+        EXPECT_EQ(ValuesOf(t, "i", "v64"), v64) << t.name;  // 64-bit: two slots each, across chunk boundaries
+        EXPECT_EQ(ValuesOf(t, "X", "r"), ends) << t.name;
+        EXPECT_EQ(ValuesOf(t, "C", "count"), counts) << t.name;
+      }
+    }
+  }
+}
+
+TEST(GpuScenarios, DeviceApiAsyncSpansLinkTheWarpsOfABlock) {
+  REQUIRE_GPU();
+  const ProfiledRun& run = DeviceApiRun();
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  static constexpr int n = kApiIterations;
+  for (const std::string& variant : kVariants) {
+    for (const LaunchGroup* g : ExactlyGroups(run, "api_async" + variant, 1)) {
+      // Warp 0 begins every span, warp 1 ends "stage", warp 2 ends "stray";
+      // warp 3 records nothing. Ends are instants on the warps' threads,
+      // linked by a flow ("s" on warp 0, "f" on warp 1).
+      ExpectWarpTracks(*g, kApiBlocks, {0, 1, 2}, [](int warp) {
+        if (warp == 0) {
+          return EventCounts{{"i stage", n}, {"b stage", n}, {"s stage", n},
+                             {"i orphan", 1}, {"b orphan", 1}, {"e orphan", 1}};
+        }
+        if (warp == 1) return EventCounts{{"i stage", n}, {"e stage", n}, {"f stage", n}};
+        return EventCounts{{"i stray", 1}, {"b stray", 1}, {"e stray", 1}};
+      });
+      std::map<std::string, int> flows_out, flows_in;
+      for (const auto& [tid, t] : g->threads) {
+        if (!IsWarp(t)) continue;
+        const WarpLabel l = ParseWarpLabel(t.name);
+        std::map<uint64_t, double> begun;
+        for (const json& e : t.events) {
+          const std::string ph = e.value("ph", "");
+          const json args = e.value("args", json::object());
+          if (ph == "b" && e.value("name", "") == "stage") {
+            EXPECT_EQ(args.value("begin_warp", -1), 0) << e.dump();
+            EXPECT_EQ(args.value("end_warp", -1), 1) << e.dump();
+            EXPECT_LT(args.value("token", 99), 4) << e.dump();
+          }
+          if (ph == "b" && e.value("name", "") == "orphan") {
+            EXPECT_TRUE(args.value("unterminated", false)) << e.dump();
+          }
+          if (ph == "b" && e.value("name", "") == "stray") {
+            EXPECT_EQ(args.value("smprof_error", ""), "unmatched end") << e.dump();
+          }
+          if (ph == "s") ++flows_out[std::to_string(l.x) + ":" + e.at("id").dump()];
+          if (ph == "f") ++flows_in[std::to_string(l.x) + ":" + e.at("id").dump()];
+        }
+      }
+      // Every flow begins on warp 0 and ends on warp 1 of the same block, once.
+      EXPECT_EQ(flows_out.size(), static_cast<size_t>(kApiBlocks * n));
+      EXPECT_EQ(flows_out, flows_in);
+    }
+  }
+  ASSERT_TRUE(run.summary_event.is_object());
+  EXPECT_EQ(run.summary_event.value("async_spans", -1), 2 * kApiBlocks * (n + 1)) << run.summary_event.dump();
+  EXPECT_EQ(run.summary_event.value("async_unterminated", -1), 2 * kApiBlocks) << run.summary_event.dump();
+  EXPECT_EQ(run.summary_event.value("async_unmatched_ends", -1), 2 * kApiBlocks) << run.summary_event.dump();
 }
 
 // 6. Device functions (not inlined) called from converged and from divergent
