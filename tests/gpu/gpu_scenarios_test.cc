@@ -116,16 +116,16 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
-// Runs `[outer] smprof-run <args> -- [app_prefix] smprof_gpu_scenarios <scenario>`
-// and parses the trace.
-ProfiledRun Profile(const std::string& scenario, const std::string& args = "", const std::string& app_prefix = "",
-                    const std::string& outer = "") {
+// Runs `[outer] smprof-run <args> -- [app_prefix] <app>` (`app`: a program of
+// the build's bin/ and its arguments) and parses the trace.
+ProfiledRun ProfileApp(const std::string& app, const std::string& args = "", const std::string& app_prefix = "",
+                       const std::string& outer = "") {
   char dir_template[] = "/tmp/smprof-gpu-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   const std::string trace = dir + "/trace.json";
   const std::string err = dir + "/stderr.txt";
   const std::string cmd = outer + " " + BuildDir() + "/bin/smprof-run -o " + trace + " " + args + " -- " + app_prefix +
-                          " " + BuildDir() + "/bin/smprof_gpu_scenarios " + scenario;
+                          " " + BuildDir() + "/bin/" + app;
   ProfiledRun run;
   run.exit_code = Shell(cmd, dir + "/stdout.txt", err);
   run.stderr_text = Slurp(err);
@@ -159,6 +159,13 @@ ProfiledRun Profile(const std::string& scenario, const std::string& args = "", c
     if (ph == "X" || ph == "i" || ph == "C" || ph == "b" || ph == "e" || ph == "s" || ph == "f") t.events.push_back(e);
   }
   return run;
+}
+
+// Runs `[outer] smprof-run <args> -- [app_prefix] smprof_gpu_scenarios <scenario>`
+// and parses the trace.
+ProfiledRun Profile(const std::string& scenario, const std::string& args = "", const std::string& app_prefix = "",
+                    const std::string& outer = "") {
+  return ProfileApp("smprof_gpu_scenarios " + scenario, args, app_prefix, outer);
 }
 
 bool IsWarp(const Thread& t) { return t.name.find("warp") != std::string::npos; }
@@ -1277,6 +1284,57 @@ TEST(GpuScenarios, DeviceApiAsyncSpansLinkTheWarpsOfABlock) {
   EXPECT_EQ(run.summary_event.value("async_spans", -1), 2 * kApiBlocks * (n + 1)) << run.summary_event.dump();
   EXPECT_EQ(run.summary_event.value("async_unterminated", -1), 2 * kApiBlocks) << run.summary_event.dump();
   EXPECT_EQ(run.summary_event.value("async_unmatched_ends", -1), 2 * kApiBlocks) << run.summary_event.dump();
+}
+
+// The device API example (device/examples/pipelined_gemm.cu), n = 256: 8 K
+// tiles, 64 blocks of a producer warp and 4 consumer warps, one launch.
+TEST(GpuScenarios, DeviceApiExamplePipelineShowsItsStagesAndHandOffs) {
+  REQUIRE_GPU();
+  const ProfiledRun run = ProfileApp("smprof_example_pipeline 256 1");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text << run.stdout_text;
+  static constexpr int kTiles = 8, kBlocks = 64;
+  const auto groups = ExactlyGroups(run, "gemm_pipelined", 1);
+  if (groups.empty()) return;
+  const LaunchGroup& g = *groups[0];
+  EXPECT_EQ(g.Warps(), kBlocks * 5) << g.name;
+  std::vector<int64_t> bytes;
+  for (int t = 1; t <= kTiles; ++t) bytes.push_back(int64_t{t} * 2 * 32 * 32 * 4);
+  int flows = 0;
+  for (const auto& [tid, t] : g.threads) {
+    if (!IsWarp(t)) continue;
+    const int warp = ParseWarpLabel(t.name).warp;
+    EventCounts got = CountsOf(t);
+    for (const char* ph : {"s ", "f "}) {  // flows, counted below
+      for (auto it = got.begin(); it != got.end();) {
+        if (it->first.rfind(ph, 0) == 0) {
+          flows += it->second;
+          it = got.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    EventCounts want{{"X kernel", 1}};
+    if (warp == 0) {
+      want["X wait empty"] = kTiles;
+      want["X load"] = kTiles;
+      want["C bytes loaded"] = kTiles;
+      want["i stage"] = kTiles;  // the spans' begins
+      want["b stage"] = kTiles;
+      EXPECT_EQ(ValuesOf(t, "C", "bytes loaded"), bytes) << t.name;
+    } else {
+      want["X wait full"] = kTiles;
+      for (int k = 0; k < kTiles; ++k) want["X mma k=" + std::to_string(k)] = 1;
+      if (warp == 1) {
+        want["i stage"] = kTiles;  // the spans' ends
+        want["e stage"] = kTiles;
+        want["i first tile"] = 1;
+      }
+    }
+    EXPECT_EQ(got, want) << t.name << ": got " << Describe(got) << ", want " << Describe(want);
+  }
+  EXPECT_EQ(flows, 2 * kBlocks * kTiles);
+  ExpectRangesClosed(run);
 }
 
 // 6. Device functions (not inlined) called from converged and from divergent
