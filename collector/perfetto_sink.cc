@@ -1421,6 +1421,7 @@ void PerfettoSink::OnAsyncSpan(const trace::LaunchRecord& launch, const trace::A
   uint64_t begin_track = 0, begin_cycles = 0, end_track = 0, end_cycles = 0;
   if (span.begin_warp != nullptr) WarpTrackAt(l, *span.begin_warp, span.begin_ns, &begin_track, &begin_cycles);
   if (span.end_warp != nullptr) WarpTrackAt(l, *span.end_warp, end_ns, &end_track, &end_cycles);
+  l.events += (span.begin_warp != nullptr ? 1 : 0) + (span.end_warp != nullptr ? 1 : 0);  // its device events
 
   AsyncTracks* tracks;
   if (l.hardware) {

@@ -171,7 +171,7 @@
 //    terminating_flow_ids on the end one, the id AsyncSpanRecord::flow_id
 //    with bit 63 set (the launch calls' flows are run-wide keys below it).
 //    Each instant carries 0 on its track's "cycles" counter like every
-//    instant there. All these packets go on sequence 1 (absolute time,
+//    instant there; each end counts as an event in "events harvested". All these packets go on sequence 1 (absolute time,
 //    explicit track, inline names), BEGIN and END at once: on a lane the
 //    spans nest or follow each other, and an END at t precedes in the file
 //    any later span's BEGIN at t. ~140 bytes a linked span without cycles

@@ -380,7 +380,7 @@ inline trace::AsyncSpanRecord SinkSpan(std::string_view name, uint32_t token, co
 //     F stage 3: an unmatched end on w1@3200, 6 (in E)
 //     H stage 9: w2@4500 -> w0@4600, 8 (in E; after w0's last record)
 //   and of block (0,1,0): G tma 0: w2'@2000 -> w2'@2050, 7.
-// Launch 8 [10000, 12000]: SM 012 / block (0,0,0) / warp 0 (slot 0):
+// A harvest at 9500. Launch 8 [10000, 12000]: SM 012 / block (0,0,0) / warp 0 (slot 0):
 //   load[10100,10300], inflight 2 @10150, I stage 0: @10100 -> @10200, 9.
 inline void WriteDeviceApiRun(trace::TraceSink& sink) {
   trace::GpuRecord gpu;
@@ -425,6 +425,10 @@ inline void WriteDeviceApiRun(trace::TraceSink& sink) {
   sink.OnAsyncSpan(l, SinkSpan("stage", 9, &w3, 4500, &w0, 4600, 8));
   const uint32_t order[] = {3, 0, 1, 2};
   sink.OnLaunchEnd(l, order, 4);
+  trace::HarvestRecord h;
+  h.ts_ns = 9500;
+  h.reason = 1;  // sync
+  sink.OnHarvest(SinkProcess(), h);
 
   const trace::LaunchRecord l2 = SinkLaunch(1, 8, 0, 10000, 12000);
   sink.OnLaunch(l2);

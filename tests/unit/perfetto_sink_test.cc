@@ -1074,6 +1074,9 @@ TEST_F(PerfettoSinkTest, DeviceApiRecordsInTheLaunchCentricLayout) {
   EXPECT_EQ(Values(d, inflight0), (std::vector<Point>{{1200, 3}, {2600, 5}}));
   EXPECT_EQ(Values(d, inflight1), (std::vector<Point>{{1500, 1}}));
   EXPECT_EQ(Values(d, d.Track("inflight", warp8)), (std::vector<Point>{{10150, 2}}));
+  // Launch 7's device events: 7 + 4 + 2 of its warps' records (a closed
+  // slice is two, a counter sample one), 14 of its async spans.
+  EXPECT_EQ(Values(d, d.Track("events harvested")), (std::vector<Point>{{9500, 7 + 4 + 2 + 14}}));
 
   // Spans on the block's async tracks, B (overlapping A) on a lane of its own.
   EXPECT_EQ(Rows(d, async), (std::vector<SliceRow>{{"stage", 1150, 650, 0},
