@@ -1,5 +1,6 @@
 #include "collector/async_sink.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <utility>
@@ -19,6 +20,10 @@ constexpr size_t kFreeBatches = 4;  // replayed batches kept for reuse
 // Command::flags
 constexpr uint8_t kInlineName = 1;  // name is text[name, name + name_len), not a key
 constexpr uint8_t kFlagged = 2;     // slice: unterminated; instant: unmatched END
+constexpr uint8_t kPhase = 4;       // slice: a phase
+constexpr uint8_t kCounter = 8;     // kValue: a counter sample
+
+constexpr uint32_t kNoWarp = UINT32_MAX;
 
 }  // namespace
 
@@ -28,8 +33,10 @@ enum class AsyncSink::Op : uint8_t {
   kSelect,   // the next commands are for launches[name]'s warps[name_len]
   kWarp,     // OnWarp of the selected warp
   kNote,     // the next slice's note is text[a, a + name_len)
+  kValue,    // the next slice's or instant's value is `a` (flags kCounter: a counter sample)
   kSlice,    // OnSlice: name, a = begin, b = end, cycles, lane, depth
   kInstant,  // OnInstant: name, a = ts
+  kAsync,    // OnAsyncSpan: name, the rest in spans[a]
   kFlush,    // the target's Flush
 };
 
@@ -43,12 +50,25 @@ struct AsyncSink::Command {
   uint32_t lane, depth;
 };
 
+// An async span but its name: its launch and warps by their index in the
+// batch (kNoWarp: none).
+struct AsyncSink::Span {
+  uint32_t launch = 0;
+  uint32_t begin_warp = kNoWarp, end_warp = kNoWarp;
+  uint32_t token = 0;
+  uint32_t block[3] = {0, 0, 0};
+  uint64_t begin_ns = 0, end_ns = 0;
+  uint64_t flow_id = 0;
+};
+
 struct AsyncSink::Batch {
   std::vector<Command> commands;
   std::string text;  // copied names and notes
   std::vector<std::function<void(trace::TraceSink&)>> calls;
-  std::vector<std::shared_ptr<const trace::LaunchRecord>> launches;  // kSelect's, kept alive with the batch
+  // kSelect's and kAsync's launches, kept alive with the batch.
+  std::vector<std::shared_ptr<const trace::LaunchRecord>> launches;
   std::vector<trace::WarpRecord> warps;
+  std::vector<Span> spans;
 
   bool empty() const { return commands.empty(); }
   bool full() const {
@@ -60,6 +80,7 @@ struct AsyncSink::Batch {
     calls.clear();
     launches.clear();
     warps.clear();
+    spans.clear();
   }
 };
 
@@ -68,6 +89,7 @@ struct AsyncSink::Replay {
   const trace::LaunchRecord* launch = nullptr;
   const trace::WarpRecord* warp = nullptr;
   std::string_view note;
+  trace::UserValue value;
   std::vector<std::unique_ptr<std::string>> names;  // by key: one address for the run
 };
 
@@ -247,7 +269,9 @@ void AsyncSink::OnSlice(const trace::LaunchRecord& launch, const trace::WarpReco
     n.a = at;
     n.name_len = static_cast<uint32_t>(slice.note.size());
   }
+  if (slice.value.present) AppendValue(slice.value);
   Command& c = AppendEvent(Op::kSlice, slice.name, slice.name_key, slice.unterminated);
+  if (slice.phase) c.flags |= kPhase;
   c.cycles = slice.cycles;
   c.a = slice.begin_ns;
   c.b = slice.end_ns;
@@ -259,7 +283,35 @@ void AsyncSink::OnInstant(const trace::LaunchRecord& launch, const trace::WarpRe
                           const trace::InstantRecord& instant) {
   Room();
   SelectWarp(launch, warp);
+  if (instant.value.present) AppendValue(instant.value);
   AppendEvent(Op::kInstant, instant.name, instant.name_key, instant.unmatched_end).a = instant.ts_ns;
+}
+
+void AsyncSink::AppendValue(const trace::UserValue& value) {
+  Command& v = Append();
+  v.op = Op::kValue;
+  v.flags = value.counter ? kCounter : 0;
+  v.a = static_cast<uint64_t>(value.value);
+}
+
+void AsyncSink::OnAsyncSpan(const trace::LaunchRecord& launch, const trace::AsyncSpanRecord& span) {
+  Room();
+  LaunchCopy(launch);
+  Span s;
+  s.launch = static_cast<uint32_t>(batch_->launches.size());
+  batch_->launches.push_back(launches_[launch.index]);
+  for (const auto& [warp, index] : {std::pair{span.begin_warp, &s.begin_warp}, std::pair{span.end_warp, &s.end_warp}}) {
+    if (warp == nullptr) continue;
+    *index = static_cast<uint32_t>(batch_->warps.size());
+    batch_->warps.push_back(*warp);
+  }
+  s.token = span.token;
+  std::copy(span.block, span.block + 3, s.block);
+  s.begin_ns = span.begin_ns;
+  s.end_ns = span.end_ns;
+  s.flow_id = span.flow_id;
+  AppendEvent(Op::kAsync, span.name, span.name_key, false).a = batch_->spans.size();
+  batch_->spans.push_back(s);
 }
 
 void AsyncSink::OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t* warps_in_order, size_t warp_count) {
@@ -396,8 +448,14 @@ void AsyncSink::Run(Lane& lane) {
           case Op::kNote:
             r.note = std::string_view(text + c.a, c.name_len);
             break;
+          case Op::kValue:
+            r.value.present = true;
+            r.value.counter = (c.flags & kCounter) != 0;
+            r.value.value = static_cast<int64_t>(c.a);
+            break;
           case Op::kSlice:
-          case Op::kInstant: {
+          case Op::kInstant:
+          case Op::kAsync: {
             const std::string_view name = (c.flags & kInlineName) != 0 ? std::string_view(text + c.name, c.name_len)
                                                                        : std::string_view(*r.names[c.name]);
             if (c.op == Op::kSlice) {
@@ -410,16 +468,34 @@ void AsyncSink::Run(Lane& lane) {
               s.lane = c.lane;
               s.depth = c.depth;
               s.unterminated = (c.flags & kFlagged) != 0;
+              s.phase = (c.flags & kPhase) != 0;
               s.note = r.note;
+              s.value = r.value;
               r.note = {};
+              r.value = {};
               t.OnSlice(*r.launch, *r.warp, s);
-            } else {
+            } else if (c.op == Op::kInstant) {
               trace::InstantRecord i;
               i.name = name;
               i.name_key = (c.flags & kInlineName) != 0 ? 0 : c.name;
               i.ts_ns = c.a;
               i.unmatched_end = (c.flags & kFlagged) != 0;
+              i.value = r.value;
+              r.value = {};
               t.OnInstant(*r.launch, *r.warp, i);
+            } else {
+              const Span& s = batch.spans[c.a];
+              trace::AsyncSpanRecord a;
+              a.name = name;
+              a.name_key = (c.flags & kInlineName) != 0 ? 0 : c.name;
+              a.token = s.token;
+              std::copy(s.block, s.block + 3, a.block);
+              a.begin_ns = s.begin_ns;
+              a.end_ns = s.end_ns;
+              a.begin_warp = s.begin_warp != kNoWarp ? &batch.warps[s.begin_warp] : nullptr;
+              a.end_warp = s.end_warp != kNoWarp ? &batch.warps[s.end_warp] : nullptr;
+              a.flow_id = s.flow_id;
+              t.OnAsyncSpan(*batch.launches[s.launch], a);
             }
             break;
           }
@@ -436,6 +512,7 @@ void AsyncSink::Run(Lane& lane) {
     r.launch = nullptr;
     r.warp = nullptr;
     r.note = {};
+    r.value = {};
     {
       // The last lane to replay a batch gives it back for reuse.
       std::lock_guard<std::mutex> lock(mu_);

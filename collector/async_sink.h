@@ -17,6 +17,14 @@
 // at one address for the whole run, which the Perfetto writer's name cache
 // relies on.
 //
+// A slice or an instant is one command, as it was before values existed (a
+// phase is a flag bit of it); a value (UserValue, a counter sample's too)
+// travels as a kValue command just before its event, only when present. An
+// async span is one kAsync command (its name as an event's) with its record
+// in the batch's list of spans, its warps copied into the batch's warps and
+// its launch held by the batch, so the target's AsyncSpanRecord points into
+// the batch while it is replayed.
+//
 // Overflow policy: at most `max_batches` filled batches wait for any one
 // target's thread; a call that fills one more blocks the calling thread
 // until the slowest target catches up (back-pressure reaches the transport's
@@ -75,6 +83,7 @@ class AsyncSink : public trace::TraceSink {
                const trace::SliceRecord& slice) override;
   void OnInstant(const trace::LaunchRecord& launch, const trace::WarpRecord& warp,
                  const trace::InstantRecord& instant) override;
+  void OnAsyncSpan(const trace::LaunchRecord& launch, const trace::AsyncSpanRecord& span) override;
   void OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t* warps_in_order, size_t warp_count) override;
 
   bool Flush() override;
@@ -99,6 +108,7 @@ class AsyncSink : public trace::TraceSink {
  private:
   enum class Op : uint8_t;
   struct Command;
+  struct Span;
   struct Batch;
   struct Replay;
   struct Lane;
@@ -116,6 +126,8 @@ class AsyncSink : public trace::TraceSink {
   // An event's command (its name as NameRef gives it, `flagged` as the
   // record's unterminated or unmatched-end flag); the caller sets the rest.
   Command& AppendEvent(Op op, std::string_view name, uint32_t key, bool flagged);
+  // A kValue command: the value of the event appended next.
+  void AppendValue(const trace::UserValue& value);
   uint32_t Stash(std::string_view text);
   void HandOver();
   bool RoomInEveryLane() const;  // mu_ held

@@ -197,8 +197,15 @@ void JsonSink::OnLaunch(const trace::LaunchRecord& l) {
 void JsonSink::OnWarp(const trace::LaunchRecord& launch, const trace::WarpRecord& warp) {
   LaunchTracks& t = launches_[launch.index];
   if (t.warp_tids.size() <= warp.index) t.warp_tids.resize(warp.index + 1, 0);
+  if (t.warp_titles.size() <= warp.index) t.warp_titles.resize(warp.index + 1);
   t.warp_tids[warp.index] = t.next_tid++;
-  writer_->ThreadName(t.pid, t.warp_tids[warp.index], internal::WarpTitle(warp));
+  t.warp_titles[warp.index] = internal::WarpTitle(warp);
+  writer_->ThreadName(t.pid, t.warp_tids[warp.index], t.warp_titles[warp.index]);
+}
+
+uint32_t JsonSink::WarpTid(const trace::LaunchRecord& launch, LaunchTracks& t, const trace::WarpRecord& warp) {
+  if (warp.index >= t.warp_tids.size() || t.warp_tids[warp.index] == 0) OnWarp(launch, warp);
+  return t.warp_tids[warp.index];
 }
 
 uint32_t JsonSink::WarpTid(LaunchTracks& t, const trace::WarpRecord& warp, uint32_t lane) {
@@ -223,6 +230,7 @@ void JsonSink::OnSlice(const trace::LaunchRecord& launch, const trace::WarpRecor
     // shorter than 2^32 cycles, about 2 s).
     args.Uint("cycles", slice.cycles);
   }
+  if (slice.value.present) args.Int("value", slice.value.value);
   writer_->Complete(t.pid, WarpTid(t, warp, slice.lane), slice.name, slice.begin_ns, slice.end_ns - slice.begin_ns,
                     &args);
   Touch(slice.end_ns);
@@ -232,14 +240,53 @@ void JsonSink::OnInstant(const trace::LaunchRecord& launch, const trace::WarpRec
                          const trace::InstantRecord& instant) {
   LaunchTracks& t = launches_[launch.index];
   const uint32_t tid = t.warp_tids[warp.index];
-  if (instant.unmatched_end) {
+  if (instant.value.counter && instant.value.present) {
+    // Perfetto makes a counter track per (process, name, key): the warp's title as the key.
+    JsonArgs sample;
+    sample.Int(t.warp_titles[warp.index], instant.value.value);
+    writer_->Counter(t.pid, tid, instant.name, instant.ts_ns, sample);
+  } else if (instant.unmatched_end) {
     JsonArgs args;
     args.String("smprof_error", "unmatched end");
+    if (instant.value.present) args.Int("value", instant.value.value);
     writer_->Instant(t.pid, tid, std::string(instant.name) + " (end without begin)", instant.ts_ns, &args);
+  } else if (instant.value.present) {
+    JsonArgs args;
+    args.Int("value", instant.value.value);
+    writer_->Instant(t.pid, tid, instant.name, instant.ts_ns, &args);
   } else {
     writer_->Instant(t.pid, tid, instant.name, instant.ts_ns, nullptr);
   }
   Touch(instant.ts_ns);
+}
+
+void JsonSink::OnAsyncSpan(const trace::LaunchRecord& launch, const trace::AsyncSpanRecord& span) {
+  const trace::WarpRecord* const some = span.begin_warp != nullptr ? span.begin_warp : span.end_warp;
+  if (some == nullptr) return;
+  LaunchTracks& t = launches_[launch.index];
+  const uint32_t begin_tid = span.begin_warp != nullptr ? WarpTid(launch, t, *span.begin_warp) : 0;
+  const uint32_t end_tid = span.end_warp != nullptr ? WarpTid(launch, t, *span.end_warp) : begin_tid;
+  const uint64_t end_ns = std::max(span.begin_ns, span.end_ns);
+  JsonArgs args;
+  args.Uint("token", span.token);
+  if (span.begin_warp != nullptr) args.Uint("begin_warp", span.begin_warp->warp);
+  if (span.end_warp != nullptr) args.Uint("end_warp", span.end_warp->warp);
+  if (span.unmatched_end()) {
+    args.String("smprof_error", "unmatched end");
+  } else if (span.unterminated()) {
+    args.Bool("unterminated", true);
+  }
+  writer_->Async('b', t.pid, span.begin_warp != nullptr ? begin_tid : end_tid, span.name, span.begin_ns, span.flow_id,
+                 &args);
+  writer_->Async('e', t.pid, end_tid, span.name, end_ns, span.flow_id, nullptr);
+  // Its ends on the warps' threads, the flow from one to the other.
+  if (span.begin_warp != nullptr) writer_->Instant(t.pid, begin_tid, span.name, span.begin_ns, nullptr);
+  if (span.end_warp != nullptr) writer_->Instant(t.pid, end_tid, span.name, end_ns, nullptr);
+  if (span.begin_warp != nullptr && span.end_warp != nullptr) {
+    writer_->Flow('s', t.pid, begin_tid, span.name, span.begin_ns, span.flow_id);
+    writer_->Flow('f', t.pid, end_tid, span.name, end_ns, span.flow_id);
+  }
+  Touch(end_ns);
 }
 
 void JsonSink::OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t* warps_in_order, size_t warp_count) {

@@ -26,6 +26,23 @@
 //                  3") and, where ranges on a warp overlap without nesting,
 //                  one per extra lane ("... | warp 3 | lane 1") sorted right
 //                  after its warp.
+// The device API's records (docs/device-api.md), on a launch's pid:
+//  * a value: args.value of its "X" slice or "i" instant;
+//  * a counter sample: a "C" event named after the marker with the warp's
+//    tid and one arg, keyed by the warp's thread title ("SM 012 | block
+//    (1,0,0) | warp 3": 5): Perfetto keeps JSON counters per process, one
+//    track per (name, key), so each warp's samples get a track of their own,
+//    "inflight SM 012 | block (1,0,0) | warp 3";
+//  * an async span: "b" on its begin warp's tid and "e" on its end warp's
+//    (the other's when one is missing), cat "smprof", paired by
+//    "id2":{"local":"0x<flow id>"} (a process-scoped async track per span
+//    in Perfetto), args token, begin_warp, end_warp, and "unterminated"
+//    true or "smprof_error" "unmatched end"; its ends as "i" instants named
+//    after it on the warps' threads and, with both warps, a flow v1 from
+//    one to the other: "s" and "f" ("bp":"e", binding to that instant),
+//    "id" the flow id (flow v1 ids are apart from the launch calls'
+//    bind_id flows);
+//  * a phase: a plain "X" slice.
 // Timestamps are microseconds with three decimals (nanoseconds exact).
 #pragma once
 
@@ -59,6 +76,7 @@ class JsonSink : public trace::TraceSink {
                const trace::SliceRecord& slice) override;
   void OnInstant(const trace::LaunchRecord& launch, const trace::WarpRecord& warp,
                  const trace::InstantRecord& instant) override;
+  void OnAsyncSpan(const trace::LaunchRecord& launch, const trace::AsyncSpanRecord& span) override;
   void OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t* warps_in_order, size_t warp_count) override;
   bool Flush() override;
   bool Finish(const CollectorSummary& summary) override;
@@ -71,7 +89,8 @@ class JsonSink : public trace::TraceSink {
   struct LaunchTracks {
     uint32_t pid = 0;
     uint32_t next_tid = 2;
-    std::vector<uint32_t> warp_tids;                          // by WarpRecord::index
+    std::vector<uint32_t> warp_tids;                          // by WarpRecord::index (0: none yet)
+    std::vector<std::string> warp_titles;                     // by WarpRecord::index
     std::map<std::pair<uint32_t, uint32_t>, uint32_t> lanes;  // (warp index, lane > 0) -> tid
   };
   struct GpuTracks {
@@ -85,6 +104,8 @@ class JsonSink : public trace::TraceSink {
   // The JSON tid of a host thread of `process` (named on first use).
   uint32_t HostTid(uint32_t process, uint32_t tid, std::string_view name);
   uint32_t WarpTid(LaunchTracks& t, const trace::WarpRecord& warp, uint32_t lane);
+  // The warp's thread (named now if OnWarp did not come).
+  uint32_t WarpTid(const trace::LaunchRecord& launch, LaunchTracks& t, const trace::WarpRecord& warp);
   void Touch(uint64_t ns) { last_ns_ = std::max(last_ns_, ns); }
 
   std::unique_ptr<TraceWriter> writer_;

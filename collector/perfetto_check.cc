@@ -1,6 +1,7 @@
 #include "collector/perfetto_check.h"
 
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "collector/proto_encoder.h"
@@ -87,12 +88,13 @@ class Checker {
       ++summary_.descriptors;
       uint64_t uuid = 0;
       std::string name;
-      bool thread = false, has_pid = false, has_tid = false;
+      bool thread = false, has_pid = false, has_tid = false, counter = false;
       ProtoReader d(f.bytes);
       Field g;
       while (d.Next(&g)) {
         if (g.number == 1) uuid = g.value;
         if (g.number == 2) name = std::string(g.bytes);
+        if (g.number == 8) counter = true;
         if (g.number == 3 || g.number == 4) {
           thread = g.number == 4;
           ProtoReader p(g.bytes);
@@ -109,6 +111,7 @@ class Checker {
       if (uuid == 0) Error("a track descriptor without a uuid");
       if (thread && !(has_pid && has_tid)) Error("thread track " + std::to_string(uuid) + " lacks pid or tid");
       summary_.tracks[uuid].name = name;
+      summary_.tracks[uuid].counter = counter;
     }
   }
 
@@ -222,6 +225,11 @@ class Checker {
       if (f.number == 11) track = f.value;
       if (f.number == 10) name_iid = f.value;
       if (f.number == 23) name = std::string(f.bytes);
+      if (f.number == 47) flows_.insert(f.value);  // begins the flow, or continues it
+      if (f.number == 48) {
+        if (flows_.erase(f.value) == 0) Error(where + ": flow " + std::to_string(f.value) + " ends but never began");
+        ++summary_.flows;
+      }
     }
     if (name_iid != 0) {
       auto it = s.names.find(name_iid);
@@ -232,6 +240,10 @@ class Checker {
     auto t = summary_.tracks.find(track);
     if (t == summary_.tracks.end()) return Error(where + ": track " + std::to_string(track) + " has no descriptor");
     TrackSummary& ts_track = t->second;
+    if (ts_track.counter != (type == 4)) {
+      return Error(where + (type == 4 ? ": a counter value on track " : ": a slice or instant on counter track ") +
+                   std::to_string(track));
+    }
     ts_track.first_ns = std::min(ts_track.first_ns, ts);
     ts_track.last_ns = std::max(ts_track.last_ns, ts);
     std::vector<OpenSlice>& open = open_[track];
@@ -251,6 +263,7 @@ class Checker {
         ++ts_track.names[name];
         break;
       case 4:  // COUNTER
+        ++ts_track.counter_values;
         break;
       default:
         Error(where + ": type " + std::to_string(type));
@@ -260,6 +273,7 @@ class Checker {
   TraceSummary summary_;
   std::unordered_map<uint32_t, Sequence> sequences_;
   std::unordered_map<uint64_t, std::vector<OpenSlice>> open_;
+  std::unordered_set<uint64_t> flows_;  // begun (flow_ids), not yet terminated
 };
 
 }  // namespace

@@ -64,6 +64,7 @@ enum : uint32_t {
   kEventName = 23,
   kCounterValue = 30,
   kFlowIds = 47,
+  kTerminatingFlowIds = 48,
   // ProcessDescriptor / ThreadDescriptor
   kDescriptorPid = 1,
   kDescriptorTid = 2,
@@ -101,8 +102,11 @@ constexpr uint32_t kOverlapSlots = 16;        // ranks of a slot's overlap track
 
 // Debug annotation names of warp events, interned on each warp sequence with
 // these iids the first time it uses them.
-enum : uint32_t { kCyclesIid = 1, kUnterminatedIid, kNoteIid, kErrorIid };
-const char* const kAnnotationNames[] = {"cycles", "unterminated", "note", "smprof_error"};
+enum : uint32_t { kCyclesIid = 1, kUnterminatedIid, kNoteIid, kErrorIid, kValueIid };
+const char* const kAnnotationNames[] = {"cycles", "unterminated", "note", "smprof_error", "value"};
+
+// Async spans' flows: their ids with this bit, apart from the launch calls'.
+constexpr uint64_t kAsyncFlow = uint64_t{1} << 63;
 
 // Ranks of a block's children: a warp, then its lanes.
 constexpr uint32_t kLaneSlots = 1024;
@@ -252,6 +256,26 @@ struct PerfettoSink::Lane {
   uint64_t cycles = 0;  // 0: CyclesEncoding::kAnnotation
 };
 
+// A counter of the user's (a counter sample's marker name) under a warp's
+// or a slot's track.
+struct PerfettoSink::UserCounter {
+  uint32_t name = 0;  // run-wide name id
+  uint64_t track = 0;
+};
+
+// An "async" track of a block (kLaunch) or an SM (kHardware), or one of its
+// sibling lanes, with the spans on it that may still enclose a later one.
+struct PerfettoSink::AsyncLane {
+  uint64_t track = 0;
+  uint64_t last_begin = 0;     // the latest span's begin: spans on a lane come in begin order
+  std::vector<uint64_t> ends;  // the ends of the nested spans that may be open, innermost at the back
+};
+
+struct PerfettoSink::AsyncTracks {
+  uint64_t parent = 0;  // the block's track, or the SM's
+  std::vector<AsyncLane> lanes;
+};
+
 // kHardware: a track of a warp slot ("slot 05", or one of its overlap
 // siblings) with its lanes, and the warp whose slice is open on it.
 struct PerfettoSink::Slot {
@@ -260,6 +284,7 @@ struct PerfettoSink::Slot {
   std::string name;
   int64_t rank = 0;
   std::vector<Lane> lanes;  // lane n at n - 1
+  std::vector<UserCounter> counters;
   bool used = false;
   uint64_t busy_until = 0;  // the latest end of its warps' records
   uint64_t launch = 0;      // the open warp slice's launch index and warp (kNoWarp: none)
@@ -273,13 +298,16 @@ struct PerfettoSink::Warp {
   uint64_t block_track = 0;
   uint64_t cycles = 0;  // the "cycles" counter track (0: CyclesEncoding::kAnnotation)
   uint16_t warp = 0;
-  std::vector<Lane> lanes;  // lane n at n - 1 (launch-centric)
-  // kHardware: where it is and its warp slice.
+  std::vector<Lane> lanes;            // lane n at n - 1 (launch-centric)
+  std::vector<UserCounter> counters;  // launch-centric
+  // kHardware: where it is and its warp slice (the latest one's time span
+  // on `slot` once closed).
   uint16_t sm = 0, hw_warp = 0;
   uint32_t block[3] = {0, 0, 0};
   Slot* slot = nullptr;
   bool span_open = false;
   uint64_t span_begin = 0;
+  uint64_t closed_begin = 0, closed_end = 0;
   // Pending ENDs, the next to write at the back. Slices on a lane nest, so
   // a new END almost always goes at the back: kept sorted by insertion.
   // They outlive the sequence (see the header).
@@ -306,6 +334,7 @@ struct PerfettoSink::Launch {
   std::map<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t>, uint64_t> blocks;  // (sm, z, y, x) -> track
   std::vector<Warp> warps;                                                        // by WarpRecord::index
   uint32_t current = kNoWarp;  // the warp with the launch's open sequence
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t>, AsyncTracks> async;  // as `blocks` (kLaunch)
 };
 
 struct PerfettoSink::Gpu {
@@ -315,6 +344,7 @@ struct PerfettoSink::Gpu {
   // kHardware
   std::unordered_map<uint32_t, uint64_t> sms;                              // SM -> track
   std::unordered_map<uint32_t, std::vector<std::unique_ptr<Slot>>> slots;  // (sm << 16 | slot) -> its tracks
+  std::unordered_map<uint32_t, AsyncTracks> async;                         // SM -> its async tracks
 };
 
 struct PerfettoSink::Process {
@@ -956,6 +986,16 @@ inline void PerfettoSink::PlaceRecord(Launch& l, uint32_t index, Warp& w, uint64
   if (end > w.slot->busy_until) w.slot->busy_until = end;
 }
 
+uint64_t PerfettoSink::SmTrack(Gpu& g, uint16_t sm) {
+  auto [it, inserted] = g.sms.try_emplace(sm, 0);
+  if (inserted) {
+    char name[16];
+    std::snprintf(name, sizeof(name), "SM %03u", static_cast<unsigned>(sm));
+    it->second = NewTrack(g.track, name, sm, true);
+  }
+  return it->second;
+}
+
 void PerfettoSink::OpenSpan(Launch& l, uint32_t index, Warp& w, uint64_t t) {
   if (w.span_open) CloseSpan(w);
   Gpu& g = *l.gpu;
@@ -963,12 +1003,6 @@ void PerfettoSink::OpenSpan(Launch& l, uint32_t index, Warp& w, uint64_t t) {
   Slot* slot = nullptr;
   for (size_t i = 0; slot == nullptr; ++i) {
     if (i == list.size()) {
-      auto [sm, new_sm] = g.sms.try_emplace(w.sm, 0);
-      if (new_sm) {
-        char name[16];
-        std::snprintf(name, sizeof(name), "SM %03u", static_cast<unsigned>(w.sm));
-        sm->second = NewTrack(g.track, name, w.sm, true);
-      }
       auto s = std::make_unique<Slot>();
       char name[48];
       if (i == 0) {
@@ -978,7 +1012,7 @@ void PerfettoSink::OpenSpan(Launch& l, uint32_t index, Warp& w, uint64_t t) {
       } else {
         std::snprintf(name, sizeof(name), "slot %02u overlap %zu", static_cast<unsigned>(w.hw_warp), i);
       }
-      s->parent = sm->second;
+      s->parent = SmTrack(g, w.sm);
       s->name = name;
       s->rank = (static_cast<int64_t>(w.hw_warp) * kOverlapSlots + std::min<size_t>(i, kOverlapSlots - 1)) * kLaneSlots;
       s->track = NewTrack(s->parent, s->name, s->rank, false);
@@ -1086,7 +1120,7 @@ void PerfettoSink::Intern(Warp& w, uint32_t iid, std::string_view name, uint32_t
     packet_.Bytes(kInternedName, name);
     packet_.EndNested(n);
   }
-  for (uint32_t a = kCyclesIid; a <= kErrorIid; ++a) {
+  for (uint32_t a = kCyclesIid; a <= kValueIid; ++a) {
     if (!(annotation_names & (1u << (a - 1)))) continue;
     const auto n = packet_.BeginNested(kDebugAnnotationNames);
     packet_.Varint(kIid, a);
@@ -1208,14 +1242,14 @@ void PerfettoSink::OnSlice(const trace::LaunchRecord& launch, const trace::WarpR
   const Lane* const lane = slice.lane != 0 ? &LaneOf(w, slice.lane) : nullptr;
   bool fresh = false;
   const uint32_t iid = NameIid(w, NameId(slice.name), &fresh);
-  const uint32_t want = slice.unterminated
-                            ? (1u << (kUnterminatedIid - 1)) | (slice.note.empty() ? 0 : 1u << (kNoteIid - 1))
-                            : (annotate_cycles_ ? 1u << (kCyclesIid - 1) : 0);
+  uint32_t want = slice.unterminated ? (1u << (kUnterminatedIid - 1)) | (slice.note.empty() ? 0 : 1u << (kNoteIid - 1))
+                                     : (annotate_cycles_ ? 1u << (kCyclesIid - 1) : 0);
+  if (slice.value.present) want |= 1u << (kValueIid - 1);
   const uint32_t new_names = want & ~w.annotation_names;
   SettleEnds(w, slice.begin_ns, slice.lane, slice.depth);
   PushEnd(w, PendingEnd{std::max(slice.begin_ns, slice.end_ns), slice.lane, slice.depth});
   l.events += slice.unterminated ? 1 : 2;
-  if (!fresh && new_names == 0 && !slice.unterminated) {
+  if (!fresh && new_names == 0 && !slice.unterminated && !slice.value.present) {
     return FastEvent(w, slice.begin_ns, kSliceBegin, iid, lane, true, slice.cycles);
   }
 
@@ -1239,6 +1273,7 @@ void PerfettoSink::OnSlice(const trace::LaunchRecord& launch, const trace::WarpR
       packet_.EndNested(n);
     }
   }
+  if (slice.value.present) ValueAnnotation(slice.value.value);
   packet_.EndNested(te);
   EndPacket(p);
 }
@@ -1249,6 +1284,7 @@ void PerfettoSink::OnInstant(const trace::LaunchRecord& launch, const trace::War
   Launch& l = LaunchOf(launch);
   Warp& w = ActiveWarp(l, warp);
   PlaceRecord(l, warp.index, w, instant.ts_ns, instant.ts_ns);
+  if (instant.value.counter && instant.value.present) return CounterSample(l, w, instant);
   std::string_view name = instant.name;
   if (instant.unmatched_end) {
     scratch_.assign(instant.name);
@@ -1257,14 +1293,18 @@ void PerfettoSink::OnInstant(const trace::LaunchRecord& launch, const trace::War
   }
   bool fresh = false;
   const uint32_t iid = NameIid(w, NameId(name), &fresh);
-  const uint32_t new_names = instant.unmatched_end ? (1u << (kErrorIid - 1)) & ~w.annotation_names : 0;
+  const uint32_t new_names =
+      ((instant.unmatched_end ? 1u << (kErrorIid - 1) : 0) | (instant.value.present ? 1u << (kValueIid - 1) : 0)) &
+      ~w.annotation_names;
   // Only the ENDs before it: an instant at a slice's last nanosecond stays
   // inside the slice (it may have been recorded there, and a zero-length
   // slice after it may still nest in that one).
   SettleEnds(w, instant.ts_ns, kAnyLane, 0);
   ++l.events;
   // With counters, its 0 cycles: one value per slice row (see the header).
-  if (!fresh && !instant.unmatched_end) return FastEvent(w, instant.ts_ns, kInstant, iid, nullptr, counters_, 0);
+  if (!fresh && !instant.unmatched_end && !instant.value.present) {
+    return FastEvent(w, instant.ts_ns, kInstant, iid, nullptr, counters_, 0);
+  }
 
   const auto p = BeginWarpPacket(w, instant.ts_ns);
   Intern(w, fresh ? iid : 0, name, new_names);
@@ -1278,6 +1318,38 @@ void PerfettoSink::OnInstant(const trace::LaunchRecord& launch, const trace::War
     packet_.Bytes(kStringValue, "unmatched end");
     packet_.EndNested(a);
   }
+  if (instant.value.present) ValueAnnotation(instant.value.value);
+  packet_.EndNested(te);
+  EndPacket(p);
+}
+
+void PerfettoSink::ValueAnnotation(int64_t value) {
+  const auto a = packet_.BeginNested(kDebugAnnotations);
+  packet_.Varint(kAnnotationNameIid, kValueIid);
+  packet_.Varint(kIntValue, static_cast<uint64_t>(value));
+  packet_.EndNested(a);
+}
+
+// On the warp's sequence, like its instants (the ENDs before it first), but
+// a TYPE_COUNTER event on the counter's own track: no name, no cycles.
+void PerfettoSink::CounterSample(Launch& l, Warp& w, const trace::InstantRecord& sample) {
+  const uint32_t name = NameId(sample.name);
+  std::vector<UserCounter>& counters = w.slot != nullptr ? w.slot->counters : w.counters;
+  uint64_t track = 0;
+  for (const UserCounter& c : counters) {
+    if (c.name == name) track = c.track;
+  }
+  if (track == 0) {
+    track = NewCounterTrack(w.track, sample.name);
+    counters.push_back(UserCounter{name, track});
+  }
+  SettleEnds(w, sample.ts_ns, kAnyLane, 0);
+  ++l.events;
+  const auto p = BeginWarpPacket(w, sample.ts_ns);
+  const auto te = packet_.BeginNested(kTrackEvent);
+  packet_.Varint(kType, kCounterEvent);
+  packet_.Varint(kEventTrackUuid, track);
+  packet_.Varint(kCounterValue, static_cast<uint64_t>(sample.value.value));
   packet_.EndNested(te);
   EndPacket(p);
 }
@@ -1331,7 +1403,111 @@ void PerfettoSink::CloseSpan(Warp& w) {
   }
   w.ends.clear();
   w.span_open = false;
+  w.closed_begin = w.span_begin;
+  w.closed_end = end;
   s.warp = kNoWarp;
+}
+
+// --- async spans -----------------------------------------------------------
+
+void PerfettoSink::OnAsyncSpan(const trace::LaunchRecord& launch, const trace::AsyncSpanRecord& span) {
+  if (failed() || finished_) return;
+  const trace::WarpRecord* const some = span.begin_warp != nullptr ? span.begin_warp : span.end_warp;
+  if (some == nullptr) return;
+  Launch& l = LaunchOf(launch);
+  const uint64_t end_ns = std::max(span.begin_ns, span.end_ns);
+  // Its ends on the warps' tracks first: in the hardware-centric layout they
+  // may place a warp (its slice's BEGIN then precedes them in the file).
+  uint64_t begin_track = 0, begin_cycles = 0, end_track = 0, end_cycles = 0;
+  if (span.begin_warp != nullptr) WarpTrackAt(l, *span.begin_warp, span.begin_ns, &begin_track, &begin_cycles);
+  if (span.end_warp != nullptr) WarpTrackAt(l, *span.end_warp, end_ns, &end_track, &end_cycles);
+  l.events += (span.begin_warp != nullptr ? 1 : 0) + (span.end_warp != nullptr ? 1 : 0);  // its device events
+
+  AsyncTracks* tracks;
+  if (l.hardware) {
+    tracks = &l.gpu->async[some->sm];
+    if (tracks->parent == 0) tracks->parent = SmTrack(*l.gpu, some->sm);
+  } else {
+    tracks = &l.async[{some->sm, span.block[2], span.block[1], span.block[0]}];
+    if (tracks->parent == 0) tracks->parent = DescribedWarp(l, *some).block_track;
+  }
+  Annotations args;
+  args.Uint("token", span.token);
+  if (span.begin_warp != nullptr) args.Uint("begin_warp", span.begin_warp->warp);
+  if (span.end_warp != nullptr) args.Uint("end_warp", span.end_warp->warp);
+  if (l.hardware) {
+    args.Uint("launch_id", l.launch_id).Uint("pid", l.pid).Json("block", {span.block[0], span.block[1], span.block[2]});
+  }
+  if (span.unmatched_end()) {
+    args.String("smprof_error", "unmatched end");
+  } else if (span.unterminated()) {
+    args.Bool("unterminated", true);
+  }
+  const uint64_t track = AsyncLaneTrack(*tracks, span.begin_ns, end_ns);
+  MainEvent(track, kSliceBegin, span.name, span.begin_ns, &args);
+  MainEvent(track, kSliceEnd, {}, end_ns, nullptr);
+
+  const uint64_t flow = begin_track != 0 && end_track != 0 ? kAsyncFlow | span.flow_id : 0;
+  if (begin_track != 0) AsyncEnd(begin_track, begin_cycles, span.name, span.begin_ns, flow, false);
+  if (end_track != 0) AsyncEnd(end_track, end_cycles, span.name, end_ns, flow, true);
+}
+
+void PerfettoSink::WarpTrackAt(Launch& l, const trace::WarpRecord& warp, uint64_t t, uint64_t* track,
+                               uint64_t* cycles) {
+  Warp* w = &DescribedWarp(l, warp);
+  if (l.hardware) {
+    if (w->span_open && t >= w->span_begin) {
+      w->slot->busy_until = std::max(w->slot->busy_until, t);  // its slice ends at t at the earliest
+    } else if (w->span_open || w->slot == nullptr || t < w->closed_begin || t > w->closed_end) {
+      // Not inside a slice of the warp: a slice of its own, as for a record.
+      w = &ActiveWarp(l, warp);
+      PlaceRecord(l, warp.index, *w, t, t);
+    }
+    *track = w->slot->track;
+    *cycles = w->slot->cycles;
+    return;
+  }
+  *track = w->track;
+  *cycles = w->cycles;
+}
+
+uint64_t PerfettoSink::AsyncLaneTrack(AsyncTracks& a, uint64_t begin, uint64_t end) {
+  size_t i = 0;
+  for (;; ++i) {
+    if (i == a.lanes.size()) {
+      a.lanes.emplace_back();
+      const uint32_t n = static_cast<uint32_t>(i);
+      a.lanes[i].track = NewTrack(a.parent, n == 0 ? std::string("async") : "async lane " + std::to_string(n),
+                                  -static_cast<int64_t>(kLaneSlots) + std::min(n, kLaneSlots - 1), false);
+    }
+    AsyncLane& lane = a.lanes[i];
+    if (begin < lane.last_begin) continue;  // would go back in time on it
+    while (!lane.ends.empty() && lane.ends.back() <= begin) lane.ends.pop_back();
+    if (lane.ends.empty() || end <= lane.ends.back()) break;  // free, or nests
+  }
+  AsyncLane& lane = a.lanes[i];
+  lane.last_begin = begin;
+  lane.ends.push_back(end);
+  return lane.track;
+}
+
+void PerfettoSink::AsyncEnd(uint64_t track, uint64_t cycles, std::string_view name, uint64_t ts_ns, uint64_t flow,
+                            bool terminating) {
+  last_ns_ = std::max(last_ns_, ts_ns);
+  const auto p = packet_.BeginNested(kTracePacket);
+  packet_.Varint(kTimestamp, ts_ns);
+  packet_.Varint(kSequenceId, kMainSequence);
+  const auto te = packet_.BeginNested(kTrackEvent);
+  packet_.Varint(kType, kInstant);
+  packet_.Varint(kEventTrackUuid, track);
+  packet_.Bytes(kEventName, name);
+  if (counters_) {  // one value per slice row (see the header)
+    packet_.Varint(kExtraCounterTrackUuids, cycles);
+    packet_.Varint(kExtraCounterValues, 0);
+  }
+  if (flow != 0) packet_.Fixed64(terminating ? kTerminatingFlowIds : kFlowIds, flow);
+  packet_.EndNested(te);
+  EndPacket(p);
 }
 
 // --- the end ---------------------------------------------------------------

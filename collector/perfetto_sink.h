@@ -17,7 +17,10 @@
 //    stream's track under the GPU, with the launch's args (what the
 //    launch-centric layout puts in track names and on the launch slice).
 //    The same 100,000 launches: 79 tracks, imported in 6 s
-//    (tests/e2e/perfetto_import_test.cc).
+//    (tests/e2e/perfetto_import_test.cc). A slot's counter samples go on a
+//    counter track per name under it, an SM's async spans on "async",
+//    "async lane n" first under "SM 012": these too are made once and
+//    shared by every launch and block that ran there.
 //  * kAuto (the default): launch-centric for the first kAutoLaunchLimit
 //    (256) launches, hardware-centric from the 257th on, or from the first
 //    launch after the trace has kAutoTrackLimit (100,000) tracks. The sink
@@ -49,6 +52,10 @@
 //       SM 012 > block (x,y,z) > warp w, and "warp w lane n" beside it
 //         cycles                      counter under each warp and lane:
 //                                     its slices' SM cycles (below)
+//         <counter name>              counter under a warp: its samples
+//                                     (SMPROF_COUNTER; below)
+//       SM 012 > block (x,y,z) >      the block's async spans, first among
+//         async, "async lane n"       its children (below)
 //   smprof | command | pid P          harvests, notices, "process lost"
 //     events lost (device buffer)     counter: the process's losses so far
 //     events harvested                counter: events written per harvest
@@ -129,6 +136,48 @@
 // CyclesEncoding::kAnnotation, writes the count as the BEGIN's debug
 // annotation "cycles" (an arg of the slice: debug.cycles; ~7 bytes).
 //
+// The device API's records (docs/device-api.md):
+//  * A value (SliceRecord/InstantRecord::value, not a counter) is the debug
+//    annotation "value" (int_value; its name interned like the others) on
+//    the slice's BEGIN or on the instant: 6 bytes for a value below 64, up
+//    to 13 for a negative one. Such a record is built in packet_ rather
+//    than by FastEvent; records without one take FastEvent's path and cost
+//    exactly what they did (one more test of a flag).
+//  * A counter sample (value.counter) is no instant but a TYPE_COUNTER
+//    event {track_uuid, counter_value} on the warp's sequence at its time
+//    (ENDs before it settled first, like an instant's), on the counter
+//    track named after the marker under the warp's track (hardware: the
+//    slot's), described on first use per (track, name): ~15 bytes. It
+//    carries no cycles value (it is no slice row). (A user counter named
+//    "cycles" beside the cycles counter makes the query below ambiguous.)
+//  * A phase is a plain slice (SliceRecord::phase is for the statistics).
+//  * An async span (OnAsyncSpan, after its launch's warps) is a slice on
+//    an "async" track: launch-centric, a child of its block's track (ranked
+//    before the warps); hardware-centric, of its SM's track, shared by every
+//    launch and block that ran there. Spans that overlap without nesting go
+//    on sibling lanes "async lane 1", 2, ...: a span goes on the first lane
+//    where it nests in the spans open at its begin or that is free then (a
+//    lane's spans must come in begin order: the hardware-centric layout
+//    passes over a lane whose latest span began later). Its args: token,
+//    begin_warp and end_warp (WarpRecord::warp), hardware-centric also
+//    launch_id, pid and block; an unterminated span (no end warp: to the
+//    launch's end) has "unterminated" true, an unmatched end (no begin
+//    warp: zero length) "smprof_error" "unmatched end". Its ends are
+//    instants named after it on the begin warp's track at begin_ns and on
+//    the end warp's at end_ns (hardware: on the slot track whose slice of
+//    the warp holds that time; where none does, the time is placed like a
+//    record of the warp: its slice is extended, or opened); with both
+//    warps, linked by a flow: flow_ids on the begin instant,
+//    terminating_flow_ids on the end one, the id AsyncSpanRecord::flow_id
+//    with bit 63 set (the launch calls' flows are run-wide keys below it).
+//    Each instant carries 0 on its track's "cycles" counter like every
+//    instant there; each end counts as an event in "events harvested". All these packets go on sequence 1 (absolute time,
+//    explicit track, inline names), BEGIN and END at once: on a lane the
+//    spans nest or follow each other, and an END at t precedes in the file
+//    any later span's BEGIN at t. ~140 bytes a linked span without cycles
+//    (BEGIN with its args ~65, END ~15, each instant ~30), ~185 with the
+//    hardware-centric args.
+//
 // TrackEvent has no complete-slice type and deltas cannot go backwards, so
 // a slice (which arrives whole, in start order per warp) is written as its
 // BEGIN at once while its END waits in a small per-warp list ordered by end
@@ -199,6 +248,7 @@ class PerfettoSink : public trace::TraceSink {
                const trace::SliceRecord& slice) override;
   void OnInstant(const trace::LaunchRecord& launch, const trace::WarpRecord& warp,
                  const trace::InstantRecord& instant) override;
+  void OnAsyncSpan(const trace::LaunchRecord& launch, const trace::AsyncSpanRecord& span) override;
   void OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t* warps_in_order, size_t warp_count) override;
 
   bool Flush() override;
@@ -249,6 +299,9 @@ class PerfettoSink : public trace::TraceSink {
   struct Gpu;
   struct Process;
   struct Slot;
+  struct UserCounter;
+  struct AsyncLane;
+  struct AsyncTracks;
   class Annotations;
 
   PerfettoSink(int fd, std::string path);
@@ -296,6 +349,8 @@ class PerfettoSink : public trace::TraceSink {
   // kHardware: the GPU a launch's slots are under (an undescribed one for
   // a launch whose process never described its device).
   Gpu& HardwareGpu(const trace::LaunchRecord& launch);
+  // kHardware: the track of SM `sm` under `g`, described on first use.
+  uint64_t SmTrack(Gpu& g, uint16_t sm);
   // kHardware: before a record of `w` spanning [begin, end]: opens its
   // warp slice on a free slot track if it has none that can hold it, and
   // extends the track's busy time.
@@ -304,6 +359,21 @@ class PerfettoSink : public trace::TraceSink {
   // Writes the pending ENDs of `w` and its warp slice's END.
   void CloseSpan(Warp& w);
   void EndLaunch(uint64_t index);
+
+  // The BEGIN's or the instant's debug annotation "value" (interned).
+  void ValueAnnotation(int64_t value);
+  // A counter sample on its counter track under the warp's (or slot's).
+  void CounterSample(Launch& l, Warp& w, const trace::InstantRecord& sample);
+  // Async spans: the track (and its "cycles" counter) of `warp` at `t` for
+  // an end of a span (kHardware: a slot track whose slice of the warp holds
+  // t, placing the warp as a record would where none does); the lane of
+  // `a` that [begin, end] nests in or is free at begin (a new one if none);
+  // an end's instant on sequence 1, `flow` as its flow id or, when
+  // `terminating`, its terminating flow id.
+  void WarpTrackAt(Launch& l, const trace::WarpRecord& warp, uint64_t t, uint64_t* track, uint64_t* cycles);
+  uint64_t AsyncLaneTrack(AsyncTracks& a, uint64_t begin, uint64_t end);
+  void AsyncEnd(uint64_t track, uint64_t cycles, std::string_view name, uint64_t ts_ns, uint64_t flow,
+                bool terminating);
 
   // Run-wide id of an event name: from name_cache_, else LookUpName.
   uint32_t NameId(std::string_view name);

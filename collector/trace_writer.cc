@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -501,6 +502,56 @@ void TraceWriter::Counter(uint32_t pid, std::string_view name, uint64_t ts_ns, c
   AppendMicros(&buf_, ts_ns);
   buf_.append(",\"args\":");
   buf_.append(args.str());
+  End();
+}
+
+void TraceWriter::Counter(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, const JsonArgs& args) {
+  if (finished_ || !error_.empty()) return;
+  Begin('C', pid);
+  buf_.append(",\"tid\":");
+  AppendUint(&buf_, tid);
+  buf_.append(",\"cat\":\"smprof\",\"name\":");
+  AppendJsonString(&buf_, name);
+  buf_.append(",\"ts\":");
+  AppendMicros(&buf_, ts_ns);
+  buf_.append(",\"args\":");
+  buf_.append(args.str());
+  End();
+}
+
+void TraceWriter::Async(char phase, uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, uint64_t id,
+                        const JsonArgs* args) {
+  if (finished_ || !error_.empty()) return;
+  Begin(phase, pid);
+  buf_.append(",\"tid\":");
+  AppendUint(&buf_, tid);
+  buf_.append(",\"cat\":\"smprof\",\"name\":");
+  AppendJsonString(&buf_, name);
+  char hex[24];
+  std::snprintf(hex, sizeof(hex), "0x%llx", static_cast<unsigned long long>(id));
+  buf_.append(",\"id2\":{\"local\":\"");
+  buf_.append(hex);
+  buf_.append("\"},\"ts\":");
+  AppendMicros(&buf_, ts_ns);
+  if (args != nullptr) {
+    buf_.append(",\"args\":");
+    buf_.append(args->str());
+  }
+  End();
+}
+
+void TraceWriter::Flow(char phase, uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, uint64_t id) {
+  if (finished_ || !error_.empty()) return;
+  Begin(phase, pid);
+  buf_.append(",\"tid\":");
+  AppendUint(&buf_, tid);
+  buf_.append(",\"cat\":\"smprof\",\"name\":");
+  AppendJsonString(&buf_, name);
+  buf_.append(",\"id\":");
+  AppendUint(&buf_, id);
+  buf_.append(",\"ts\":");
+  AppendMicros(&buf_, ts_ns);
+  if (phase == 'f') buf_.append(",\"bp\":\"e\"");
   End();
 }
 

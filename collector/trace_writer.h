@@ -102,6 +102,16 @@ class TraceWriter {
   void Instant(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, const JsonArgs* args);
   // Process-scoped counter ("C"); every numeric arg becomes one series.
   void Counter(uint32_t pid, std::string_view name, uint64_t ts_ns, const JsonArgs& args);
+  // The same with a "tid" (Perfetto keeps counters per process: the args'
+  // keys tell threads' series apart).
+  void Counter(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, const JsonArgs& args);
+  // Nestable async event ("b" or "e"), process-scoped: "id2":{"local":"0x<id>"}
+  // pairs a "b" with its "e". `args` may be null.
+  void Async(char phase, uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, uint64_t id,
+             const JsonArgs* args);
+  // Flow v1 ("s" or "f", "id" `id`): "s" binds to the slice open on the
+  // thread at `ts_ns`, "f" (with "bp":"e") to the one enclosing `ts_ns`.
+  void Flow(char phase, uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, uint64_t id);
 
   // Writes buffered objects to the file. False once any write failed.
   bool Flush();

@@ -6,7 +6,9 @@
 // problem, the track tree, slices with their times, depths and args, every
 // closed slice's exact cycles recovered by SQL from its track's "cycles"
 // counter (or, when asked, from its args), instants, counters, records
-// that go back in time, warps interleaved. Read back by the engine the
+// that go back in time, warps interleaved; the device API's records
+// (values, counter samples, async spans with their flows; issue 9) in both
+// layouts and as JSON. Read back by the engine the
 // Perfetto UI runs. Skips visibly where ../shared/tools/perfetto
 // is absent (a user's own clone).
 #include <gtest/gtest.h>
@@ -21,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "collector/json_sink.h"
 #include "collector/perfetto_check.h"
 #include "collector/perfetto_sink.h"
 #include "collector/proto_reader.h"
@@ -325,6 +328,150 @@ TEST(PerfettoImport, SinkRandomNestingWarpAfterWarp) { ExpectRandomRunImports(0,
 TEST(PerfettoImport, SinkRandomNestingInterleaved) { ExpectRandomRunImports(7, 3); }
 // A sequence per record: ties between sequences everywhere.
 TEST(PerfettoImport, SinkRandomNestingComingBackAfterEachRecord) { ExpectRandomRunImports(1, 1); }
+
+// --- the device API's records (issue 9) --------------------------------------
+
+// WriteDeviceApiRun (tests/support/sink_runs.h) through PerfettoSink with
+// `layout`: values as slice args, counter samples as counter values on a
+// track per warp (slot) and name, async spans on their tracks with their
+// args, their ends' flows, every slice row still paired with its cycles.
+void ExpectDeviceApiImport(TraceLayout layout) {
+  const std::string tp = TraceProcessor();
+  if (tp.empty()) GTEST_SKIP() << "../shared/tools/perfetto/trace_processor_shell is absent: import check skipped";
+  const bool hw = layout == TraceLayout::kHardware;
+  const std::string trace = WriteWithSink([layout](trace::TraceSink& sink) {
+    static_cast<PerfettoSink&>(sink).set_layout(layout);
+    testing::WriteDeviceApiRun(sink);
+  });
+  ExpectCleanImport(tp, trace);
+  EXPECT_EQ(Query(tp, trace,
+                  "select s.name, s.ts, a.int_value from slice s join args a using (arg_set_id) "
+                  "where a.key = 'debug.value' order by s.ts"),
+            (std::vector<std::string>{"\"mma\",1100,42", "\"x (end without begin)\",1300,9",
+                                      "\"wait\",1400,1099511627776", "\"tile\",2500,-7"}));
+  const std::string w0 = hw ? "\"slot 00\"" : "\"warp 0\"", w1 = hw ? "\"slot 01\"" : "\"warp 1\"";
+  const std::string w2 = hw ? "\"slot 02\"" : "\"warp 2\"";
+  EXPECT_EQ(Query(tp, trace,
+                  "select t.name, p.name, c.ts, cast(c.value as int) from counter c join track t on c.track_id = t.id "
+                  "join track p on t.parent_id = p.id where t.name = 'inflight' order by c.ts"),
+            (std::vector<std::string>{"\"inflight\"," + w0 + ",1200,3", "\"inflight\"," + w1 + ",1500,1",
+                                      "\"inflight\"," + w0 + ",2600,5", "\"inflight\"," + w0 + ",10150,2"}));
+  EXPECT_EQ(Query(tp, trace, "select count(*) from track where name = 'inflight'"),
+            std::vector<std::string>{hw ? "2" : "3"});
+  EXPECT_EQ(Query(tp, trace, "select count(*) from slice where name = 'inflight'"), std::vector<std::string>{"0"});
+  // The spans: parent, track, name, ts, dur, depth, token, begin_warp, end_warp, unterminated, smprof_error.
+  const std::string sm12 = hw ? "\"SM 012\"" : "\"block (1,0,0)\"";
+  const std::string sm3 = hw ? "\"SM 003\"" : "\"block (0,1,0)\"";
+  const std::string launch8 = hw ? sm12 : "\"block (0,0,0)\"";
+  std::vector<std::string> spans = {
+      sm12 + ",\"async\",\"stage\",1150,650,0,0,0,1,\"[NULL]\",\"[NULL]\"",
+      sm12 + ",\"async\",\"stage\",1900,600,0,0,0,1,\"[NULL]\",\"[NULL]\"",
+      sm12 + ",\"async\",\"copy\",2000,200,1,5,1,0,\"[NULL]\",\"[NULL]\"",
+      sm12 + ",\"async\",\"stage\",3000,6000,0,2,0,\"[NULL]\",1,\"[NULL]\"",
+      sm12 + ",\"async\",\"stage\",3200,0,1,3,\"[NULL]\",1,\"[NULL]\",\"unmatched end\"",
+      sm12 + ",\"async\",\"stage\",4500,100,1,9,2,0,\"[NULL]\",\"[NULL]\"",
+      launch8 + ",\"async\",\"stage\",10100,100,0,0,0,0,\"[NULL]\",\"[NULL]\"",
+      sm12 + ",\"async lane 1\",\"stage\",1600,1900,0,1,0,1,\"[NULL]\",\"[NULL]\"",
+      sm3 + ",\"async\",\"tma\",2000,50,0,0,0,0,\"[NULL]\",\"[NULL]\"",
+  };
+  std::vector<std::string> got = Query(
+      tp, trace,
+      "select p.name, t.name, s.name, s.ts, s.dur, s.depth, extract_arg(s.arg_set_id, 'debug.token'), "
+      "extract_arg(s.arg_set_id, 'debug.begin_warp'), extract_arg(s.arg_set_id, 'debug.end_warp'), "
+      "extract_arg(s.arg_set_id, 'debug.unterminated'), extract_arg(s.arg_set_id, 'debug.smprof_error') "
+      "from slice s join track t on s.track_id = t.id join track p on t.parent_id = p.id where t.name glob 'async*'");
+  std::sort(spans.begin(), spans.end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, spans);
+  // Flows between the ends' instants, none for the unterminated span and the unmatched end.
+  EXPECT_EQ(Query(tp, trace,
+                  "select so.name, so.ts, tso.name, si.ts, tsi.name from flow f join slice so on so.id = f.slice_out "
+                  "join slice si on si.id = f.slice_in join track tso on so.track_id = tso.id "
+                  "join track tsi on si.track_id = tsi.id order by so.ts, si.ts"),
+            (std::vector<std::string>{"\"stage\",1150," + w0 + ",1800," + w1, "\"stage\",1600," + w0 + ",3500," + w1,
+                                      "\"stage\",1900," + w0 + ",2500," + w1, "\"tma\",2000," + w0 + ",2050," + w0,
+                                      "\"copy\",2000," + w1 + ",2200," + w0, "\"stage\",4500," + w2 + ",4600," + w0,
+                                      "\"stage\",10100," + w0 + ",10200," + w0}));
+  // Every slice row of warp 0's track (hardware: its slot's) with its cycles,
+  // the ends' instants (a 0 each) among them, inside the warp's slices.
+  const std::string d = hw ? "1" : "0";  // hardware: under the warp's slice
+  const std::string in = hw ? "2" : "1";
+  std::vector<std::string> want = {
+      "\"mma\",1100,900," + d + ",1800", "\"stage\",1150,0," + in + ",0",     "\"stage\",1600,0," + in + ",0",
+      "\"stage\",1900,0," + in + ",0",   "\"load\",2000,1000," + d + ",2000", "\"copy\",2200,0," + in + ",0",
+      "\"tile\",2500,0," + in + ",0",    "\"stage\",3000,0," + in + ",0",     "\"stage\",4600,0," + d + ",0"};
+  if (hw) {
+    want.insert(want.begin(), "\"#7 gemm<128>\",1100,3500,0,0");
+    for (const char* row : {"\"#8 gemm<128>\",10100,200,0,0", "\"load\",10100,200,1,400", "\"stage\",10100,0,2,0",
+                            "\"stage\",10200,0,2,0"}) {
+      want.push_back(row);
+    }
+  }
+  std::string cycles = CyclesQuery("where t.name = " + w0 + " and p.name = " + sm12 + " order by s.ts, s.depth");
+  cycles.replace(0, cycles.find(" from "), "select s.name, s.ts, s.dur, s.depth, cast(c.value as int)");
+  EXPECT_EQ(Query(tp, trace, cycles), want);
+  unlink(trace.c_str());
+}
+
+TEST(PerfettoImport, DeviceApiRecordsLaunchCentric) { ExpectDeviceApiImport(TraceLayout::kLaunch); }
+TEST(PerfettoImport, DeviceApiRecordsHardwareCentric) { ExpectDeviceApiImport(TraceLayout::kHardware); }
+
+// The same run as JSON (JsonSink): args.value, a counter track per warp,
+// async slices with their args, the flows between the warps' threads.
+TEST(PerfettoImport, DeviceApiRecordsAsJson) {
+  const std::string tp = TraceProcessor();
+  if (tp.empty()) GTEST_SKIP() << "../shared/tools/perfetto/trace_processor_shell is absent: import check skipped";
+  char templ[] = "/tmp/smprof-json-XXXXXX";
+  const int fd = mkstemp(templ);
+  close(fd);
+  const std::string trace = templ;
+  {
+    std::string error;
+    auto writer = TraceWriter::Open(trace, &error);
+    ASSERT_NE(writer, nullptr) << error;
+    JsonSink sink(std::move(writer));
+    testing::WriteDeviceApiRun(sink);
+    ASSERT_TRUE(sink.Finish(CollectorSummary())) << sink.error();
+  }
+  ExpectCleanImport(tp, trace);
+  EXPECT_EQ(Query(tp, trace,
+                  "select s.name, s.ts, a.int_value from slice s join args a using (arg_set_id) "
+                  "where a.key = 'args.value' order by s.ts"),
+            (std::vector<std::string>{"\"mma\",1100,42", "\"x (end without begin)\",1300,9",
+                                      "\"wait\",1400,1099511627776", "\"tile\",2500,-7"}));
+  EXPECT_EQ(Query(tp, trace,
+                  "select t.name, c.ts, cast(c.value as int) from counter c join track t on c.track_id = t.id "
+                  "where t.name glob 'inflight*' order by c.ts"),
+            (std::vector<std::string>{"\"inflight SM 012 | block (1,0,0) | warp 0\",1200,3",
+                                      "\"inflight SM 012 | block (1,0,0) | warp 1\",1500,1",
+                                      "\"inflight SM 012 | block (1,0,0) | warp 0\",2600,5",
+                                      "\"inflight SM 012 | block (0,0,0) | warp 0\",10150,2"}));
+  EXPECT_EQ(Query(tp, trace, "select count(*) from slice where name = 'inflight'"), std::vector<std::string>{"0"});
+  EXPECT_EQ(Query(tp, trace,
+                  "select s.name, s.ts, s.dur, extract_arg(s.arg_set_id, 'args.token'), "
+                  "extract_arg(s.arg_set_id, 'args.unterminated'), extract_arg(s.arg_set_id, 'args.smprof_error') "
+                  "from slice s join track t on s.track_id = t.id where t.type = 'legacy_async_process_slice' "
+                  "order by s.ts, s.name, s.dur"),
+            (std::vector<std::string>{
+                "\"stage\",1150,650,0,\"[NULL]\",\"[NULL]\"", "\"stage\",1600,1900,1,\"[NULL]\",\"[NULL]\"",
+                "\"stage\",1900,600,0,\"[NULL]\",\"[NULL]\"", "\"copy\",2000,200,5,\"[NULL]\",\"[NULL]\"",
+                "\"tma\",2000,50,0,\"[NULL]\",\"[NULL]\"", "\"stage\",3000,6000,2,1,\"[NULL]\"",
+                "\"stage\",3200,0,3,\"[NULL]\",\"unmatched end\"", "\"stage\",4500,100,9,\"[NULL]\",\"[NULL]\"",
+                "\"stage\",10100,100,0,\"[NULL]\",\"[NULL]\""}));
+  const std::string w0 = "\"SM 012 | block (1,0,0) | warp 0\"", w1 = "\"SM 012 | block (1,0,0) | warp 1\"";
+  const std::string w2 = "\"SM 012 | block (1,0,0) | warp 2\"", tma = "\"SM 003 | block (0,1,0) | warp 0\"";
+  const std::string v0 = "\"SM 012 | block (0,0,0) | warp 0\"";
+  EXPECT_EQ(Query(tp, trace,
+                  "select so.name, so.ts, a.name, si.ts, b.name from flow f join slice so on so.id = f.slice_out "
+                  "join slice si on si.id = f.slice_in join thread_track ta on so.track_id = ta.id "
+                  "join thread a on ta.utid = a.utid join thread_track tb on si.track_id = tb.id "
+                  "join thread b on tb.utid = b.utid order by so.ts, si.ts"),
+            (std::vector<std::string>{"\"stage\",1150," + w0 + ",1800," + w1, "\"stage\",1600," + w0 + ",3500," + w1,
+                                      "\"stage\",1900," + w0 + ",2500," + w1, "\"tma\",2000," + tma + ",2050," + tma,
+                                      "\"copy\",2000," + w1 + ",2200," + w0, "\"stage\",4500," + w2 + ",4600," + w0,
+                                      "\"stage\",10100," + v0 + ",10200," + v0}));
+  unlink(trace.c_str());
+}
 
 // --- 100,000 small launches: the hardware-centric layout --------------------
 

@@ -332,4 +332,112 @@ inline void WriteManyLaunchesRun(trace::TraceSink& sink, uint64_t launches, uint
   }
 }
 
+inline trace::SliceRecord SinkValueSlice(std::string_view name, uint64_t begin, uint64_t end, int64_t value) {
+  trace::SliceRecord s = SinkSlice(name, begin, end, 0);
+  s.value.present = true;
+  s.value.value = value;
+  return s;
+}
+
+inline trace::InstantRecord SinkCounter(std::string_view name, uint64_t ts, int64_t value) {
+  trace::InstantRecord i = SinkInstant(name, ts);
+  i.value.present = true;
+  i.value.counter = true;
+  i.value.value = value;
+  return i;
+}
+
+inline trace::AsyncSpanRecord SinkSpan(std::string_view name, uint32_t token, const trace::WarpRecord* begin_warp,
+                                       uint64_t begin, const trace::WarpRecord* end_warp, uint64_t end,
+                                       uint64_t flow_id) {
+  trace::AsyncSpanRecord a;
+  a.name = name;
+  a.token = token;
+  const trace::WarpRecord* w = begin_warp != nullptr ? begin_warp : end_warp;
+  std::copy(w->block, w->block + 3, a.block);
+  a.begin_warp = begin_warp;
+  a.end_warp = end_warp;
+  a.begin_ns = begin;
+  a.end_ns = end;
+  a.flow_id = flow_id;
+  return a;
+}
+
+// The device API's records (issue 9): values, a phase, counter samples,
+// async spans. One GPU, one process; launch 7 [1000, 9000] on GPU 0:
+//   SM 012 / block (1,0,0) / warp 0 (slot 0): mma[1100,2000] value 42,
+//     inflight 3 @1200, phase load[2000,3000], tile@2500 value -7,
+//     inflight 5 @2600
+//   SM 012 / block (1,0,0) / warp 1 (slot 1): "x (end without begin)"@1300
+//     value 9, wait[1400,4000] value 2^40, inflight 1 @1500
+//   SM 012 / block (1,0,0) / warp 2 (slot 2): no record but an async begin
+//   SM 003 / block (0,1,0) / warp 0 (slot 0): load[2000,2100]
+//   async spans of block (1,0,0), (name token: begin warp@t -> end warp@t, flow id):
+//     A stage 0: w0@1150 -> w1@1800, 1      B stage 1: w0@1600 -> w1@3500, 2
+//       (overlaps A without nesting)
+//     C stage 0: w0@1900 -> w1@2500, 3      D copy 5: w1@2000 -> w0@2200, 4 (in C)
+//     E stage 2: w0@3000, unterminated (to 9000), 5
+//     F stage 3: an unmatched end on w1@3200, 6 (in E)
+//     H stage 9: w2@4500 -> w0@4600, 8 (in E; after w0's last record)
+//   and of block (0,1,0): G tma 0: w2'@2000 -> w2'@2050, 7.
+// A harvest at 9500. Launch 8 [10000, 12000]: SM 012 / block (0,0,0) / warp 0 (slot 0):
+//   load[10100,10300], inflight 2 @10150, I stage 0: @10100 -> @10200, 9.
+inline void WriteDeviceApiRun(trace::TraceSink& sink) {
+  trace::GpuRecord gpu;
+  gpu.index = 0;
+  gpu.name = "NVIDIA H100";
+  gpu.sm_count = 132;
+  gpu.facts = {{"index", 0}, {"name", gpu.name}};
+  sink.OnGpu(gpu);
+  sink.OnProcess(SinkProcess());
+
+  const trace::LaunchRecord l = SinkLaunch(0, 7, 0, 1000, 9000);
+  sink.OnLaunch(l);
+  trace::WarpRecord w0 = SinkWarp(0, 12, 1, 0, 0), w1 = SinkWarp(1, 12, 1, 0, 1), w3 = SinkWarp(2, 12, 1, 0, 2),
+                    w2 = SinkWarp(3, 3, 0, 1, 0);
+  w1.hw_warp = 1;
+  w3.hw_warp = 2;
+  for (const trace::WarpRecord* w : {&w0, &w1, &w3, &w2}) sink.OnWarp(l, *w);
+  sink.OnSlice(l, w0, SinkValueSlice("mma", 1100, 2000, 42));
+  sink.OnInstant(l, w0, SinkCounter("inflight", 1200, 3));
+  trace::SliceRecord phase = SinkSlice("load", 2000, 3000, 0);
+  phase.phase = true;
+  sink.OnSlice(l, w0, phase);
+  trace::InstantRecord tile = SinkInstant("tile", 2500);
+  tile.value.present = true;
+  tile.value.value = -7;
+  sink.OnInstant(l, w0, tile);
+  sink.OnInstant(l, w0, SinkCounter("inflight", 2600, 5));
+  trace::InstantRecord x = SinkInstant("x", 1300, true);
+  x.value.present = true;
+  x.value.value = 9;
+  sink.OnInstant(l, w1, x);
+  sink.OnSlice(l, w1, SinkValueSlice("wait", 1400, 4000, int64_t{1} << 40));
+  sink.OnInstant(l, w1, SinkCounter("inflight", 1500, 1));
+  sink.OnSlice(l, w2, SinkSlice("load", 2000, 2100, 0));
+  sink.OnAsyncSpan(l, SinkSpan("stage", 0, &w0, 1150, &w1, 1800, 1));
+  sink.OnAsyncSpan(l, SinkSpan("stage", 1, &w0, 1600, &w1, 3500, 2));
+  sink.OnAsyncSpan(l, SinkSpan("stage", 0, &w0, 1900, &w1, 2500, 3));
+  sink.OnAsyncSpan(l, SinkSpan("tma", 0, &w2, 2000, &w2, 2050, 7));
+  sink.OnAsyncSpan(l, SinkSpan("copy", 5, &w1, 2000, &w0, 2200, 4));
+  sink.OnAsyncSpan(l, SinkSpan("stage", 2, &w0, 3000, nullptr, 9000, 5));
+  sink.OnAsyncSpan(l, SinkSpan("stage", 3, nullptr, 3200, &w1, 3200, 6));
+  sink.OnAsyncSpan(l, SinkSpan("stage", 9, &w3, 4500, &w0, 4600, 8));
+  const uint32_t order[] = {3, 0, 1, 2};
+  sink.OnLaunchEnd(l, order, 4);
+  trace::HarvestRecord h;
+  h.ts_ns = 9500;
+  h.reason = 1;  // sync
+  sink.OnHarvest(SinkProcess(), h);
+
+  const trace::LaunchRecord l2 = SinkLaunch(1, 8, 0, 10000, 12000);
+  sink.OnLaunch(l2);
+  const trace::WarpRecord v0 = SinkWarp(0, 12, 0, 0, 0);
+  sink.OnWarp(l2, v0);
+  sink.OnSlice(l2, v0, SinkSlice("load", 10100, 10300, 0));
+  sink.OnInstant(l2, v0, SinkCounter("inflight", 10150, 2));
+  sink.OnAsyncSpan(l2, SinkSpan("stage", 0, &v0, 10100, &v0, 10200, 9));
+  sink.OnLaunchEnd(l2, order + 1, 1);
+}
+
 }  // namespace smprof::testing

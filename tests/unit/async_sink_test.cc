@@ -1,11 +1,13 @@
 // AsyncSink: a sink behind it sees exactly the calls it would have seen
-// directly, in order, with the same records; a collector with sink threads
-// writes the same bytes as one without.
+// directly, in order, with the same records (values, phases and async
+// spans included); a plain record is one command, a value one more; a
+// collector with sink threads writes the same bytes as one without.
 #include "collector/async_sink.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <random>
@@ -26,6 +28,11 @@ std::string WarpText(const trace::WarpRecord& w) {
   o << "warp#" << w.index << " sm" << w.sm << " b(" << w.block[0] << "," << w.block[1] << "," << w.block[2] << ") w"
     << w.warp << " hw" << w.hw_warp;
   return o.str();
+}
+
+std::string ValueText(const trace::UserValue& v) {
+  if (!v.present) return v.counter || v.value != 0 ? " (absent value set?)" : "";
+  return (v.counter ? " counter " : " value ") + std::to_string(v.value);
 }
 
 std::string LaunchText(const trace::LaunchRecord& l) {
@@ -62,16 +69,25 @@ class RecordingSink : public trace::TraceSink {
     std::ostringstream o;
     o << "slice " << LaunchText(l) << " " << WarpText(w) << " " << s.name << " k" << s.name_key << " [" << s.begin_ns
       << "," << s.end_ns << "] c" << s.cycles << " l" << s.lane << " d" << s.depth
-      << (s.unterminated ? " unterminated " : " ") << s.note;
+      << (s.unterminated ? " unterminated " : " ") << s.note << (s.phase ? " phase" : "") << ValueText(s.value);
     log.push_back(o.str());
     if (s.name_key != 0) Address(s.name_key, s.name.data());
   }
   void OnInstant(const trace::LaunchRecord& l, const trace::WarpRecord& w, const trace::InstantRecord& i) override {
     std::ostringstream o;
     o << "instant " << LaunchText(l) << " " << WarpText(w) << " " << i.name << " k" << i.name_key << " " << i.ts_ns
-      << (i.unmatched_end ? " unmatched" : "");
+      << (i.unmatched_end ? " unmatched" : "") << ValueText(i.value);
     log.push_back(o.str());
     if (i.name_key != 0) Address(i.name_key, i.name.data());
+  }
+  void OnAsyncSpan(const trace::LaunchRecord& l, const trace::AsyncSpanRecord& a) override {
+    std::ostringstream o;
+    o << "async " << LaunchText(l) << " " << a.name << " k" << a.name_key << " t" << a.token << " b(" << a.block[0]
+      << "," << a.block[1] << "," << a.block[2] << ") [" << a.begin_ns << "," << a.end_ns << "] from "
+      << (a.begin_warp != nullptr ? WarpText(*a.begin_warp) : "-") << " to "
+      << (a.end_warp != nullptr ? WarpText(*a.end_warp) : "-") << " flow " << a.flow_id;
+    log.push_back(o.str());
+    if (a.name_key != 0) Address(a.name_key, a.name.data());
   }
   void OnLaunchEnd(const trace::LaunchRecord& l, const uint32_t* order, size_t n) override {
     std::string s = "end " + LaunchText(l);
@@ -136,6 +152,7 @@ void Drive(trace::TraceSink& sink, uint64_t seed) {
     sink.OnLaunch(l);
     const uint32_t warps = 1 + static_cast<uint32_t>(rng() % 300);
     std::vector<uint32_t> order;
+    std::vector<trace::WarpRecord> records;
     for (uint32_t w = 0; w < warps; ++w) {
       trace::WarpRecord wr;
       wr.index = w;
@@ -155,6 +172,11 @@ void Drive(trace::TraceSink& sink, uint64_t seed) {
           i.name_key = rng() % 8 == 0 ? 0 : static_cast<uint32_t>(n + 1);
           i.ts_ns = t + static_cast<uint64_t>(e) * 10;
           i.unmatched_end = rng() % 7 == 0;
+          if (rng() % 3 == 0) {
+            i.value.present = true;
+            i.value.counter = !i.unmatched_end && rng() % 2 == 0;
+            i.value.value = static_cast<int64_t>(rng());
+          }
           sink.OnInstant(l, wr, i);
         } else {
           trace::SliceRecord s;
@@ -169,9 +191,35 @@ void Drive(trace::TraceSink& sink, uint64_t seed) {
           s.depth = static_cast<uint32_t>(rng() % 4);
           s.unterminated = rng() % 10 == 0;
           if (s.unterminated && rng() % 2 == 0) s.note = "too many open ranges";
+          s.phase = rng() % 4 == 0;
+          if (!s.unterminated && rng() % 3 == 0) {
+            s.value.present = true;
+            s.value.value = -static_cast<int64_t>(rng() % 1000);
+          }
           sink.OnSlice(l, wr, s);
         }
       }
+      records.push_back(wr);
+    }
+    // Async spans between the launch's warps: some without an end or a begin.
+    const int spans = static_cast<int>(rng() % 20);
+    for (int a = 0; a < spans; ++a) {
+      const trace::WarpRecord* from = &records[rng() % records.size()];
+      const trace::WarpRecord* to = &records[rng() % records.size()];
+      const int kind = static_cast<int>(rng() % 6);
+      trace::AsyncSpanRecord span;
+      const size_t n = rng() % names.size();
+      const std::string unkeyed = names[n] + " " + std::to_string(a);
+      span.name = kind == 5 ? std::string_view(unkeyed) : std::string_view(names[n]);
+      span.name_key = kind == 5 ? 0 : static_cast<uint32_t>(n + 1);
+      span.token = static_cast<uint32_t>(rng() % 4);
+      std::copy(from->block, from->block + 3, span.block);
+      span.begin_ns = t + static_cast<uint64_t>(a) * 7;
+      span.end_ns = span.begin_ns + rng() % 500;
+      span.begin_warp = kind == 1 ? nullptr : from;
+      span.end_warp = kind == 0 ? nullptr : to;
+      span.flow_id = launch * 100 + static_cast<uint64_t>(a) + 1;
+      sink.OnAsyncSpan(l, span);
     }
     sink.OnLaunchEnd(l, order.data(), order.size());
     t += 10000;
@@ -222,6 +270,47 @@ TEST(AsyncSinkTest, EveryTargetSeesTheSameCallsInTheSameOrder) {
     EXPECT_EQ(second.log, direct.log) << "max_batches " << max_batches;
     EXPECT_EQ(first.moved_names + second.moved_names, 0);
   }
+}
+
+// One launch, one warp, `n` slices of one keyed name, with or without a value.
+uint64_t BatchesFor(size_t n, bool values) {
+  RecordingSink target;
+  AsyncSink async(&target);
+  trace::LaunchRecord l;
+  async.OnLaunch(l);
+  trace::WarpRecord w;
+  async.OnWarp(l, w);
+  for (size_t i = 0; i < n; ++i) {
+    trace::SliceRecord s;
+    s.name = "load";
+    s.name_key = 1;
+    s.begin_ns = i;
+    s.end_ns = i + 1;
+    s.value.present = values;
+    s.value.value = 3;
+    async.OnSlice(l, w, s);
+  }
+  async.Drain();
+  EXPECT_EQ(target.log.size(), n + 2);
+  return async.batches();
+}
+
+// A record without a value is one command (its warp selected), as before;
+// a value is one command more. Batches hold kBatchCommands commands (a new
+// batch selects its warp again: one command).
+TEST(AsyncSinkTest, APlainRecordIsOneCommandAValueOneMore) {
+  constexpr size_t k = AsyncSink::kBatchCommands;
+  // launch, select, warp, name, then slices; each later batch: select, slices.
+  EXPECT_EQ(BatchesFor(k - 4, false), 1u);
+  EXPECT_EQ(BatchesFor(k - 3, false), 2u);
+  EXPECT_EQ(BatchesFor(k - 4 + (k - 1), false), 2u);
+  EXPECT_EQ(BatchesFor(k - 4 + (k - 1) + 1, false), 3u);
+  // Two commands a slice: (k - 4) / 2 fill the first batch, k / 2 the next
+  // (1 + 2 j >= k).
+  EXPECT_EQ(BatchesFor((k - 4) / 2, true), 1u);
+  EXPECT_EQ(BatchesFor((k - 4) / 2 + 1, true), 2u);
+  EXPECT_EQ(BatchesFor((k - 4) / 2 + k / 2, true), 2u);
+  EXPECT_EQ(BatchesFor((k - 4) / 2 + k / 2 + 1, true), 3u);
 }
 
 TEST(AsyncSinkTest, ACallerWaitsWhenTheTargetFallsBehindAndNothingIsLost) {

@@ -34,6 +34,35 @@ PerfettoBuilder GoodTrace() {
   return b;
 }
 
+// A counter track (uuid 20) under warp 0's.
+void CounterDescriptor(PerfettoBuilder* b) {
+  const auto p = b->e.BeginNested(1);
+  const auto d = b->e.BeginNested(60);
+  b->e.Varint(1, 20);
+  b->e.Varint(5, 10);
+  b->e.Bytes(2, "inflight");
+  const auto c = b->e.BeginNested(8);
+  b->e.EndNested(c);
+  b->e.EndNested(d);
+  b->e.EndNested(p);
+}
+
+// An event of sequence 1000 at kT0 + `t` on `track`: `type`, and with
+// `flow_field` (47 or 48; 0: none) flow id 7; a COUNTER's value 5.
+void MainEvent(PerfettoBuilder* b, uint64_t t, uint64_t track, uint32_t type, uint32_t flow_field = 0) {
+  const auto p = b->e.BeginNested(1);
+  b->e.Varint(8, kT0 + t);
+  b->e.Varint(10, 1000);
+  const auto te = b->e.BeginNested(11);
+  b->e.Varint(9, type);
+  b->e.Varint(11, track);
+  if (type == 4) b->e.Varint(30, 5);
+  if (type != 4) b->e.Bytes(23, "stage");
+  if (flow_field != 0) b->e.Fixed64(flow_field, 7);
+  b->e.EndNested(te);
+  b->e.EndNested(p);
+}
+
 std::string AllErrors(const TraceSummary& s) {
   std::string out;
   for (const std::string& e : s.errors) out += e + "\n";
@@ -56,6 +85,25 @@ TEST(PerfettoCheck, SummarisesAWellFormedTrace) {
   EXPECT_EQ(w1.names.at("load"), 2u);
   EXPECT_EQ(w1.last_ns, kT0 + 200);
   EXPECT_EQ(s.tracks.at(1).name, "GPU 0");
+}
+
+// Counter values on a counter track, a flow from an instant on warp 0 to
+// one on warp 1.
+TEST(PerfettoCheck, AcceptsCountersAndFlows) {
+  PerfettoBuilder b = GoodTrace();
+  CounterDescriptor(&b);
+  MainEvent(&b, 30, 20, 4);
+  MainEvent(&b, 40, 20, 4);
+  MainEvent(&b, 50, 10, 3, 47);
+  MainEvent(&b, 60, 11, 3, 48);
+  const TraceSummary s = CheckTrace(b.e.bytes());
+  EXPECT_TRUE(s.errors.empty()) << AllErrors(s);
+  EXPECT_TRUE(s.tracks.at(20).counter);
+  EXPECT_FALSE(s.tracks.at(10).counter);
+  EXPECT_EQ(s.tracks.at(20).counter_values, 2u);
+  EXPECT_EQ(s.tracks.at(20).name, "inflight");
+  EXPECT_EQ(s.flows, 1u);
+  EXPECT_EQ(s.tracks.at(11).instants, 1u);
 }
 
 TEST(PerfettoCheck, ReportsWhatTheTraceProcessorWouldDrop) {
@@ -117,6 +165,21 @@ TEST(PerfettoCheck, ReportsWhatTheTraceProcessorWouldDrop) {
          b->e.EndNested(p);
        },
        "has no descriptor"},
+      {"a counter value on a track without a CounterDescriptor",
+       [](PerfettoBuilder* b) { MainEvent(b, 30, 10, 4); },
+       "a counter value on track 10"},
+      {"an instant on a counter track",
+       [](PerfettoBuilder* b) {
+         CounterDescriptor(b);
+         MainEvent(b, 30, 20, 3);
+       },
+       "a slice or instant on counter track 20"},
+      {"a flow that ends before anything began it",
+       [](PerfettoBuilder* b) {
+         MainEvent(b, 30, 11, 3, 48);
+         MainEvent(b, 40, 10, 3, 47);
+       },
+       "flow 7 ends but never began"},
       {"a truncated packet",
        [](PerfettoBuilder* b) {
          const auto p = b->e.BeginNested(1);

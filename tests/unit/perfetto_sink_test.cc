@@ -59,6 +59,7 @@ struct DecodedEvent {
   int64_t value = 0;                        // counters
   int64_t cycles = -1;                      // instants: the value paired from the "cycles" counter
   size_t order = 0;                         // file position
+  std::vector<uint64_t> flows, terminating;  // flow_ids, terminating_flow_ids
 };
 
 struct DecodedSlice {
@@ -327,6 +328,12 @@ class Decoder {
           break;
         case 12:
           counter_values.push_back(static_cast<int64_t>(g.value));
+          break;
+        case 47:
+          e.flows.push_back(g.value);
+          break;
+        case 48:
+          e.terminating.push_back(g.value);
           break;
         default:
           d_.errors.push_back("unexpected track event field " + std::to_string(g.number));
@@ -963,6 +970,271 @@ TEST_F(PerfettoSinkTest, HardwareLayoutPutsWarpsOnTheirSlots) {
   EXPECT_EQ(run[1].args.at("reason"), "asked for");
   EXPECT_EQ(sink->layout_used(), TraceLayout::kHardware);
   EXPECT_EQ(sink->layout_description(), "hardware-centric (asked for)");
+}
+
+// --- the device API's records (issue 9) --------------------------------------
+
+using Point = std::pair<uint64_t, int64_t>;  // ts, value
+
+std::vector<Point> Values(const Decoded& d, uint64_t counter_track) {
+  std::vector<Point> points;
+  const auto it = d.counters.find(counter_track);
+  if (it == d.counters.end()) return points;
+  for (const DecodedEvent& e : it->second) points.emplace_back(e.ts, e.value);
+  return points;
+}
+
+using InstantRow = std::pair<uint64_t, std::string>;  // ts, name
+std::vector<InstantRow> Instants(const Decoded& d, uint64_t track) {
+  std::vector<InstantRow> rows;
+  const auto it = d.instants.find(track);
+  if (it == d.instants.end()) return rows;
+  for (const DecodedEvent& e : it->second) rows.emplace_back(e.ts, e.name);
+  return rows;
+}
+
+// Each flow id with the tracks and times of the event that starts it
+// (flow_ids) and of the one that ends it (terminating_flow_ids).
+using FlowEnds = std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>;  // from track, ts, to track, ts
+std::map<uint64_t, FlowEnds> Flows(const Decoded& d) {
+  std::map<uint64_t, FlowEnds> flows;
+  for (const DecodedEvent& e : d.events) {
+    for (const uint64_t id : e.flows) {
+      std::get<0>(flows[id]) = e.track;
+      std::get<1>(flows[id]) = e.ts;
+    }
+    for (const uint64_t id : e.terminating) {
+      std::get<2>(flows[id]) = e.track;
+      std::get<3>(flows[id]) = e.ts;
+    }
+  }
+  return flows;
+}
+
+constexpr uint64_t kAsyncFlow = uint64_t{1} << 63;
+
+// What both layouts write alike for WriteDeviceApiRun's launch 7: values as
+// args, counter samples as counter values, not instants.
+void ExpectValuesAndCounters(const Decoded& d, uint64_t warp0, uint64_t warp1) {
+  const auto& s0 = d.slices.at(warp0);
+  const auto mma = std::find_if(s0.begin(), s0.end(), [](const DecodedSlice& s) { return s.name == "mma"; });
+  ASSERT_NE(mma, s0.end());
+  EXPECT_EQ(mma->args.at("value"), "42");
+  EXPECT_EQ(mma->cycles, 1800);
+  const auto load = std::find_if(s0.begin(), s0.end(), [](const DecodedSlice& s) { return s.name == "load"; });
+  ASSERT_NE(load, s0.end());
+  EXPECT_EQ(std::make_tuple(load->ts, load->dur, load->cycles), std::make_tuple(2000u, 1000u, int64_t{2000}));
+  EXPECT_EQ(load->args.count("value"), 0u);  // a phase: a plain slice
+  const auto& s1 = d.slices.at(warp1);
+  const auto wait = std::find_if(s1.begin(), s1.end(), [](const DecodedSlice& s) { return s.name == "wait"; });
+  ASSERT_NE(wait, s1.end());
+  EXPECT_EQ(wait->args.at("value"), "1099511627776");
+  for (const DecodedEvent& e : d.instants.at(warp0)) {
+    if (e.name == "tile") {
+      EXPECT_EQ(e.args.at("value"), "-7");
+    }
+  }
+  const DecodedEvent& x = d.instants.at(warp1).at(0);
+  EXPECT_EQ(x.name, "x (end without begin)");
+  EXPECT_EQ(x.args, (std::map<std::string, std::string>{{"smprof_error", "unmatched end"}, {"value", "9"}}));
+  // No instant, anywhere, for a counter sample.
+  for (const auto& [track, instants] : d.instants) {
+    for (const DecodedEvent& e : instants) EXPECT_NE(e.name, "inflight");
+  }
+}
+
+TEST_F(PerfettoSinkTest, DeviceApiRecordsInTheLaunchCentricLayout) {
+  auto sink = OpenSink();
+  sink->set_layout(TraceLayout::kLaunch);
+  testing::WriteDeviceApiRun(*sink);
+  const Decoded d = FinishAndDecode(*sink);
+  // Errors include a slice row without its value on the "cycles" counter
+  // (the async spans' instants carry a 0 like every instant).
+  ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
+  const uint64_t launch = d.Track(testing::SinkLaunchTrack(7, 0)), launch8 = d.Track(testing::SinkLaunchTrack(8, 0));
+  const uint64_t block = d.Track("block (1,0,0)", d.Track("SM 012", launch));
+  const uint64_t other = d.Track("block (0,1,0)", d.Track("SM 003", launch));
+  const uint64_t block8 = d.Track("block (0,0,0)", d.Track("SM 012", launch8));
+  const uint64_t warp0 = d.Track("warp 0", block), warp1 = d.Track("warp 1", block), warp2 = d.Track("warp 2", block);
+  const uint64_t tma_warp = d.Track("warp 0", other), warp8 = d.Track("warp 0", block8);
+  const uint64_t async = d.Track("async", block), lane1 = d.Track("async lane 1", block);
+  for (uint64_t t : {launch, launch8, block, other, block8, warp0, warp1, warp2, tma_warp, warp8, async, lane1}) {
+    ASSERT_NE(t, 0u);
+  }
+  EXPECT_EQ(d.Track("async lane 2"), 0u);
+  // The block's async tracks first, then its warps.
+  EXPECT_LT(d.tracks.at(async).rank, d.tracks.at(lane1).rank);
+  EXPECT_LT(d.tracks.at(lane1).rank, d.tracks.at(warp0).rank);
+
+  ExpectValuesAndCounters(d, warp0, warp1);
+  // A counter track per (warp, name), under the warp.
+  const uint64_t inflight0 = d.Track("inflight", warp0), inflight1 = d.Track("inflight", warp1);
+  ASSERT_NE(inflight0, 0u);
+  EXPECT_TRUE(d.tracks.at(inflight0).counter);
+  EXPECT_EQ(Values(d, inflight0), (std::vector<Point>{{1200, 3}, {2600, 5}}));
+  EXPECT_EQ(Values(d, inflight1), (std::vector<Point>{{1500, 1}}));
+  EXPECT_EQ(Values(d, d.Track("inflight", warp8)), (std::vector<Point>{{10150, 2}}));
+  // Launch 7's device events: 7 + 4 + 2 of its warps' records (a closed
+  // slice is two, a counter sample one), 14 of its async spans.
+  EXPECT_EQ(Values(d, d.Track("events harvested")), (std::vector<Point>{{9500, 7 + 4 + 2 + 14}}));
+
+  // Spans on the block's async tracks, B (overlapping A) on a lane of its own.
+  EXPECT_EQ(Rows(d, async), (std::vector<SliceRow>{{"stage", 1150, 650, 0},
+                                                   {"stage", 1900, 600, 0},
+                                                   {"copy", 2000, 200, 1},
+                                                   {"stage", 3000, 6000, 0},
+                                                   {"stage", 3200, 0, 1},
+                                                   {"stage", 4500, 100, 1}}));
+  EXPECT_EQ(Rows(d, lane1), (std::vector<SliceRow>{{"stage", 1600, 1900, 0}}));
+  EXPECT_EQ(Rows(d, d.Track("async", other)), (std::vector<SliceRow>{{"tma", 2000, 50, 0}}));
+  EXPECT_EQ(Rows(d, d.Track("async", block8)), (std::vector<SliceRow>{{"stage", 10100, 100, 0}}));
+  using Args = std::map<std::string, std::string>;
+  const auto& spans = d.slices.at(async);
+  EXPECT_EQ(spans[0].args, (Args{{"token", "0"}, {"begin_warp", "0"}, {"end_warp", "1"}}));
+  EXPECT_EQ(spans[2].args, (Args{{"token", "5"}, {"begin_warp", "1"}, {"end_warp", "0"}}));
+  EXPECT_EQ(spans[3].args, (Args{{"token", "2"}, {"begin_warp", "0"}, {"unterminated", "true"}}));
+  EXPECT_EQ(spans[4].args, (Args{{"token", "3"}, {"end_warp", "1"}, {"smprof_error", "unmatched end"}}));
+  EXPECT_EQ(d.slices.at(lane1)[0].args, (Args{{"token", "1"}, {"begin_warp", "0"}, {"end_warp", "1"}}));
+
+  // Their ends on the warps' tracks (with the warps' own instants), linked
+  // by flows, but for the unterminated span and the unmatched end.
+  EXPECT_EQ(Instants(d, warp0), (std::vector<InstantRow>{{1150, "stage"},
+                                                         {1600, "stage"},
+                                                         {1900, "stage"},
+                                                         {2200, "copy"},
+                                                         {2500, "tile"},
+                                                         {3000, "stage"},
+                                                         {4600, "stage"}}));
+  EXPECT_EQ(Instants(d, warp1), (std::vector<InstantRow>{{1300, "x (end without begin)"},
+                                                         {1800, "stage"},
+                                                         {2000, "copy"},
+                                                         {2500, "stage"},
+                                                         {3200, "stage"},
+                                                         {3500, "stage"}}));
+  EXPECT_EQ(Instants(d, warp2), (std::vector<InstantRow>{{4500, "stage"}}));
+  EXPECT_EQ(Instants(d, tma_warp), (std::vector<InstantRow>{{2000, "tma"}, {2050, "tma"}}));
+  EXPECT_EQ(d.Cycles(warp0), (std::vector<int64_t>{1800, 0, 0, 0, 2000, 0, 0, 0, 0}));
+  EXPECT_EQ(d.Cycles(warp2), (std::vector<int64_t>{0}));
+  EXPECT_EQ(Flows(d), (std::map<uint64_t, FlowEnds>{{kAsyncFlow | 1, {warp0, 1150, warp1, 1800}},
+                                                    {kAsyncFlow | 2, {warp0, 1600, warp1, 3500}},
+                                                    {kAsyncFlow | 3, {warp0, 1900, warp1, 2500}},
+                                                    {kAsyncFlow | 4, {warp1, 2000, warp0, 2200}},
+                                                    {kAsyncFlow | 7, {tma_warp, 2000, tma_warp, 2050}},
+                                                    {kAsyncFlow | 8, {warp2, 4500, warp0, 4600}},
+                                                    {kAsyncFlow | 9, {warp8, 10100, warp8, 10200}}}));
+}
+
+TEST_F(PerfettoSinkTest, DeviceApiRecordsInTheHardwareCentricLayout) {
+  auto sink = OpenSink();
+  sink->set_layout(TraceLayout::kHardware);
+  testing::WriteDeviceApiRun(*sink);
+  const Decoded d = FinishAndDecode(*sink);
+  ASSERT_TRUE(d.errors.empty()) << Errors(d.errors);
+  const uint64_t sm12 = d.Track("SM 012"), sm3 = d.Track("SM 003");
+  const uint64_t slot0 = d.Track("slot 00", sm12), slot1 = d.Track("slot 01", sm12), slot2 = d.Track("slot 02", sm12);
+  const uint64_t tma_slot = d.Track("slot 00", sm3);
+  const uint64_t async = d.Track("async", sm12), lane1 = d.Track("async lane 1", sm12);
+  for (uint64_t t : {sm12, sm3, slot0, slot1, slot2, tma_slot, async, lane1}) ASSERT_NE(t, 0u);
+  EXPECT_EQ(d.Track("slot 00 overlap"), 0u);
+  EXPECT_LT(d.tracks.at(lane1).rank, d.tracks.at(slot0).rank);
+
+  ExpectValuesAndCounters(d, slot0, slot1);
+  // One counter track per (slot, name), shared by the launches.
+  EXPECT_EQ(Values(d, d.Track("inflight", slot0)), (std::vector<Point>{{1200, 3}, {2600, 5}, {10150, 2}}));
+  EXPECT_EQ(Values(d, d.Track("inflight", slot1)), (std::vector<Point>{{1500, 1}}));
+
+  // Warp 0's slice reaches the end of span H (after its last record); warp
+  // 2, which recorded nothing else, has a slice for H's begin.
+  EXPECT_EQ(Rows(d, slot0), (std::vector<SliceRow>{{"#7 gemm<128>", 1100, 3500, 0},
+                                                   {"mma", 1100, 900, 1},
+                                                   {"load", 2000, 1000, 1},
+                                                   {"#8 gemm<128>", 10100, 200, 0},
+                                                   {"load", 10100, 200, 1}}));
+  EXPECT_EQ(Rows(d, slot2), (std::vector<SliceRow>{{"#7 gemm<128>", 4500, 0, 0}}));
+  EXPECT_EQ(d.slices.at(slot2)[0].args.at("warp"), "2");
+  EXPECT_EQ(Instants(d, slot2), (std::vector<InstantRow>{{4500, "stage"}}));
+
+  // The SM's async tracks, shared by the launches and blocks that ran there.
+  EXPECT_EQ(Rows(d, async), (std::vector<SliceRow>{{"stage", 1150, 650, 0},
+                                                   {"stage", 1900, 600, 0},
+                                                   {"copy", 2000, 200, 1},
+                                                   {"stage", 3000, 6000, 0},
+                                                   {"stage", 3200, 0, 1},
+                                                   {"stage", 4500, 100, 1},
+                                                   {"stage", 10100, 100, 0}}));
+  EXPECT_EQ(Rows(d, lane1), (std::vector<SliceRow>{{"stage", 1600, 1900, 0}}));
+  EXPECT_EQ(Rows(d, d.Track("async", sm3)), (std::vector<SliceRow>{{"tma", 2000, 50, 0}}));
+  using Args = std::map<std::string, std::string>;
+  EXPECT_EQ(d.slices.at(async)[5].args, (Args{{"token", "9"},
+                                              {"begin_warp", "2"},
+                                              {"end_warp", "0"},
+                                              {"launch_id", "7"},
+                                              {"pid", "4242"},
+                                              {"block[0]", "1"},
+                                              {"block[1]", "0"},
+                                              {"block[2]", "0"}}));
+  EXPECT_EQ(d.slices.at(async)[6].args.at("launch_id"), "8");
+  EXPECT_EQ(Flows(d), (std::map<uint64_t, FlowEnds>{{kAsyncFlow | 1, {slot0, 1150, slot1, 1800}},
+                                                    {kAsyncFlow | 2, {slot0, 1600, slot1, 3500}},
+                                                    {kAsyncFlow | 3, {slot0, 1900, slot1, 2500}},
+                                                    {kAsyncFlow | 4, {slot1, 2000, slot0, 2200}},
+                                                    {kAsyncFlow | 7, {tma_slot, 2000, tma_slot, 2050}},
+                                                    {kAsyncFlow | 8, {slot2, 4500, slot0, 4600}},
+                                                    {kAsyncFlow | 9, {slot0, 10100, slot0, 10200}}}));
+}
+
+// A phase is a plain slice, and a record without a value costs what it did:
+// the same bytes as the same records without the fields set.
+TEST_F(PerfettoSinkTest, PhasesAndAbsentValuesWritePlainRecords) {
+  const auto write = [this](bool marked) {
+    auto sink = OpenSink();
+    const trace::LaunchRecord l = testing::SinkLaunch(0, 1, -1, 0, 10000);
+    sink->OnLaunch(l);
+    const trace::WarpRecord w = testing::SinkWarp(0, 0, 0, 0, 0);
+    sink->OnWarp(l, w);
+    for (int i = 0; i < 3; ++i) {
+      trace::SliceRecord s = testing::SinkSlice(i == 1 ? "mma" : "load", 1000 * i + 100, 1000 * i + 900, 0);
+      s.phase = marked;
+      s.value.counter = marked;  // not present: no value
+      s.value.value = marked ? 5 : 0;
+      sink->OnSlice(l, w, s);
+      trace::InstantRecord t = testing::SinkInstant("tick", 1000 * i + 500);
+      t.value.value = marked ? 5 : 0;
+      sink->OnInstant(l, w, t);
+    }
+    sink->OnLaunchEnd(l, nullptr, 0);
+    EXPECT_TRUE(sink->Finish(CollectorSummary()));
+    return ReadTrace();
+  };
+  const std::string plain = write(false);
+  EXPECT_GT(plain.size(), 0u);
+  EXPECT_EQ(write(true), plain);
+}
+
+// A value costs its annotation and, once per sequence, its interned name.
+TEST_F(PerfettoSinkTest, AValueCostsItsAnnotation) {
+  const auto size = [this](int values) {
+    auto sink = OpenSink();
+    const trace::LaunchRecord l = testing::SinkLaunch(0, 1, -1, 0, 10000);
+    sink->OnLaunch(l);
+    const trace::WarpRecord w = testing::SinkWarp(0, 0, 0, 0, 0);
+    sink->OnWarp(l, w);
+    for (int i = 0; i < 4; ++i) {
+      trace::SliceRecord s = testing::SinkSlice("load", 1000 * i + 100, 1000 * i + 900, 0);
+      s.value.present = i < values;
+      s.value.value = 100;
+      sink->OnSlice(l, w, s);
+    }
+    sink->OnLaunchEnd(l, nullptr, 0);
+    EXPECT_TRUE(sink->Finish(CollectorSummary()));
+    return ReadTrace().size();
+  };
+  const size_t none = size(0), one = size(1), two = size(2);
+  // {name_iid 5, int_value 100} in a DebugAnnotation: 2 + 2 + 2 bytes; the
+  // interned name {iid 5, "value"}: 2 + 2 + 2 + 5 in the first packet's
+  // interned data (whose length stays one byte).
+  EXPECT_EQ(two - one, 6u);
+  EXPECT_EQ(one - none, 6u + 11u);
 }
 
 // Two warps on one slot, one after the other: touching (same track, the

@@ -1,21 +1,28 @@
 // TraceWriter: output parses back, timestamps keep nanoseconds, untrusted
 // names are escaped, an unfinished trace is a valid prefix, a write error
-// (RLIMIT_FSIZE) leaves strict JSON, RepairTraceFile closes any cut trace.
+// (RLIMIT_FSIZE) leaves strict JSON, RepairTraceFile closes any cut trace;
+// counters on threads, async events and flows written exactly; JsonSink's
+// values, counter samples and async spans (issue 9), every event checked.
 #include "collector/trace_writer.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
+#include "collector/json_sink.h"
+#include "collector/run_summary.h"
+#include "tests/support/sink_runs.h"
 
 namespace smprof {
 namespace {
@@ -361,6 +368,127 @@ TEST(TraceWriterOpenTest, FailsWithMessageNamingThePath) {
   auto w = TraceWriter::Open("/nonexistent-dir-smprof/trace.json", &error);
   EXPECT_EQ(w, nullptr);
   EXPECT_NE(error.find("/nonexistent-dir-smprof/trace.json"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace smprof
+
+namespace smprof {
+namespace {
+
+TEST_F(TraceWriterTest, WritesCountersAsyncEventsAndFlowsOnThreads) {
+  std::string error;
+  auto w = TraceWriter::Open(path_, &error);
+  ASSERT_NE(w, nullptr) << error;
+  JsonArgs sample;
+  sample.Int("SM 012 | block (1,0,0) | warp 0", -3);
+  w->Counter(11, 2, "inflight", 1200, sample);
+  JsonArgs args;
+  args.Uint("token", 4);
+  w->Async('b', 11, 2, "stage", 1150, 0x1f, &args);
+  w->Async('e', 11, 3, "stage", 1800, 0x1f, nullptr);
+  w->Flow('s', 11, 2, "stage", 1150, 31);
+  w->Flow('f', 11, 3, "stage", 1800, 31);
+  ASSERT_TRUE(w->Finish()) << w->error();
+  EXPECT_EQ(ReadFile(path_),
+            "[\n"
+            "{\"ph\":\"C\",\"pid\":11,\"tid\":2,\"cat\":\"smprof\",\"name\":\"inflight\",\"ts\":1.200,"
+            "\"args\":{\"SM 012 | block (1,0,0) | warp 0\":-3}},\n"
+            "{\"ph\":\"b\",\"pid\":11,\"tid\":2,\"cat\":\"smprof\",\"name\":\"stage\",\"id2\":{\"local\":\"0x1f\"},"
+            "\"ts\":1.150,\"args\":{\"token\":4}},\n"
+            "{\"ph\":\"e\",\"pid\":11,\"tid\":3,\"cat\":\"smprof\",\"name\":\"stage\",\"id2\":{\"local\":\"0x1f\"},"
+            "\"ts\":1.800},\n"
+            "{\"ph\":\"s\",\"pid\":11,\"tid\":2,\"cat\":\"smprof\",\"name\":\"stage\",\"id\":31,\"ts\":1.150},\n"
+            "{\"ph\":\"f\",\"pid\":11,\"tid\":3,\"cat\":\"smprof\",\"name\":\"stage\",\"id\":31,\"ts\":1.800,"
+            "\"bp\":\"e\"}\n"
+            "]\n");
+}
+
+// JsonSink with the device API's records (tests/support/sink_runs.h): every
+// event of launch 7's process and launch 8's, as compact rows in file order.
+TEST_F(TraceWriterTest, JsonSinkWritesValuesCountersAndAsyncSpans) {
+  std::string error;
+  auto writer = TraceWriter::Open(path_, &error);
+  ASSERT_NE(writer, nullptr) << error;
+  JsonSink sink(std::move(writer));
+  testing::WriteDeviceApiRun(sink);
+  ASSERT_TRUE(sink.Finish(CollectorSummary())) << sink.error();
+  const nlohmann::json j = nlohmann::json::parse(ReadFile(path_));
+  std::map<uint32_t, std::vector<std::string>> rows;  // pid -> events
+  for (const nlohmann::json& e : j) {
+    const std::string ph = e["ph"];
+    if (ph == "M" || e["pid"] < 11) continue;
+    std::string row = ph + " " + std::to_string(e.value("tid", 0)) + " " + e.value("name", "") + " " +
+                      std::to_string(static_cast<uint64_t>(std::llround(e["ts"].get<double>() * 1000)));
+    if (e.contains("id2")) row += " id2=" + e["id2"]["local"].get<std::string>();
+    if (e.contains("id")) row += " id=" + e["id"].dump();
+    if (e.contains("bp")) row += " bp=" + e["bp"].get<std::string>();
+    if (e.contains("args") && !e["args"].empty()) row += " " + e["args"].dump();
+    rows[e["pid"]].push_back(row);
+  }
+  // GPU 0 is pid 10, launch 7 pid 11 (warps 0, 1, 2 of block (1,0,0): tids
+  // 2, 3, 4; warp 0 of block (0,1,0): 5), launch 8 pid 12.
+  const std::string a = "{\"begin_warp\":0,\"end_warp\":1,\"token\":";
+  EXPECT_EQ(rows[11], (std::vector<std::string>{
+                          "X 1 _Z4gemmILi128EEvPfS0_ 1000 " + rows[11][0].substr(rows[11][0].find('{')),
+                          "X 2 mma 1100 {\"cycles\":1800,\"value\":42}",
+                          "C 2 inflight 1200 {\"SM 012 | block (1,0,0) | warp 0\":3}",
+                          "X 2 load 2000 {\"cycles\":2000}",
+                          "i 2 tile 2500 {\"value\":-7}",
+                          "C 2 inflight 2600 {\"SM 012 | block (1,0,0) | warp 0\":5}",
+                          "i 3 x (end without begin) 1300 {\"smprof_error\":\"unmatched end\",\"value\":9}",
+                          "X 3 wait 1400 {\"cycles\":5200,\"value\":1099511627776}",
+                          "C 3 inflight 1500 {\"SM 012 | block (1,0,0) | warp 1\":1}",
+                          "X 5 load 2000 {\"cycles\":200}",
+                          "b 2 stage 1150 id2=0x1 " + a + "0}",
+                          "e 3 stage 1800 id2=0x1",
+                          "i 2 stage 1150",
+                          "i 3 stage 1800",
+                          "s 2 stage 1150 id=1",
+                          "f 3 stage 1800 id=1 bp=e",
+                          "b 2 stage 1600 id2=0x2 " + a + "1}",
+                          "e 3 stage 3500 id2=0x2",
+                          "i 2 stage 1600",
+                          "i 3 stage 3500",
+                          "s 2 stage 1600 id=2",
+                          "f 3 stage 3500 id=2 bp=e",
+                          "b 2 stage 1900 id2=0x3 " + a + "0}",
+                          "e 3 stage 2500 id2=0x3",
+                          "i 2 stage 1900",
+                          "i 3 stage 2500",
+                          "s 2 stage 1900 id=3",
+                          "f 3 stage 2500 id=3 bp=e",
+                          "b 5 tma 2000 id2=0x7 {\"begin_warp\":0,\"end_warp\":0,\"token\":0}",
+                          "e 5 tma 2050 id2=0x7",
+                          "i 5 tma 2000",
+                          "i 5 tma 2050",
+                          "s 5 tma 2000 id=7",
+                          "f 5 tma 2050 id=7 bp=e",
+                          "b 3 copy 2000 id2=0x4 {\"begin_warp\":1,\"end_warp\":0,\"token\":5}",
+                          "e 2 copy 2200 id2=0x4",
+                          "i 3 copy 2000",
+                          "i 2 copy 2200",
+                          "s 3 copy 2000 id=4",
+                          "f 2 copy 2200 id=4 bp=e",
+                          "b 2 stage 3000 id2=0x5 {\"begin_warp\":0,\"token\":2,\"unterminated\":true}",
+                          "e 2 stage 9000 id2=0x5",
+                          "i 2 stage 3000",
+                          "b 3 stage 3200 id2=0x6 {\"end_warp\":1,\"smprof_error\":\"unmatched end\",\"token\":3}",
+                          "e 3 stage 3200 id2=0x6",
+                          "i 3 stage 3200",
+                          "b 4 stage 4500 id2=0x8 {\"begin_warp\":2,\"end_warp\":0,\"token\":9}",
+                          "e 2 stage 4600 id2=0x8",
+                          "i 4 stage 4500",
+                          "i 2 stage 4600",
+                          "s 4 stage 4500 id=8",
+                          "f 2 stage 4600 id=8 bp=e",
+                      }));
+  ASSERT_FALSE(rows[12].empty());
+  EXPECT_EQ(std::vector<std::string>(rows[12].begin() + 1, rows[12].end()),
+            (std::vector<std::string>{
+                "X 2 load 10100 {\"cycles\":400}", "C 2 inflight 10150 {\"SM 012 | block (0,0,0) | warp 0\":2}",
+                "b 2 stage 10100 id2=0x9 {\"begin_warp\":0,\"end_warp\":0,\"token\":0}", "e 2 stage 10200 id2=0x9",
+                "i 2 stage 10100", "i 2 stage 10200", "s 2 stage 10100 id=9", "f 2 stage 10200 id=9 bp=e"}));
 }
 
 }  // namespace
