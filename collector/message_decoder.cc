@@ -23,6 +23,51 @@ DecodeStatus CheckTail(uint32_t size, uint32_t len) {
   return DecodeStatus::kOk;
 }
 
+// What a WireEvent's kind word may hold: each kind's flags, and for a
+// kEventValueHigh none (its place is checked apart).
+DecodeStatus CheckEventKind(uint32_t word) {
+  if ((word & ~(wire::kEventKindMask | wire::kEventFlagsMask)) != 0) return DecodeStatus::kBadEventKind;
+  const uint32_t kind = word & wire::kEventKindMask;
+  const uint32_t flags = word & wire::kEventFlagsMask;
+  if (kind == 0 || kind > wire::kMaxEventKind) return DecodeStatus::kBadEventKind;
+  uint32_t allowed = 0;
+  switch (kind) {
+    case wire::kEventBegin:
+    case wire::kEventPhase:
+      allowed = wire::kEventNameValue;
+      break;
+    case wire::kEventEnd:
+      allowed = wire::kEventHasValue | wire::kEventWideValue | wire::kEventNameValue;
+      break;
+    case wire::kEventInstant:
+      allowed = wire::kEventHasValue | wire::kEventCounter | wire::kEventWideValue | wire::kEventNameValue;
+      break;
+    default:  // PHASE_END, ASYNC_BEGIN, ASYNC_END, VALUE_HIGH
+      break;
+  }
+  if ((flags & ~allowed) != 0) return DecodeStatus::kBadEventFlags;
+  const bool value = (flags & wire::kEventHasValue) != 0;
+  if (!value && (flags & (wire::kEventCounter | wire::kEventWideValue)) != 0) return DecodeStatus::kBadEventFlags;
+  if (value && (flags & wire::kEventNameValue) != 0) return DecodeStatus::kBadEventFlags;
+  return DecodeStatus::kOk;
+}
+
+// The events of a WarpEventsMsg. Plain BEGIN, END and INSTANT (no flags)
+// take one compare each; the rest are checked one by one.
+DecodeStatus CheckEvents(const DecodedMessage& m) {
+  bool want_high = false;  // the previous event was wide: this one must be its kEventValueHigh
+  for (uint32_t i = 0; i < m.event_count; ++i) {
+    const wire::WireEvent e = m.event(i);
+    if (e.name_id > kMaxWireNameId) return DecodeStatus::kBadNameId;
+    if (e.kind - 1u < 3u && !want_high) continue;
+    const DecodeStatus st = CheckEventKind(e.kind);
+    if (st != DecodeStatus::kOk) return st;
+    if ((e.kind == wire::kEventValueHigh) != want_high) return DecodeStatus::kBadValueHigh;
+    want_high = (e.kind & wire::kEventWideValue) != 0;
+  }
+  return want_high ? DecodeStatus::kBadValueHigh : DecodeStatus::kOk;
+}
+
 bool ValidCall(const wire::HostCall& c) {
   if (c.api == wire::kApiNone) return c.start_ns == 0 && c.end_ns == 0 && c.tid == 0;
   return c.api <= wire::kApiLast && c.end_ns >= c.start_ns;
@@ -49,11 +94,17 @@ const char* DecodeStatusName(DecodeStatus status) {
     case DecodeStatus::kStringTooLong:
       return "string longer than 64 KiB";
     case DecodeStatus::kBadEventKind:
-      return "event kind not begin/end/instant";
+      return "event kind unknown";
     case DecodeStatus::kBadTimeRange:
       return "launch or harvest ends before it starts";
     case DecodeStatus::kBadHostCall:
       return "host API call unknown or ending before it starts";
+    case DecodeStatus::kBadEventFlags:
+      return "event flags not allowed on its kind";
+    case DecodeStatus::kBadValueHigh:
+      return "64-bit value continuation missing or out of place";
+    case DecodeStatus::kBadNameId:
+      return "marker name id above 2^31 - 1";
   }
   return "?";
 }
@@ -96,6 +147,7 @@ DecodeStatus MessageDecoder::Decode(const uint8_t* data, uint32_t size, DecodedM
       if (!CopyFixed(data, size, &out->name)) return DecodeStatus::kBadSize;
       st = CheckTail<wire::NameMsg>(size, out->name.name_len);
       if (st != DecodeStatus::kOk) return st;
+      if (out->name.name_id > kMaxWireNameId) return DecodeStatus::kBadNameId;
       out->text = {text_at + sizeof(wire::NameMsg), out->name.name_len};
       break;
     case wire::kMsgLaunch:
@@ -113,13 +165,8 @@ DecodeStatus MessageDecoder::Decode(const uint8_t* data, uint32_t size, DecodedM
       if (expected != size) return DecodeStatus::kBadSize;
       out->events = data + sizeof(wire::WarpEventsMsg);
       out->event_count = out->warp_events.count;
-      for (uint32_t i = 0; i < out->event_count; ++i) {
-        // Begin, end and instant, without flags: what the recorder writes today.
-        const uint32_t kind = out->event(i).kind;
-        if (kind != wire::kEventBegin && kind != wire::kEventEnd && kind != wire::kEventInstant) {
-          return DecodeStatus::kBadEventKind;
-        }
-      }
+      st = CheckEvents(*out);
+      if (st != DecodeStatus::kOk) return st;
       break;
     }
     case wire::kMsgHarvest:
