@@ -59,8 +59,8 @@ class RangeMatcher {
   static constexpr uint8_t kValuePresent = 1;  // `value` is the user's
   static constexpr uint8_t kValueCounter = 2;  // ... and a counter sample
   struct Value {
-    int64_t value = 0;
-    uint8_t flags = 0;  // kValuePresent | kValueCounter; 0: none
+    int64_t value;
+    uint8_t flags;  // kValuePresent | kValueCounter; 0: none
   };
 
   struct Record {
@@ -79,8 +79,8 @@ class RangeMatcher {
   };
 
   void Begin(uint32_t name_id, uint64_t ns, uint32_t cycles);
-  void End(uint32_t name_id, uint64_t ns, uint32_t cycles, Value value = {});
-  void Instant(uint32_t name_id, uint64_t ns, Value value = {});
+  void End(uint32_t name_id, uint64_t ns, uint32_t cycles, Value value = Value{0, 0});
+  void Instant(uint32_t name_id, uint64_t ns, Value value = Value{0, 0});
   // Closes the open phase (at `ns`, `cycles`), if any, and opens `name_id`.
   void Phase(uint32_t name_id, uint64_t ns, uint32_t cycles);
   // Closes the open phase; false when none was open (the event is then an
