@@ -1,7 +1,6 @@
 #include "collector/async_matcher.h"
 
 #include <algorithm>
-#include <tuple>
 
 namespace smprof {
 
@@ -23,22 +22,26 @@ bool AsyncMatcher::Add(bool end, const trace::WarpRecord& warp, uint32_t name_id
 
 void AsyncMatcher::Match(uint64_t launch_end_ns, std::vector<Span>* out) {
   out->clear();
-  const auto group = [](const Event& e) {
-    return std::make_tuple(e.block[2], e.block[1], e.block[0], e.name_id, e.token);
+  const auto same_group = [](const Event& a, const Event& b) {
+    return a.block[0] == b.block[0] && a.block[1] == b.block[1] && a.block[2] == b.block[2] && a.name_id == b.name_id &&
+           a.token == b.token;
   };
   // Stable: events equal in every key keep their order of arrival.
-  std::stable_sort(events_.begin(), events_.end(), [&](const Event& a, const Event& b) {
-    const auto ga = group(a), gb = group(b);
-    if (ga != gb) return ga < gb;
+  std::stable_sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) {
+    if (a.block[2] != b.block[2]) return a.block[2] < b.block[2];
+    if (a.block[1] != b.block[1]) return a.block[1] < b.block[1];
+    if (a.block[0] != b.block[0]) return a.block[0] < b.block[0];
+    if (a.name_id != b.name_id) return a.name_id < b.name_id;
+    if (a.token != b.token) return a.token < b.token;
     if (a.ns != b.ns) return a.ns < b.ns;
-    return !a.end && b.end;
+    return !a.end && b.end;  // a BEGIN before an END at the same time
   });
   std::vector<const Event*> open;  // the group's BEGINs, oldest first from `head`
   for (size_t at = 0; at < events_.size();) {
     size_t next = at;
     open.clear();
     size_t head = 0;
-    for (; next < events_.size() && group(events_[next]) == group(events_[at]); ++next) {
+    for (; next < events_.size() && same_group(events_[next], events_[at]); ++next) {
       const Event& e = events_[next];
       if (!e.end) {
         open.push_back(&e);
