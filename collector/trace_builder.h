@@ -71,6 +71,9 @@ namespace smprof {
 
 class TraceBuilder {
  public:
+  // Distinct names a producer may have rendered from a format and an integer.
+  static constexpr size_t kMaxRenderedNames = size_t{1} << 16;
+
   // `sinks` are not owned and must outlive the builder; `logger` may be null.
   TraceBuilder(std::vector<trace::TraceSink*> sinks, std::shared_ptr<spdlog::logger> logger);
   ~TraceBuilder();
@@ -102,8 +105,6 @@ class TraceBuilder {
     std::string text;
     uint32_t key = 0;  // trace::SliceRecord::name_key
   };
-  // Distinct rendered names a producer may have (formatted names).
-  static constexpr size_t kMaxRenderedNames = size_t{1} << 16;
 
   Producer& GetProducer(const transport::ProducerInfo& info);
   uint64_t Rel(uint64_t ns);

@@ -1353,6 +1353,29 @@ TEST_F(DeviceApiTest, AsyncEventsBeyondTheCapAreDroppedAndCounted) {
   EXPECT_EQ(sink_.async_spans, kMaxAsyncEvents);
 }
 
+// A producer renders at most kMaxRenderedNames names; the rest keep their format.
+TEST_F(DeviceApiTest, RenderedNamesPerProducerAreCapped) {
+  Start({"t %d"});
+  const auto cap = static_cast<uint32_t>(TraceBuilder::kMaxRenderedNames);
+  std::vector<wire::WireEvent> batch;
+  for (uint32_t n = 0; n <= cap; ++n) {
+    batch.push_back(At(100 + n, 1, wire::kEventInstant | kNameValue, n));
+    if (batch.size() == 32768 || n == cap) {
+      Send(Warp(1, 0, 0, 0, batch));
+      batch.clear();
+    }
+  }
+  Send(Warp(1, 0, 0, 0, {At(200000, 1, wire::kEventInstant | kNameValue, 7)}));  // rendered before: kept
+  const CollectorSummary s = Finish();
+  const Lines r = Records();
+  ASSERT_EQ(r.size(), cap + 3u);
+  EXPECT_EQ(r[0], "instant w0 t 0 " + At(100));
+  EXPECT_EQ(r[cap - 1], "instant w0 t " + std::to_string(cap - 1) + " " + At(100 + cap - 1));
+  EXPECT_EQ(r[cap], "instant w0 t %d " + At(100 + cap));
+  EXPECT_EQ(r[cap + 1], "instant w0 t 7 " + At(200000));
+  EXPECT_EQ(s.events, cap + 2u);
+}
+
 TEST_F(DeviceApiTest, MalformedEventsDropTheirMessage) {
   Start({"x"});
   Send(Warp(1, 0, 0, 0, {At(100, 1, wire::kEventValueHigh, 1)}));  // a continuation without its event
