@@ -1,5 +1,6 @@
 #include "collector/message_decoder.h"
 
+#include <cstddef>
 #include <cstring>
 
 namespace smprof {
@@ -52,20 +53,32 @@ DecodeStatus CheckEventKind(uint32_t word) {
   return DecodeStatus::kOk;
 }
 
-// The events of a WarpEventsMsg. Plain BEGIN, END and INSTANT (no flags)
-// take one compare each; the rest are checked one by one.
+// The events of a WarpEventsMsg. Only `kind` and `name_id` are read; plain
+// BEGIN, END and INSTANT (no flags) take one compare each, the name ids one
+// OR (checked once at the end); the rest are checked one by one, a wide
+// event together with its continuation.
 DecodeStatus CheckEvents(const DecodedMessage& m) {
-  bool want_high = false;  // the previous event was wide: this one must be its kEventValueHigh
+  const auto field = [&m](uint32_t i, size_t offset) {
+    uint32_t v;
+    std::memcpy(&v, m.events + size_t{i} * sizeof(wire::WireEvent) + offset, sizeof(v));
+    return v;
+  };
+  constexpr size_t kKind = offsetof(wire::WireEvent, kind);
+  constexpr size_t kNameId = offsetof(wire::WireEvent, name_id);
+  uint32_t names = 0;
   for (uint32_t i = 0; i < m.event_count; ++i) {
-    const wire::WireEvent e = m.event(i);
-    if (e.name_id > kMaxWireNameId) return DecodeStatus::kBadNameId;
-    if (e.kind - 1u < 3u && !want_high) continue;
-    const DecodeStatus st = CheckEventKind(e.kind);
+    const uint32_t kind = field(i, kKind);
+    names |= field(i, kNameId);
+    if (kind - 1u < 3u) continue;
+    const DecodeStatus st = CheckEventKind(kind);
     if (st != DecodeStatus::kOk) return st;
-    if ((e.kind == wire::kEventValueHigh) != want_high) return DecodeStatus::kBadValueHigh;
-    want_high = (e.kind & wire::kEventWideValue) != 0;
+    if (kind == wire::kEventValueHigh) return DecodeStatus::kBadValueHigh;  // no wide event before it
+    if ((kind & wire::kEventWideValue) == 0) continue;
+    if (i + 1 == m.event_count || field(i + 1, kKind) != wire::kEventValueHigh) return DecodeStatus::kBadValueHigh;
+    ++i;
+    names |= field(i, kNameId);
   }
-  return want_high ? DecodeStatus::kBadValueHigh : DecodeStatus::kOk;
+  return names > kMaxWireNameId ? DecodeStatus::kBadNameId : DecodeStatus::kOk;
 }
 
 bool ValidCall(const wire::HostCall& c) {

@@ -84,10 +84,11 @@ void RangeMatcher::TopIndex::Grow() {
 // Every BEGIN comes here: the new elements are written field by field in
 // place. Built as temporaries on the stack and copied in, they cost a
 // store-forwarding stall per 16 bytes copied (most of this function's time).
-void RangeMatcher::Push(uint32_t name_id, uint64_t ns, uint32_t cycles, bool phase) {
+template <bool kPhase>
+void RangeMatcher::Push(uint32_t name_id, uint64_t ns, uint32_t cycles) {
   const auto pos = static_cast<uint32_t>(open_.size());
   uint32_t prev = kNone;
-  if (phase) {
+  if constexpr (kPhase) {
     phase_pos_ = pos;
   } else {
     uint32_t& top = top_.At(name_id);
@@ -95,11 +96,10 @@ void RangeMatcher::Push(uint32_t name_id, uint64_t ns, uint32_t cycles, bool pha
     top = pos;
   }
   const auto slot = static_cast<uint32_t>(episode_.size());
+  // Settle writes the rest (value, value_flags, phase) when the range closes.
   Record& r = episode_.emplace_back();
   r.kind = Kind::kSlice;
   r.why = Why::kNone;
-  r.value_flags = 0;
-  r.phase = phase;
   r.name_id = name_id;
   r.begin_ns = ns;
   r.end_ns = ns;
@@ -107,7 +107,6 @@ void RangeMatcher::Push(uint32_t name_id, uint64_t ns, uint32_t cycles, bool pha
   r.lane = kNone;
   r.depth = 0;
   r.order = slot;
-  r.value = 0;
   Open& o = open_.emplace_back();
   o.name_id = name_id;
   o.prev_same = prev;
@@ -116,7 +115,7 @@ void RangeMatcher::Push(uint32_t name_id, uint64_t ns, uint32_t cycles, bool pha
   o.slot = slot;
   o.live = true;
   o.early = false;
-  o.phase = phase;
+  o.phase = kPhase;
   ++live_;
   ++reserved_;
 }
@@ -188,7 +187,7 @@ void RangeMatcher::Compact() {
 void RangeMatcher::Begin(uint32_t name_id, uint64_t ns, uint32_t cycles) {
   last_ns_ = std::max(last_ns_, ns);
   EvictIfFull(ns);
-  Push(name_id, ns, cycles, /*phase=*/false);
+  Push<false>(name_id, ns, cycles);
 }
 
 void RangeMatcher::End(uint32_t name_id, uint64_t ns, uint32_t cycles, Value value) {
@@ -218,7 +217,7 @@ void RangeMatcher::Phase(uint32_t name_id, uint64_t ns, uint32_t cycles) {
     Settle(o, Kind::kSlice, Why::kNone, std::max(o.begin_ns, ns), cycles - o.begin_cycles, Value{});
   }
   EvictIfFull(ns);
-  Push(name_id, ns, cycles, /*phase=*/true);
+  Push<true>(name_id, ns, cycles);
 }
 
 bool RangeMatcher::PhaseEnd(uint32_t name_id, uint64_t ns, uint32_t cycles) {

@@ -79,7 +79,8 @@ class RangeMatcher {
   };
 
   void Begin(uint32_t name_id, uint64_t ns, uint32_t cycles);
-  void End(uint32_t name_id, uint64_t ns, uint32_t cycles, Value value = Value{0, 0});
+  void End(uint32_t name_id, uint64_t ns, uint32_t cycles) { End(name_id, ns, cycles, Value{0, 0}); }
+  void End(uint32_t name_id, uint64_t ns, uint32_t cycles, Value value);
   void Instant(uint32_t name_id, uint64_t ns, Value value = Value{0, 0});
   // Closes the open phase (at `ns`, `cycles`), if any, and opens `name_id`.
   void Phase(uint32_t name_id, uint64_t ns, uint32_t cycles);
@@ -138,7 +139,8 @@ class RangeMatcher {
     bool phase;  // the warp's open phase: not in top_, at phase_pos_
   };
 
-  void Push(uint32_t name_id, uint64_t ns, uint32_t cycles, bool phase);
+  template <bool kPhase>
+  void Push(uint32_t name_id, uint64_t ns, uint32_t cycles);
   uint32_t Find(uint32_t name_id) const;
   void Close(uint32_t pos);
   // The oldest open range (never the phase; a range must be open).

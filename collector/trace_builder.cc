@@ -496,13 +496,27 @@ void TraceBuilder::OnWarpEvents(Producer& p, const DecodedMessage& m) {
   for (uint32_t i = 0; i < m.event_count; ++i) {
     const wire::WireEvent e = m.event(i);
     p.last_ns = std::max(p.last_ns, e.time_ns);
-    switch (e.kind) {  // the whole word: a flag or another kind goes to OnMarker
+    // The whole word: a flag or another kind goes to OnMarker. BEGIN and
+    // END as BeginRange and EndRange do, written out: this is the hot path.
+    switch (e.kind) {
       case wire::kEventBegin:
-        BeginRange(w, e.name_id, e);
+        if (w.ranges.open() >= RangeMatcher::kMaxOpen) {  // the oldest range is closed, unterminated
+          ++summary_.unterminated_ranges;
+          ++summary_.events;
+        }
+        w.ranges.Begin(e.name_id, e.time_ns, e.cycles);
         break;
-      case wire::kEventEnd:
-        EndRange(w, e.name_id, e, RangeMatcher::Value{0, 0});
+      case wire::kEventEnd: {
+        const size_t before = w.ranges.open();
+        w.ranges.End(e.name_id, e.time_ns, e.cycles);
+        if (w.ranges.open() < before) {
+          summary_.events += 2;
+        } else {
+          ++summary_.unmatched_ends;
+          ++summary_.events;
+        }
         break;
+      }
       case wire::kEventInstant:
         w.ranges.Instant(e.name_id, e.time_ns);
         ++summary_.events;
