@@ -1,5 +1,6 @@
 #include "collector/message_decoder.h"
 
+#include <cstddef>
 #include <cstring>
 
 namespace smprof {
@@ -21,6 +22,63 @@ DecodeStatus CheckTail(uint32_t size, uint32_t len) {
   if (len > kMaxStringBytes) return DecodeStatus::kStringTooLong;
   if (size != PaddedSize(static_cast<uint32_t>(sizeof(T)) + len)) return DecodeStatus::kBadSize;
   return DecodeStatus::kOk;
+}
+
+// What a WireEvent's kind word may hold: each kind's flags, and for a
+// kEventValueHigh none (its place is checked apart).
+DecodeStatus CheckEventKind(uint32_t word) {
+  if ((word & ~(wire::kEventKindMask | wire::kEventFlagsMask)) != 0) return DecodeStatus::kBadEventKind;
+  const uint32_t kind = word & wire::kEventKindMask;
+  const uint32_t flags = word & wire::kEventFlagsMask;
+  if (kind == 0 || kind > wire::kMaxEventKind) return DecodeStatus::kBadEventKind;
+  uint32_t allowed = 0;
+  switch (kind) {
+    case wire::kEventBegin:
+    case wire::kEventPhase:
+      allowed = wire::kEventNameValue;
+      break;
+    case wire::kEventEnd:
+      allowed = wire::kEventHasValue | wire::kEventWideValue | wire::kEventNameValue;
+      break;
+    case wire::kEventInstant:
+      allowed = wire::kEventHasValue | wire::kEventCounter | wire::kEventWideValue | wire::kEventNameValue;
+      break;
+    default:  // PHASE_END, ASYNC_BEGIN, ASYNC_END, VALUE_HIGH
+      break;
+  }
+  if ((flags & ~allowed) != 0) return DecodeStatus::kBadEventFlags;
+  const bool value = (flags & wire::kEventHasValue) != 0;
+  if (!value && (flags & (wire::kEventCounter | wire::kEventWideValue)) != 0) return DecodeStatus::kBadEventFlags;
+  if (value && (flags & wire::kEventNameValue) != 0) return DecodeStatus::kBadEventFlags;
+  return DecodeStatus::kOk;
+}
+
+// The events of a WarpEventsMsg. Only `kind` and `name_id` are read; plain
+// BEGIN, END and INSTANT (no flags) take one compare each, the name ids one
+// OR (checked once at the end); the rest are checked one by one, a wide
+// event together with its continuation.
+DecodeStatus CheckEvents(const DecodedMessage& m) {
+  const auto field = [&m](uint32_t i, size_t offset) {
+    uint32_t v;
+    std::memcpy(&v, m.events + size_t{i} * sizeof(wire::WireEvent) + offset, sizeof(v));
+    return v;
+  };
+  constexpr size_t kKind = offsetof(wire::WireEvent, kind);
+  constexpr size_t kNameId = offsetof(wire::WireEvent, name_id);
+  uint32_t names = 0;
+  for (uint32_t i = 0; i < m.event_count; ++i) {
+    const uint32_t kind = field(i, kKind);
+    names |= field(i, kNameId);
+    if (kind - 1u < 3u) continue;
+    const DecodeStatus st = CheckEventKind(kind);
+    if (st != DecodeStatus::kOk) return st;
+    if (kind == wire::kEventValueHigh) return DecodeStatus::kBadValueHigh;  // no wide event before it
+    if ((kind & wire::kEventWideValue) == 0) continue;
+    if (i + 1 == m.event_count || field(i + 1, kKind) != wire::kEventValueHigh) return DecodeStatus::kBadValueHigh;
+    ++i;
+    names |= field(i, kNameId);
+  }
+  return names > kMaxWireNameId ? DecodeStatus::kBadNameId : DecodeStatus::kOk;
 }
 
 bool ValidCall(const wire::HostCall& c) {
@@ -49,11 +107,17 @@ const char* DecodeStatusName(DecodeStatus status) {
     case DecodeStatus::kStringTooLong:
       return "string longer than 64 KiB";
     case DecodeStatus::kBadEventKind:
-      return "event kind not begin/end/instant";
+      return "event kind unknown";
     case DecodeStatus::kBadTimeRange:
       return "launch or harvest ends before it starts";
     case DecodeStatus::kBadHostCall:
       return "host API call unknown or ending before it starts";
+    case DecodeStatus::kBadEventFlags:
+      return "event flags not allowed on its kind";
+    case DecodeStatus::kBadValueHigh:
+      return "64-bit value continuation missing or out of place";
+    case DecodeStatus::kBadNameId:
+      return "marker name id above 2^31 - 1";
   }
   return "?";
 }
@@ -96,6 +160,7 @@ DecodeStatus MessageDecoder::Decode(const uint8_t* data, uint32_t size, DecodedM
       if (!CopyFixed(data, size, &out->name)) return DecodeStatus::kBadSize;
       st = CheckTail<wire::NameMsg>(size, out->name.name_len);
       if (st != DecodeStatus::kOk) return st;
+      if (out->name.name_id > kMaxWireNameId) return DecodeStatus::kBadNameId;
       out->text = {text_at + sizeof(wire::NameMsg), out->name.name_len};
       break;
     case wire::kMsgLaunch:
@@ -113,13 +178,8 @@ DecodeStatus MessageDecoder::Decode(const uint8_t* data, uint32_t size, DecodedM
       if (expected != size) return DecodeStatus::kBadSize;
       out->events = data + sizeof(wire::WarpEventsMsg);
       out->event_count = out->warp_events.count;
-      for (uint32_t i = 0; i < out->event_count; ++i) {
-        // Begin, end and instant, without flags: what the recorder writes today.
-        const uint32_t kind = out->event(i).kind;
-        if (kind != wire::kEventBegin && kind != wire::kEventEnd && kind != wire::kEventInstant) {
-          return DecodeStatus::kBadEventKind;
-        }
-      }
+      st = CheckEvents(*out);
+      if (st != DecodeStatus::kOk) return st;
       break;
     }
     case wire::kMsgHarvest:

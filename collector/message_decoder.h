@@ -8,8 +8,14 @@
 //   - fixed messages (Harvest, Stats) have exactly their struct size;
 //   - variable ones are exactly PaddedSize(struct + declared tail), string
 //     tails are <= kMaxStringBytes, WarpEventsMsg is exactly struct + count*16;
-//   - every WireEvent kind is Begin/End/Instant; a launch does not end before
-//     it starts;
+//   - every WireEvent is well formed (docs/device-api.md, "Collector"): its
+//     kind is 1-8, bits 8-31 of `kind` are 0, its flags suit its kind
+//     (kEventHasValue on END and INSTANT; kEventCounter and kEventWideValue
+//     only with kEventHasValue; kEventNameValue on BEGIN, END, INSTANT and
+//     PHASE, never with kEventHasValue; other kinds take none), a
+//     kEventValueHigh comes right after a kEventWideValue event and only
+//     there, and its name id is at most kMaxWireNameId;
+//   - a launch does not end before it starts;
 //   - a HostCall's api is kApiNone (and then all its fields are 0) or a
 //     known HostApi that does not end before it starts; a harvest's host
 //     span does not end before it starts.
@@ -26,6 +32,10 @@
 namespace smprof {
 
 inline constexpr uint32_t kMaxStringBytes = 64u << 10;
+// Marker name ids (NameMsg, WireEvent) are at most this; the ids above are
+// the collector's own (names it renders from a format and an integer, see
+// trace_builder.h), so the two never meet.
+inline constexpr uint32_t kMaxWireNameId = 0x7fffffffu;
 
 enum class DecodeStatus : uint8_t {
   kOk = 0,
@@ -36,11 +46,14 @@ enum class DecodeStatus : uint8_t {
   kUnknownType,
   kBadSize,        // size disagrees with the struct plus its declared tail
   kStringTooLong,  // declared string tail above kMaxStringBytes
-  kBadEventKind,   // a WireEvent kind outside {Begin, End, Instant}
+  kBadEventKind,   // a WireEvent kind outside 1-8, or bits above the flags set
   kBadTimeRange,   // LaunchMsg end_ns < start_ns, or a harvest's host span ends before it starts
   kBadHostCall,    // a HostCall with an unknown api, ending before it starts, or fields without an api
+  kBadEventFlags,  // a flag on a kind that takes none, or flags that exclude each other
+  kBadValueHigh,   // a kEventValueHigh not right after a wide event, or a wide event without one
+  kBadNameId,      // a name id above kMaxWireNameId
 };
-inline constexpr int kNumDecodeStatus = 11;
+inline constexpr int kNumDecodeStatus = 14;
 
 const char* DecodeStatusName(DecodeStatus status);
 

@@ -84,12 +84,19 @@ void RangeMatcher::TopIndex::Grow() {
 // Every BEGIN comes here: the new elements are written field by field in
 // place. Built as temporaries on the stack and copied in, they cost a
 // store-forwarding stall per 16 bytes copied (most of this function's time).
+template <bool kPhase>
 void RangeMatcher::Push(uint32_t name_id, uint64_t ns, uint32_t cycles) {
   const auto pos = static_cast<uint32_t>(open_.size());
-  uint32_t& top = top_.At(name_id);
-  const uint32_t prev = top;
-  top = pos;
+  uint32_t prev = kNone;
+  if constexpr (kPhase) {
+    phase_pos_ = pos;
+  } else {
+    uint32_t& top = top_.At(name_id);
+    prev = top;
+    top = pos;
+  }
   const auto slot = static_cast<uint32_t>(episode_.size());
+  // Settle writes the rest (value, value_flags, phase) when the range closes.
   Record& r = episode_.emplace_back();
   r.kind = Kind::kSlice;
   r.why = Why::kNone;
@@ -108,6 +115,7 @@ void RangeMatcher::Push(uint32_t name_id, uint64_t ns, uint32_t cycles) {
   o.slot = slot;
   o.live = true;
   o.early = false;
+  o.phase = kPhase;
   ++live_;
   ++reserved_;
 }
@@ -121,7 +129,9 @@ void RangeMatcher::Close(uint32_t pos) {
   Open& o = open_[pos];
   o.live = false;
   --live_;
-  if (top_.Find(o.name_id) == pos) {
+  if (o.phase) {
+    phase_pos_ = kNone;
+  } else if (top_.Find(o.name_id) == pos) {
     if (o.prev_same == kNone || !open_[o.prev_same].live) {
       top_.Erase(o.name_id);
     } else {
@@ -139,7 +149,17 @@ void RangeMatcher::Close(uint32_t pos) {
 
 uint32_t RangeMatcher::Oldest() {
   while (!open_[bottom_].live) ++bottom_;
-  return static_cast<uint32_t>(bottom_);
+  size_t pos = bottom_;
+  while (!open_[pos].live || open_[pos].phase) ++pos;
+  return static_cast<uint32_t>(pos);
+}
+
+void RangeMatcher::EvictIfFull(uint64_t ns) {
+  if (live_ < kMaxOpen) return;
+  const uint32_t oldest = Oldest();
+  const Open o = open_[oldest];
+  Close(oldest);
+  Settle(o, Kind::kUnterminated, Why::kTooManyOpen, std::max(o.begin_ns, ns), 0, Value{});
 }
 
 void RangeMatcher::Compact() {
@@ -149,8 +169,12 @@ void RangeMatcher::Compact() {
   for (const Open& o : open_) {
     if (!o.live) continue;
     const auto pos = static_cast<uint32_t>(kept.size());
-    uint32_t& top = top_.At(o.name_id);
     kept.push_back(o);
+    if (o.phase) {
+      phase_pos_ = pos;
+      continue;
+    }
+    uint32_t& top = top_.At(o.name_id);
     kept.back().prev_same = top;
     top = pos;
   }
@@ -162,32 +186,52 @@ void RangeMatcher::Compact() {
 
 void RangeMatcher::Begin(uint32_t name_id, uint64_t ns, uint32_t cycles) {
   last_ns_ = std::max(last_ns_, ns);
-  if (live_ >= kMaxOpen) {
-    const uint32_t oldest = Oldest();
-    const Open o = open_[oldest];
-    Close(oldest);
-    Settle(o, Kind::kUnterminated, Why::kTooManyOpen, std::max(o.begin_ns, ns), 0);
-  }
-  Push(name_id, ns, cycles);
+  EvictIfFull(ns);
+  Push<false>(name_id, ns, cycles);
 }
 
-void RangeMatcher::End(uint32_t name_id, uint64_t ns, uint32_t cycles) {
+void RangeMatcher::End(uint32_t name_id, uint64_t ns, uint32_t cycles, Value value) {
   last_ns_ = std::max(last_ns_, ns);
   const uint32_t pos = Find(name_id);
   if (pos == kNone) {
-    Append(Kind::kUnmatchedEnd, name_id, ns);
+    Append(Kind::kUnmatchedEnd, name_id, ns, value);
   } else {
     const Open o = open_[pos];
     Close(pos);
-    Settle(o, Kind::kSlice, Why::kNone, std::max(o.begin_ns, ns), cycles - o.begin_cycles);
+    Settle(o, Kind::kSlice, Why::kNone, std::max(o.begin_ns, ns), cycles - o.begin_cycles, value);
   }
   if (live_ == 0) Release();
 }
 
-void RangeMatcher::Instant(uint32_t name_id, uint64_t ns) {
+void RangeMatcher::Instant(uint32_t name_id, uint64_t ns, Value value) {
   last_ns_ = std::max(last_ns_, ns);
-  Append(Kind::kInstant, name_id, ns);
+  Append(Kind::kInstant, name_id, ns, value);
   if (live_ == 0) Release();
+}
+
+void RangeMatcher::Phase(uint32_t name_id, uint64_t ns, uint32_t cycles) {
+  last_ns_ = std::max(last_ns_, ns);
+  if (phase_pos_ != kNone) {
+    const Open o = open_[phase_pos_];
+    Close(phase_pos_);
+    Settle(o, Kind::kSlice, Why::kNone, std::max(o.begin_ns, ns), cycles - o.begin_cycles, Value{});
+  }
+  EvictIfFull(ns);
+  Push<true>(name_id, ns, cycles);
+}
+
+bool RangeMatcher::PhaseEnd(uint32_t name_id, uint64_t ns, uint32_t cycles) {
+  last_ns_ = std::max(last_ns_, ns);
+  const bool open = phase_pos_ != kNone;
+  if (open) {
+    const Open o = open_[phase_pos_];
+    Close(phase_pos_);
+    Settle(o, Kind::kSlice, Why::kNone, std::max(o.begin_ns, ns), cycles - o.begin_cycles, Value{});
+  } else {
+    Append(Kind::kUnmatchedEnd, name_id, ns, Value{});
+  }
+  if (live_ == 0) Release();
+  return open;
 }
 
 void RangeMatcher::CloseAll(uint64_t end_ns, Why why) {
@@ -196,22 +240,25 @@ void RangeMatcher::CloseAll(uint64_t end_ns, Why why) {
     const auto pos = static_cast<uint32_t>(open_.size() - 1);  // the top is always live
     const Open o = open_[pos];
     Close(pos);
-    Settle(o, Kind::kUnterminated, why, std::max(o.begin_ns, end_ns), 0);
+    Settle(o, Kind::kUnterminated, why, std::max(o.begin_ns, end_ns), 0, Value{});
   }
   Release();
 }
 
 // Records are written field by field in place (see Push).
-void RangeMatcher::Settle(const Open& o, Kind kind, Why why, uint64_t end_ns, uint32_t cycles) {
+void RangeMatcher::Settle(const Open& o, Kind kind, Why why, uint64_t end_ns, uint32_t cycles, Value value) {
   // Open across an early write-out: on its own lane, as it closes.
   Record& r = o.early ? ready_.emplace_back() : episode_[o.slot];
   r.kind = kind;
   r.why = why;
+  r.value_flags = value.flags;
+  r.phase = o.phase;
   r.name_id = o.name_id;
   r.begin_ns = o.begin_ns;
   r.end_ns = end_ns;
   r.cycles = cycles;
   r.depth = 0;
+  r.value = value.value;
   if (o.early) {
     r.lane = early_lane_;
     r.order = 0;
@@ -223,10 +270,12 @@ void RangeMatcher::Settle(const Open& o, Kind kind, Why why, uint64_t end_ns, ui
   WriteOutEarlyIfFull();
 }
 
-void RangeMatcher::Append(Kind kind, uint32_t name_id, uint64_t ns) {
+void RangeMatcher::Append(Kind kind, uint32_t name_id, uint64_t ns, Value value) {
   Record& r = episode_.emplace_back();
   r.kind = kind;
   r.why = Why::kNone;
+  r.value_flags = value.flags;
+  r.phase = false;
   r.name_id = name_id;
   r.begin_ns = ns;
   r.end_ns = ns;
@@ -234,6 +283,7 @@ void RangeMatcher::Append(Kind kind, uint32_t name_id, uint64_t ns) {
   r.lane = 0;
   r.depth = 0;
   r.order = static_cast<uint32_t>(episode_.size() - 1);
+  r.value = value.value;
   WriteOutEarlyIfFull();
 }
 
@@ -300,6 +350,7 @@ void RangeMatcher::Reset() {
   bottom_ = 0;
   reserved_ = 0;
   last_ns_ = 0;
+  phase_pos_ = kNone;
   early_lane_ = kNone;
 }
 

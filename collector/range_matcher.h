@@ -1,11 +1,22 @@
-// RangeMatcher: one warp's BEGIN/END/instant events in, its slices out, in
-// start order, each on a lane where it nests.
+// RangeMatcher: one warp's BEGIN/END/instant and PHASE/PHASE_END events in,
+// its slices out, in start order, each on a lane where it nests.
 //
 // Matching: an END closes the most recent open BEGIN of the same name on the
 // warp (so ranges of different names may interleave: producer/consumer
 // phases, async copies). Open BEGINs are indexed by name, so an END finds
 // its BEGIN in O(1) however many are open; at most kMaxOpen are kept open,
-// beyond which the oldest is closed as unterminated.
+// beyond which the oldest range is closed as unterminated.
+//
+// Phases (SMPROF_PHASE) are matched apart from ranges: a warp has at most
+// one open phase, outside the name index (a phase and a range of the same
+// name never close each other); a PHASE closes it at its own time and opens
+// the next, a PHASE_END closes it. Phase slices are marked (Record::phase).
+//
+// Values: an END's value goes on its slice's record, an instant's on the
+// instant's (Record::value, value_flags 0 when there is none). A record is
+// 48 bytes: the 8 of the value ride along on every record, as a side table
+// would cost a lookup per record and an index of 4 bytes would round the
+// record to 48 all the same.
 //
 // Lanes: a viewer draws one track's slices as a stack, so ranges that overlap
 // without nesting cannot share a track. The matcher buffers an episode (from
@@ -44,9 +55,19 @@ class RangeMatcher {
   };
   enum class Why : uint8_t { kNone, kTooManyOpen, kProducerLost };
 
+  // Record::value_flags.
+  static constexpr uint8_t kValuePresent = 1;  // `value` is the user's
+  static constexpr uint8_t kValueCounter = 2;  // ... and a counter sample
+  struct Value {
+    int64_t value;
+    uint8_t flags;  // kValuePresent | kValueCounter; 0: none
+  };
+
   struct Record {
     Kind kind;
     Why why;
+    uint8_t value_flags;  // of `value`; 0: none
+    bool phase;           // a phase's slice (kSlice or kUnterminated)
     uint32_t name_id;
     uint64_t begin_ns;
     uint64_t end_ns;  // == begin_ns for instants
@@ -54,13 +75,20 @@ class RangeMatcher {
     uint32_t lane;
     uint32_t depth;  // open slices around it on its lane
     uint32_t order;  // its start's place in its episode's recording order (the last tie-break)
+    int64_t value;   // with value_flags
   };
 
   void Begin(uint32_t name_id, uint64_t ns, uint32_t cycles);
-  void End(uint32_t name_id, uint64_t ns, uint32_t cycles);
-  void Instant(uint32_t name_id, uint64_t ns);
-  // Closes every open BEGIN as unterminated at `end_ns` (not before its
-  // begin), innermost first, and ends the episode.
+  void End(uint32_t name_id, uint64_t ns, uint32_t cycles) { End(name_id, ns, cycles, Value{0, 0}); }
+  void End(uint32_t name_id, uint64_t ns, uint32_t cycles, Value value);
+  void Instant(uint32_t name_id, uint64_t ns, Value value = Value{0, 0});
+  // Closes the open phase (at `ns`, `cycles`), if any, and opens `name_id`.
+  void Phase(uint32_t name_id, uint64_t ns, uint32_t cycles);
+  // Closes the open phase; false when none was open (the event is then an
+  // unmatched END named `name_id`).
+  bool PhaseEnd(uint32_t name_id, uint64_t ns, uint32_t cycles);
+  // Closes every open BEGIN and the open phase as unterminated at `end_ns`
+  // (not before its begin), innermost first, and ends the episode.
   void CloseAll(uint64_t end_ns, Why why);
 
   // Records ready to write, in start order per lane assignment; the caller
@@ -68,7 +96,8 @@ class RangeMatcher {
   const std::vector<Record>& ready() const { return ready_; }
   void ClearReady() { ready_.clear(); }
 
-  size_t open() const { return live_; }
+  size_t open() const { return live_; }  // ranges and the phase
+  bool phase_open() const { return phase_pos_ != kNone; }
   uint64_t last_ns() const { return last_ns_; }  // latest event time seen
 
   // Forgets everything (as a new matcher) but keeps the buffers, unless
@@ -107,18 +136,23 @@ class RangeMatcher {
     uint32_t slot;  // its record's place in episode_ (unless early)
     bool live;
     bool early;  // still open when its episode was written out early
+    bool phase;  // the warp's open phase: not in top_, at phase_pos_
   };
 
+  template <bool kPhase>
   void Push(uint32_t name_id, uint64_t ns, uint32_t cycles);
   uint32_t Find(uint32_t name_id) const;
   void Close(uint32_t pos);
+  // The oldest open range (never the phase; a range must be open).
   uint32_t Oldest();
+  // Closes the oldest range as unterminated, if kMaxOpen are open.
+  void EvictIfFull(uint64_t ns);
   void Compact();
   // A closed BEGIN's record: into its slot of the episode, or out at once
   // when it was open across an early write-out.
-  void Settle(const Open& o, Kind kind, Why why, uint64_t end_ns, uint32_t cycles);
+  void Settle(const Open& o, Kind kind, Why why, uint64_t end_ns, uint32_t cycles, Value value);
   // An instant or an unmatched END: appended to the episode.
-  void Append(Kind kind, uint32_t name_id, uint64_t ns);
+  void Append(Kind kind, uint32_t name_id, uint64_t ns, Value value);
   // Writes the episode out once it holds kMaxBuffered complete records.
   void WriteOutEarlyIfFull();
   // Sorts the episode by start (unless it is in order: the usual case, as
@@ -129,6 +163,7 @@ class RangeMatcher {
   size_t live_ = 0;         // live entries of open_
   size_t bottom_ = 0;       // no live entry below this position
   TopIndex top_;            // name -> position of its latest open BEGIN
+  uint32_t phase_pos_ = kNone;  // position of the open phase in open_
   uint64_t last_ns_ = 0;
 
   // In recording order of their starts: a BEGIN reserves its record's slot

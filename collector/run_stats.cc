@@ -1,6 +1,7 @@
 #include "collector/run_stats.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -54,6 +55,7 @@ class Distribution {
   }
 
   uint64_t count() const { return count_; }
+  uint64_t min() const { return count_ != 0 ? min_ : 0; }
   bool exact() const { return count_ <= kExactSamples; }
 
   // Sorts the samples kept (their order does not matter to anything else).
@@ -105,16 +107,40 @@ struct InstantAcc {
   uint64_t count = 0, unmatched_ends = 0;
 };
 
+__extension__ using Int128 = __int128;
+
+struct ValueAcc {
+  uint64_t count = 0;
+  int64_t min = 0, max = 0;
+  Int128 sum = 0;  // exact: 2^64 values of 2^63 fit
+  void Add(int64_t v) {
+    min = count == 0 ? v : std::min(min, v);
+    max = count == 0 ? v : std::max(max, v);
+    ++count;
+    sum += v;
+  }
+};
+
+struct AsyncAcc {
+  Distribution ns;
+  uint64_t unterminated = 0, unmatched_ends = 0;
+};
+
+// A region's key: its name id, and whether it is a phase.
+uint64_t RegionKey(uint32_t id, bool phase) { return uint64_t{id} | (uint64_t{phase} << 32); }
+
 struct KernelAcc {
   uint64_t launches = 0, warps = 0, span_ns = 0, warp_time_ns = 0;
-  std::map<uint32_t, RegionAcc> regions;  // by name id
+  std::map<uint64_t, RegionAcc> regions;  // by RegionKey
   std::map<uint32_t, InstantAcc> instants;
+  std::map<std::pair<uint32_t, ValueStats::Source>, ValueAcc> values;  // by name id and source
+  std::map<uint32_t, AsyncAcc> async;                                  // by name id
 };
 
 // A region as one warp saw it: the region's accumulator (found once per
 // warp, not per slice) and the warp's total of its terminated slices.
 struct WarpRegion {
-  uint32_t id = 0;
+  uint64_t key = 0;             // RegionKey
   RegionAcc* region = nullptr;  // in KernelAcc::regions (std::map: stable)
   bool terminated = false;      // a terminated slice was seen: the total counts
   uint64_t ns = 0;
@@ -168,7 +194,7 @@ struct StatsBuilder::State {
   std::vector<uint32_t> id_of_key;                   // SliceRecord::name_key -> name id (kNoId: not yet)
   static constexpr uint32_t kNoId = UINT32_MAX;
   std::vector<Gap> gaps;                             // a heap whose front is the gap to drop first
-  uint64_t slices = 0, unterminated = 0, instants = 0;
+  uint64_t slices = 0, unterminated = 0, instants = 0, async_spans = 0;
 
   uint32_t NameId(std::string_view name) {
     auto it = name_ids.find(name);
@@ -236,11 +262,11 @@ struct StatsBuilder::State {
     return acc;
   }
 
-  WarpRegion& Region(LaunchAcc& l, WarpAcc& w, uint32_t id) {
+  WarpRegion& Region(LaunchAcc& l, WarpAcc& w, uint64_t key) {
     for (WarpRegion& r : w.regions) {
-      if (r.id == id) return r;
+      if (r.key == key) return r;
     }
-    w.regions.push_back({id, &l.kernel->regions[id], false, 0});
+    w.regions.push_back({key, &l.kernel->regions[key], false, 0});
     return w.regions.back();
   }
 
@@ -300,7 +326,8 @@ void StatsBuilder::OnSlice(const trace::LaunchRecord& launch, const trace::WarpR
   LaunchAcc& l = s.Launch(launch);
   WarpAcc& w = s.Warp(l, warp);
   const uint32_t id = s.NameIdOf(slice.name, slice.name_key);
-  WarpRegion& wr = s.Region(l, w, id);
+  WarpRegion& wr = s.Region(l, w, RegionKey(id, slice.phase));
+  if (slice.value.present) l.kernel->values[{id, ValueStats::Source::kSlice}].Add(slice.value.value);
   RegionAcc& r = *wr.region;
   ++s.slices;
   if (slice.unterminated) {
@@ -328,10 +355,29 @@ void StatsBuilder::OnInstant(const trace::LaunchRecord& launch, const trace::War
   State& s = *state_;
   LaunchAcc& l = s.Launch(launch);
   s.Warp(l, warp);
-  InstantAcc& i = l.kernel->instants[s.NameIdOf(instant.name, instant.name_key)];
+  const uint32_t id = s.NameIdOf(instant.name, instant.name_key);
+  if (instant.value.counter) {  // a counter sample: not an instant
+    l.kernel->values[{id, ValueStats::Source::kCounter}].Add(instant.value.value);
+    return;
+  }
+  if (instant.value.present) l.kernel->values[{id, ValueStats::Source::kInstant}].Add(instant.value.value);
+  InstantAcc& i = l.kernel->instants[id];
   ++i.count;
   if (instant.unmatched_end) ++i.unmatched_ends;
   ++s.instants;
+}
+
+void StatsBuilder::OnAsyncSpan(const trace::LaunchRecord& launch, const trace::AsyncSpanRecord& span) {
+  State& s = *state_;
+  AsyncAcc& a = s.Launch(launch).kernel->async[s.NameIdOf(span.name, span.name_key)];
+  ++s.async_spans;
+  if (span.unmatched_end()) {
+    ++a.unmatched_ends;
+  } else if (span.unterminated()) {
+    ++a.unterminated;
+  } else {
+    a.ns.Add(span.end_ns > span.begin_ns ? span.end_ns - span.begin_ns : 0);
+  }
 }
 
 void StatsBuilder::OnLaunchEnd(const trace::LaunchRecord& launch) {
@@ -353,6 +399,7 @@ RunStats StatsBuilder::Build() {
   run.slices = s.slices;
   run.unterminated = s.unterminated;
   run.instants = s.instants;
+  run.async_spans = s.async_spans;
   for (auto& [name, k] : s.kernels) {
     KernelStats ks;
     ks.kernel = name;
@@ -361,9 +408,10 @@ RunStats StatsBuilder::Build() {
     ks.span_ns = k.span_ns;
     ks.warp_time_ns = k.warp_time_ns;
     run.launches += k.launches;
-    for (auto& [id, r] : k.regions) {
+    for (auto& [region, r] : k.regions) {
       RegionStats rs;
-      rs.name = s.names[id];
+      rs.name = s.names[static_cast<uint32_t>(region)];
+      rs.phase = (region >> 32) != 0;
       rs.count = r.ns.count();
       rs.unterminated = r.unterminated;
       rs.exact = r.ns.exact();
@@ -393,6 +441,34 @@ RunStats StatsBuilder::Build() {
       ks.regions.push_back(std::move(rs));
     }
     std::sort(ks.regions.begin(), ks.regions.end(), [](const RegionStats& a, const RegionStats& b) {
+      return std::tie(b.ns.total, a.name, a.phase) < std::tie(a.ns.total, b.name, b.phase);
+    });
+    for (const auto& [id_source, v] : k.values) {
+      ValueStats vs;
+      vs.name = s.names[id_source.first];
+      vs.source = id_source.second;
+      vs.count = v.count;
+      vs.min = v.min;
+      vs.max = v.max;
+      vs.sum = static_cast<int64_t>(std::clamp<Int128>(v.sum, INT64_MIN, INT64_MAX));
+      vs.mean = static_cast<double>(v.sum) / static_cast<double>(v.count);
+      ks.values.push_back(std::move(vs));
+    }
+    std::sort(ks.values.begin(), ks.values.end(), [](const ValueStats& a, const ValueStats& b) {
+      return std::tie(a.name, a.source) < std::tie(b.name, b.source);
+    });
+    for (auto& [id, a] : k.async) {
+      AsyncStats as;
+      as.name = s.names[id];
+      as.count = a.ns.count();
+      as.unterminated = a.unterminated;
+      as.unmatched_ends = a.unmatched_ends;
+      as.exact = a.ns.exact();
+      as.min_ns = a.ns.min();
+      as.ns = a.ns.Summarize();
+      ks.async.push_back(std::move(as));
+    }
+    std::sort(ks.async.begin(), ks.async.end(), [](const AsyncStats& a, const AsyncStats& b) {
       return std::tie(b.ns.total, a.name) < std::tie(a.ns.total, b.name);
     });
     for (const auto& [id, i] : k.instants) ks.instants.push_back({s.names[id], i.count, i.unmatched_ends});

@@ -44,7 +44,16 @@
 //    After a flush of a very long episode a slice may arrive before the end
 //    of the previous one (trace_sink.h); no gap is counted across it.
 //  * Instants: counted per kernel x name; unmatched ENDs (shown as instants)
-//    are counted among them and separately.
+//    are counted among them and separately. Counter samples are not
+//    instants: they are counted in their values only.
+//  * Phases (SMPROF_PHASE) are regions like ranges, marked `phase`; a phase
+//    and a range of the same name are two regions.
+//  * Values (SMPROF_END/INSTANT with smprof::value, SMPROF_COUNTER): per
+//    kernel x name x source (slice, instant, counter), count, min, max, sum
+//    (saturated at the int64 limits) and mean (of the exact sum).
+//  * Async spans (SMPROF_ASYNC_BEGIN/END): per kernel x name, like regions:
+//    count and durations of the terminated ones (with min), unterminated
+//    spans and unmatched ends counted apart, left out of the durations.
 #pragma once
 
 #include <cstddef>
@@ -93,6 +102,7 @@ struct Imbalance {
 
 struct RegionStats {
   std::string name;
+  bool phase = false;         // a phase (SMPROF_PHASE), not a range
   uint64_t count = 0;         // terminated slices: what every duration covers
   uint64_t unterminated = 0;  // slices with no END, left out of the durations
   bool exact = true;          // percentiles exact (count <= kExactSamples)
@@ -111,6 +121,27 @@ struct InstantStats {
   uint64_t unmatched_ends = 0;  // of `count`: ENDs without a BEGIN
 };
 
+// The values recorded with the markers of one name, from one source.
+struct ValueStats {
+  enum class Source : uint8_t { kSlice, kInstant, kCounter };
+  std::string name;
+  Source source = Source::kSlice;
+  uint64_t count = 0;
+  int64_t min = 0, max = 0;
+  int64_t sum = 0;  // saturated at INT64_MIN / INT64_MAX
+  double mean = 0;
+};
+
+struct AsyncStats {
+  std::string name;
+  uint64_t count = 0;           // spans with both ends: what the durations cover
+  uint64_t unterminated = 0;    // no END (ended with the launch)
+  uint64_t unmatched_ends = 0;  // an END that closed nothing
+  bool exact = true;            // percentiles exact (count <= kExactSamples)
+  Durations ns;
+  uint64_t min_ns = 0;
+};
+
 struct KernelStats {
   std::string kernel;  // the label
   uint64_t launches = 0;
@@ -119,6 +150,8 @@ struct KernelStats {
   uint64_t warp_time_ns = 0;           // sum of launch span x recording warps: the share's denominator
   std::vector<RegionStats> regions;    // by total ns, largest first (ties: by name)
   std::vector<InstantStats> instants;  // by name
+  std::vector<ValueStats> values;      // by name, then source
+  std::vector<AsyncStats> async;       // by total ns, largest first (ties: by name)
 };
 
 struct Gap {
@@ -134,6 +167,7 @@ struct RunStats {
   uint64_t slices = 0;  // all slices, unterminated included
   uint64_t unterminated = 0;
   uint64_t instants = 0;
+  uint64_t async_spans = 0;  // every async span, unterminated and unmatched ends included
   // Events recorded on the GPU that never reached the trace (the collector's
   // lost.total): the statistics cannot cover them. Set by the sink.
   uint64_t lost_events = 0;
@@ -153,6 +187,7 @@ class StatsBuilder {
   void OnWarp(const trace::LaunchRecord& launch, const trace::WarpRecord& warp);
   void OnSlice(const trace::LaunchRecord& launch, const trace::WarpRecord& warp, const trace::SliceRecord& slice);
   void OnInstant(const trace::LaunchRecord& launch, const trace::WarpRecord& warp, const trace::InstantRecord& instant);
+  void OnAsyncSpan(const trace::LaunchRecord& launch, const trace::AsyncSpanRecord& span);
   void OnLaunchEnd(const trace::LaunchRecord& launch);
 
   // The statistics so far. Launches that never ended are ended first (their

@@ -1,5 +1,7 @@
 #include "collector/run_summary.h"
 
+#include <utility>
+
 namespace smprof {
 
 nlohmann::json CollectorSummary::ToJson() const {
@@ -30,6 +32,10 @@ nlohmann::json CollectorSummary::ToJson() const {
   j["launches_not_selected"] = launches_not_selected;
   j["host_calls_forgotten"] = host_calls_forgotten;
   j["harvests_skipped"] = harvests_skipped;
+  j["async_spans"] = async_spans;
+  j["async_unterminated"] = async_unterminated;
+  j["async_unmatched_ends"] = async_unmatched_ends;
+  j["async_dropped"] = async_dropped;
   j["gpus"] = gpus;
   j["not_profiled"] = not_profiled;
   if (!stats_json.empty() || !stats_error.empty()) {
@@ -119,6 +125,13 @@ bool CollectorSummary::FromJson(const nlohmann::json& j, CollectorSummary* out, 
     return false;
   }
   if (j.contains("harvests_skipped") && !Get(j, "harvests_skipped", &s.harvests_skipped, error)) return false;
+  const std::pair<const char*, uint64_t*> async[] = {{"async_spans", &s.async_spans},
+                                                     {"async_unterminated", &s.async_unterminated},
+                                                     {"async_unmatched_ends", &s.async_unmatched_ends},
+                                                     {"async_dropped", &s.async_dropped}};
+  for (const auto& [key, field] : async) {
+    if (j.contains(key) && !Get(j, key, field, error)) return false;
+  }
   s.gpus = j.value("gpus", nlohmann::json::array());
   s.not_profiled = j.value("not_profiled", nlohmann::json::array());
   if (!s.gpus.is_array() || !s.not_profiled.is_array()) {

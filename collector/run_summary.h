@@ -16,7 +16,10 @@ struct CollectorSummary {
   std::string trace;       // where the trace is: the placed file, or the partial one after an error
   uint64_t processes = 0;  // producers seen
   uint64_t launches = 0;   // launches written
-  uint64_t events = 0;     // device events (begin/end/instant) written to the trace
+  // Device events written to the trace: a BEGIN/END pair counts 2, an
+  // instant, a phase boundary (PHASE, PHASE_END) and an async BEGIN or END
+  // 1, a 64-bit value's continuation 0.
+  uint64_t events = 0;
   uint64_t lost_device_buffer = 0;
   uint64_t lost_device_unplaced = 0;
   // Events the producers dropped (ConsumerStats::producer_events_dropped),
@@ -34,8 +37,17 @@ struct CollectorSummary {
   // Events of an unknown (or already finalized) launch, e.g. of a LaunchMsg
   // the transport dropped: not in the trace, so counted in lost_total too.
   uint64_t orphan_events = 0;
-  uint64_t unterminated_ranges = 0;
-  uint64_t unmatched_ends = 0;
+  uint64_t unterminated_ranges = 0;  // phases still open at their launch's end included
+  uint64_t unmatched_ends = 0;       // PHASE_ENDs with no phase open included
+  // Async spans handed to the sinks (every AsyncSpanRecord); of them,
+  // unterminated (no END: ended with the launch) and unmatched ends (an END
+  // that closed nothing: spans of length 0). Async events beyond
+  // kMaxAsyncEvents per launch are dropped (not in the trace, not in
+  // `events`) and counted in async_dropped.
+  uint64_t async_spans = 0;
+  uint64_t async_unterminated = 0;
+  uint64_t async_unmatched_ends = 0;
+  uint64_t async_dropped = 0;
   uint64_t forced_drains = 0;
   uint64_t harvests = 0;
   uint64_t framing_errors = 0;
@@ -88,6 +100,7 @@ struct CollectorSummary {
   // "device_unplaced", "transport", "host", "orphan", "total"}, "filtered_events",
   // ..., "producers_incomplete", "registry_full", "transport_unread_messages",
   // "launches_opted_in", "launches_not_selected", "host_calls_forgotten", "harvests_skipped",
+  // "async_spans", "async_unterminated", "async_unmatched_ends", "async_dropped",
   // "gpus", "not_profiled",
   // "layout", "run", "exit"}, "stats" when statistics were written, plus "trace_error" when writing or placing the
   // trace failed (the trace then ends, still strict JSON, after the last event written whole, and "trace" names where

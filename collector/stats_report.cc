@@ -96,6 +96,49 @@ std::string Row(std::initializer_list<std::pair<int, std::string>> cells) {
 
 std::string Percentile(uint64_t ns, bool exact) { return (exact ? "" : "~") + FormatNs(static_cast<double>(ns)); }
 
+// A region's name in `width` columns, phases marked.
+std::string RegionLabel(const RegionStats& r, size_t width) {
+  return r.phase ? Fit(r.name, width - 8) + " (phase)" : Fit(r.name, width);
+}
+
+const char* SourceWord(ValueStats::Source source);
+
+void RenderAsyncAndValues(const KernelStats& k, std::string* out) {
+  if (!k.async.empty()) {
+    *out += Row({{-17, "async span"}, {9, "count"}, {9, "total"}, {9, "mean"}, {9, "min"}, {9, "p95"}, {9, "max"}});
+    std::string incomplete;
+    for (const AsyncStats& a : k.async) {
+      const bool any = a.count > 0;
+      *out += Row({{-17, Fit(a.name, 17)},
+                   {9, FormatCount(a.count)},
+                   {9, FormatNs(static_cast<double>(a.ns.total))},
+                   {9, any ? FormatNs(a.ns.mean) : "-"},
+                   {9, any ? FormatNs(static_cast<double>(a.min_ns)) : "-"},
+                   {9, any ? Percentile(a.ns.p95, a.exact) : "-"},
+                   {9, any ? FormatNs(static_cast<double>(a.ns.max)) : "-"}});
+      if (a.unterminated > 0 || a.unmatched_ends > 0) {
+        incomplete += (incomplete.empty() ? "" : ", ") + Fit(a.name, 40) + " " + FormatCount(a.unterminated) + " / " +
+                      FormatCount(a.unmatched_ends);
+      }
+    }
+    if (!incomplete.empty()) {
+      *out += "  async spans unterminated / unmatched ENDs (not in the durations): " + incomplete + '\n';
+    }
+  }
+  if (!k.values.empty()) {
+    *out += Row({{-17, "value"}, {-8, "of"}, {9, "count"}, {12, "min"}, {12, "max"}, {14, "mean"}, {14, "sum"}});
+    for (const ValueStats& v : k.values) {
+      *out += Row({{-17, Fit(v.name, 17)},
+                   {-8, SourceWord(v.source)},
+                   {9, FormatCount(v.count)},
+                   {12, std::to_string(v.min)},
+                   {12, std::to_string(v.max)},
+                   {14, Printf("%.6g", v.mean)},
+                   {14, std::to_string(v.sum)}});
+    }
+  }
+}
+
 void RenderKernel(const KernelStats& k, const TextOptions& options, std::string* out) {
   *out += "\nkernel " + Fit(k.kernel, 200) + ": " + Counted(k.launches, "launch", "launches") + ", " +
           Counted(k.warps, "warp", "warps") + " recorded";
@@ -116,7 +159,7 @@ void RenderKernel(const KernelStats& k, const TextOptions& options, std::string*
   std::string unterminated;
   for (size_t i = 0; i < shown; ++i) {
     const RegionStats& r = k.regions[i];
-    *out += Row({{-17, Fit(r.name, 17)},
+    *out += Row({{-17, RegionLabel(r, 17)},
                  {9, FormatCount(r.count)},
                  {9, FormatNs(static_cast<double>(r.ns.total))},
                  {9, FormatNs(r.ns.mean)},
@@ -126,7 +169,7 @@ void RenderKernel(const KernelStats& k, const TextOptions& options, std::string*
                  {8, FormatShare(r.share)},
                  {9, FormatCycles(r.cycles.mean)}});
     if (r.unterminated > 0) {
-      unterminated += (unterminated.empty() ? "" : ", ") + Fit(r.name, 40) + " " + FormatCount(r.unterminated);
+      unterminated += (unterminated.empty() ? "" : ", ") + RegionLabel(r, 40) + " " + FormatCount(r.unterminated);
     }
   }
   if (k.regions.size() > shown) {
@@ -147,7 +190,7 @@ void RenderKernel(const KernelStats& k, const TextOptions& options, std::string*
   for (size_t i = 0; i < shown; ++i) {
     const RegionStats& r = k.regions[i];
     if (r.count == 0) continue;
-    *out += Row({{-17, Fit(r.name, 17)},
+    *out += Row({{-17, RegionLabel(r, 17)},
                  {5, FormatCount(r.per_sm.units)},
                  {9, FormatRatio(r.per_sm)},
                  {-10, SmLabel(r.busiest_gpu, r.busiest_sm)},
@@ -165,6 +208,7 @@ void RenderKernel(const KernelStats& k, const TextOptions& options, std::string*
     line.back() = '\n';
     *out += line;
   }
+  RenderAsyncAndValues(k, out);
 }
 
 // ---- JSON in ----
@@ -217,6 +261,14 @@ std::string String(const json& obj, const std::string& where, const char* key) {
   const json& v = Field(obj, where, key);
   if (!v.is_string()) Fail(Child(where, key), "expected a string, got " + v.dump());
   return v.get<std::string>();
+}
+
+int64_t Signed(const json& obj, const std::string& where, const char* key) {
+  const json& v = Field(obj, where, key);
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX})) {
+    Fail(Child(where, key), "expected a signed 64-bit integer, got " + v.dump());
+  }
+  return v.get<int64_t>();
 }
 
 bool Bool(const json& obj, const std::string& where, const char* key) {
@@ -282,6 +334,7 @@ json RegionJson(const RegionStats& r) {
   j["percentiles_exact"] = r.exact;
   j["ns"] = DurationsJson(r.ns);
   j["cycles"] = DurationsJson(r.cycles);
+  if (r.phase) j["phase"] = true;  // absent for ranges: files without phases read as before
   j["share"] = r.share ? json(*r.share) : json(nullptr);
   j["sm_imbalance"] = {{"sms", r.per_sm.units},     {"max_ns", r.per_sm.max_ns}, {"mean_ns", r.per_sm.mean_ns},
                        {"ratio", r.per_sm.Ratio()}, {"gpu", r.busiest_gpu},      {"sm", r.busiest_sm}};
@@ -296,6 +349,7 @@ json RegionJson(const RegionStats& r) {
 RegionStats RegionFrom(const json& j, const std::string& where) {
   RegionStats r;
   r.name = String(j, where, "name");
+  r.phase = j.contains("phase") && Bool(j, where, "phase");
   r.count = Unsigned(j, where, "count");
   r.unterminated = Unsigned(j, where, "unterminated");
   r.exact = Bool(j, where, "percentiles_exact");
@@ -319,6 +373,68 @@ RegionStats RegionFrom(const json& j, const std::string& where) {
   return r;
 }
 
+const char* SourceWord(ValueStats::Source source) {
+  switch (source) {
+    case ValueStats::Source::kSlice:
+      return "slice";
+    case ValueStats::Source::kInstant:
+      return "instant";
+    case ValueStats::Source::kCounter:
+      return "counter";
+  }
+  return "slice";
+}
+
+json ValueJson(const ValueStats& v) {
+  return {{"name", v.name},   {"source", SourceWord(v.source)},
+          {"count", v.count}, {"min", v.min},
+          {"max", v.max},     {"mean", v.mean},
+          {"sum", v.sum}};
+}
+
+ValueStats ValueFrom(const json& j, const std::string& where) {
+  ValueStats v;
+  v.name = String(j, where, "name");
+  const std::string source = String(j, where, "source");
+  if (source == "slice") {
+    v.source = ValueStats::Source::kSlice;
+  } else if (source == "instant") {
+    v.source = ValueStats::Source::kInstant;
+  } else if (source == "counter") {
+    v.source = ValueStats::Source::kCounter;
+  } else {
+    Fail(Child(where, "source"), "expected \"slice\", \"instant\" or \"counter\", got \"" + source + "\"");
+  }
+  v.count = Unsigned(j, where, "count");
+  v.min = Signed(j, where, "min");
+  v.max = Signed(j, where, "max");
+  v.mean = Number(j, where, "mean");
+  v.sum = Signed(j, where, "sum");
+  return v;
+}
+
+json AsyncJson(const AsyncStats& a) {
+  return {{"name", a.name},
+          {"count", a.count},
+          {"unterminated", a.unterminated},
+          {"unmatched_ends", a.unmatched_ends},
+          {"percentiles_exact", a.exact},
+          {"ns", DurationsJson(a.ns)},
+          {"min_ns", a.min_ns}};
+}
+
+AsyncStats AsyncFrom(const json& j, const std::string& where) {
+  AsyncStats a;
+  a.name = String(j, where, "name");
+  a.count = Unsigned(j, where, "count");
+  a.unterminated = Unsigned(j, where, "unterminated");
+  a.unmatched_ends = Unsigned(j, where, "unmatched_ends");
+  a.exact = Bool(j, where, "percentiles_exact");
+  a.ns = DurationsFrom(Field(j, where, "ns"), Child(where, "ns"));
+  a.min_ns = Unsigned(j, where, "min_ns");
+  return a;
+}
+
 json KernelJson(const KernelStats& k) {
   json regions = json::array();
   for (const RegionStats& r : k.regions) regions.push_back(RegionJson(r));
@@ -326,13 +442,23 @@ json KernelJson(const KernelStats& k) {
   for (const InstantStats& i : k.instants) {
     instants.push_back({{"name", i.name}, {"count", i.count}, {"unmatched_ends", i.unmatched_ends}});
   }
-  return {{"kernel", k.kernel},
-          {"launches", k.launches},
-          {"warps", k.warps},
-          {"span_ns", k.span_ns},
-          {"warp_time_ns", k.warp_time_ns},
-          {"regions", std::move(regions)},
-          {"instants", std::move(instants)}};
+  json j = {{"kernel", k.kernel},
+            {"launches", k.launches},
+            {"warps", k.warps},
+            {"span_ns", k.span_ns},
+            {"warp_time_ns", k.warp_time_ns},
+            {"regions", std::move(regions)},
+            {"instants", std::move(instants)}};
+  // Only where the kernel has them: files of runs without them read as before.
+  if (!k.values.empty()) {
+    json& values = j["values"] = json::array();
+    for (const ValueStats& v : k.values) values.push_back(ValueJson(v));
+  }
+  if (!k.async.empty()) {
+    json& async = j["async_spans"] = json::array();
+    for (const AsyncStats& a : k.async) async.push_back(AsyncJson(a));
+  }
+  return j;
 }
 
 KernelStats KernelFrom(const json& j, const std::string& where) {
@@ -351,6 +477,18 @@ KernelStats KernelFrom(const json& j, const std::string& where) {
     const std::string at = Item(Child(where, "instants"), i);
     k.instants.push_back({String(instants[i], at, "name"), Unsigned(instants[i], at, "count"),
                           Unsigned(instants[i], at, "unmatched_ends")});
+  }
+  if (j.contains("values")) {
+    const json& values = Array(j, where, "values");
+    for (size_t i = 0; i < values.size(); ++i) {
+      k.values.push_back(ValueFrom(values[i], Item(Child(where, "values"), i)));
+    }
+  }
+  if (j.contains("async_spans")) {
+    const json& async = Array(j, where, "async_spans");
+    for (size_t i = 0; i < async.size(); ++i) {
+      k.async.push_back(AsyncFrom(async[i], Item(Child(where, "async_spans"), i)));
+    }
   }
   return k;
 }
@@ -392,10 +530,11 @@ const KernelStats* FindKernel(const RunStats& run, const std::string& name) {
   return nullptr;
 }
 
-const RegionStats* FindRegion(const KernelStats* kernel, const std::string& name) {
+// A phase and a range of the same name are two regions.
+const RegionStats* FindRegion(const KernelStats* kernel, const std::string& name, bool phase) {
   if (kernel == nullptr) return nullptr;
   for (const RegionStats& r : kernel->regions) {
-    if (r.name == name) return &r;
+    if (r.name == name && r.phase == phase) return &r;
   }
   return nullptr;
 }
@@ -404,7 +543,8 @@ const RegionStats* FindRegion(const KernelStats* kernel, const std::string& name
 RegionDiff Compare(const std::string& kernel, const RegionStats* ra, const RegionStats* rb) {
   RegionDiff d;
   d.kernel = kernel;
-  d.region = ra ? ra->name : rb->name;
+  const RegionStats& either = ra ? *ra : *rb;
+  d.region = either.phase ? either.name + " (phase)" : either.name;
   d.presence = !ra ? RegionDiff::Presence::kAdded : !rb ? RegionDiff::Presence::kRemoved : RegionDiff::Presence::kBoth;
   if (ra) {
     d.count_a = ra->count;
@@ -446,7 +586,8 @@ std::string RenderText(const RunStats& run, const TextOptions& options) {
   std::string out = "smprof stats: " + Counted(run.launches, "launch", "launches") + " of " +
                     Counted(run.kernels.size(), "kernel", "kernels") + ", " + Counted(run.slices, "slice", "slices") +
                     " (" + FormatCount(run.unterminated) + " unterminated), " +
-                    Counted(run.instants, "instant", "instants") + "\n";
+                    Counted(run.instants, "instant", "instants") +
+                    (run.async_spans > 0 ? ", " + Counted(run.async_spans, "async span", "async spans") : "") + "\n";
   if (run.lost_events > 0) {
     out += "warning: " + FormatCount(run.lost_events) +
            " events recorded on the GPU never reached the trace; these statistics cover the rest\n";
@@ -484,10 +625,26 @@ json ToJson(const RunStats& run) {
                       {"imbalance", "max / mean of per-SM (per-warp) totals over those that recorded the region"},
                       {"gaps", "between consecutive top-level (lane 0, depth 0) slices of a warp"},
                       {"unterminated", "slices with no END: counted, left out of every duration"}};
+  bool values = false, async = false;
+  for (const KernelStats& k : run.kernels) {
+    values = values || !k.values.empty();
+    async = async || !k.async.empty();
+  }
+  if (values) {
+    j["definitions"]["values"] =
+        "per name and source (slice: an END's value; instant; counter: a counter sample): count, min, max, mean, sum "
+        "(saturated at the int64 limits)";
+  }
+  if (async) {
+    j["definitions"]["async_spans"] =
+        "spans begun and ended on warps of one block, by name: durations of those with both ends; unterminated and "
+        "unmatched ends counted apart";
+  }
   j["launches"] = run.launches;
   j["slices"] = run.slices;
   j["unterminated"] = run.unterminated;
   j["instants"] = run.instants;
+  if (run.async_spans > 0) j["async_spans"] = run.async_spans;
   j["lost_events"] = run.lost_events;
   j["kernels"] = std::move(kernels);
   j["gaps"] = std::move(gaps);
@@ -511,6 +668,7 @@ bool FromJson(const json& j, RunStats* run, std::string* error) {
     out.slices = Unsigned(j, "", "slices");
     out.unterminated = Unsigned(j, "", "unterminated");
     out.instants = Unsigned(j, "", "instants");
+    if (j.contains("async_spans")) out.async_spans = Unsigned(j, "", "async_spans");
     out.lost_events = Unsigned(j, "", "lost_events");
     const json& kernels = Array(j, "", "kernels");
     for (size_t i = 0; i < kernels.size(); ++i) out.kernels.push_back(KernelFrom(kernels[i], Item("kernels", i)));
@@ -560,12 +718,51 @@ std::string ToCsv(const RunStats& run) {
     return std::to_string(m.units) + "," + std::to_string(m.max_ns) + "," + Printf("%.1f", m.mean_ns) + "," +
            (m.units > 0 ? Printf("%.4f", m.Ratio()) : "");
   };
+  // Runs with phases, async spans or values get more columns and rows: a
+  // row's kind, and the values of its name and source.
+  bool extended = false;
   for (const KernelStats& k : run.kernels) {
+    extended = extended || !k.values.empty() || !k.async.empty() ||
+               std::any_of(k.regions.begin(), k.regions.end(), [](const RegionStats& r) { return r.phase; });
+  }
+  if (extended) {
+    out.pop_back();
+    out += ",kind,value_count,value_min,value_max,value_mean,value_sum\n";
+  }
+  auto values = [](const ValueStats* v) {
+    if (v == nullptr) return std::string(",,,,");
+    return std::to_string(v->count) + "," + std::to_string(v->min) + "," + std::to_string(v->max) + "," +
+           Printf("%.6g", v->mean) + "," + std::to_string(v->sum);
+  };
+  auto find_value = [](const KernelStats& k, const std::string& name, ValueStats::Source source) {
+    for (const ValueStats& v : k.values) {
+      if (v.name == name && v.source == source) return &v;
+    }
+    return static_cast<const ValueStats*>(nullptr);
+  };
+  for (const KernelStats& k : run.kernels) {
+    const std::string head = CsvField(k.kernel) + ",";
     for (const RegionStats& r : k.regions) {
-      out += CsvField(k.kernel) + "," + CsvField(r.name) + "," + std::to_string(k.launches) + "," +
-             std::to_string(r.count) + "," + std::to_string(r.unterminated) + "," + durations(r.ns) + "," +
-             durations(r.cycles) + "," + (r.exact ? "true" : "false") + "," +
-             (r.share ? Printf("%.6f", *r.share) : "") + "," + imbalance(r.per_sm) + "," + imbalance(r.per_warp) + "\n";
+      out += head + CsvField(r.name) + "," + std::to_string(k.launches) + "," + std::to_string(r.count) + "," +
+             std::to_string(r.unterminated) + "," + durations(r.ns) + "," + durations(r.cycles) + "," +
+             (r.exact ? "true" : "false") + "," + (r.share ? Printf("%.6f", *r.share) : "") + "," +
+             imbalance(r.per_sm) + "," + imbalance(r.per_warp);
+      if (extended) {
+        out += std::string(",") + (r.phase ? "phase" : "range") + "," +
+               values(r.phase ? nullptr : find_value(k, r.name, ValueStats::Source::kSlice));
+      }
+      out += "\n";
+    }
+    if (!extended) continue;
+    for (const AsyncStats& a : k.async) {
+      out += head + CsvField(a.name) + "," + std::to_string(k.launches) + "," + std::to_string(a.count) + "," +
+             std::to_string(a.unterminated) + "," + durations(a.ns) + ",,,,,," + (a.exact ? "true" : "false") +
+             ",,,,,,,,,,async," + values(nullptr) + "\n";
+    }
+    for (const ValueStats& v : k.values) {
+      if (v.source == ValueStats::Source::kSlice) continue;  // on its region's row
+      out += head + CsvField(v.name) + "," + std::to_string(k.launches) + std::string(22, ',') + "," +
+             (v.source == ValueStats::Source::kCounter ? "counter" : "instant") + "," + values(&v) + "\n";
     }
   }
   return out;
@@ -575,10 +772,10 @@ std::vector<RegionDiff> Diff(const RunStats& a, const RunStats& b) {
   std::vector<RegionDiff> out;
   for (const KernelStats& ka : a.kernels) {
     const KernelStats* kb = FindKernel(b, ka.kernel);
-    for (const RegionStats& r : ka.regions) out.push_back(Compare(ka.kernel, &r, FindRegion(kb, r.name)));
+    for (const RegionStats& r : ka.regions) out.push_back(Compare(ka.kernel, &r, FindRegion(kb, r.name, r.phase)));
     if (kb == nullptr) continue;
     for (const RegionStats& r : kb->regions) {
-      if (FindRegion(&ka, r.name) == nullptr) out.push_back(Compare(ka.kernel, nullptr, &r));
+      if (FindRegion(&ka, r.name, r.phase) == nullptr) out.push_back(Compare(ka.kernel, nullptr, &r));
     }
   }
   for (const KernelStats& kb : b.kernels) {

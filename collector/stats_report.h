@@ -7,7 +7,9 @@
 //  * ToJson / FromJson / ReadStatsFile: the .stats.json file, read back with
 //    errors that name the field, so `smprof` prints and compares runs from
 //    their files without the trace.
-//  * ToCsv: the .stats.csv file, one row per kernel x region, every column.
+//  * ToCsv: the .stats.csv file, one row per kernel x region, every column;
+//    a run with phases, async spans or values adds a row kind and value
+//    columns, and rows for async spans and for instant and counter values.
 //  * Diff / RenderDiff / DiffToJson: two runs region by region.
 //
 // Kept apart from the statistics themselves so that their definitions live
@@ -35,14 +37,18 @@ struct TextOptions {
 std::string RenderText(const RunStats& run, const TextOptions& options = {});
 
 // {"format": "smprof-stats", "version", "definitions": {...}, "launches",
-//  "slices", "unterminated", "instants", "lost_events",
+//  "slices", "unterminated", "instants", "async_spans" (when any), "lost_events",
 //  "kernels": [{"kernel", "launches", "warps", "span_ns", "warp_time_ns",
-//    "regions": [{"name", "count", "unterminated", "percentiles_exact",
+//    "regions": [{"name", "phase" (phases only: true), "count", "unterminated", "percentiles_exact",
 //      "ns": {"total", "mean", "p50", "p95", "max"}, "cycles": {...},
 //      "share" (null when undefined),
 //      "sm_imbalance": {"sms", "max_ns", "mean_ns", "ratio", "gpu", "sm"},
 //      "warp_imbalance": {"warps", "max_ns", "mean_ns", "ratio", "warp": WHERE}}],
-//    "instants": [{"name", "count", "unmatched_ends"}]}],
+//    "instants": [{"name", "count", "unmatched_ends"}],
+//    "values" (when any): [{"name", "source": "slice" | "instant" | "counter",
+//      "count", "min", "max", "mean", "sum"}],
+//    "async_spans" (when any): [{"name", "count", "unterminated",
+//      "unmatched_ends", "percentiles_exact", "ns": {...}, "min_ns"}]}],
 //  "gaps": [{"kernel", "warp": WHERE, "before", "after", "start_ns", "length_ns"}]}
 // WHERE = {"pid", "launch_id", "gpu", "sm", "block": [x, y, z], "warp"}.
 // "definitions" and "ratio" are for readers; FromJson ignores them. Names

@@ -28,6 +28,10 @@ void StatsSink::OnInstant(const trace::LaunchRecord& launch, const trace::WarpRe
   builder_.OnInstant(launch, warp, instant);
 }
 
+void StatsSink::OnAsyncSpan(const trace::LaunchRecord& launch, const trace::AsyncSpanRecord& span) {
+  builder_.OnAsyncSpan(launch, span);
+}
+
 void StatsSink::OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t*, size_t) {
   builder_.OnLaunchEnd(launch);
 }

@@ -38,6 +38,7 @@ class StatsSink : public trace::TraceSink {
                const trace::SliceRecord& slice) override;
   void OnInstant(const trace::LaunchRecord& launch, const trace::WarpRecord& warp,
                  const trace::InstantRecord& instant) override;
+  void OnAsyncSpan(const trace::LaunchRecord& launch, const trace::AsyncSpanRecord& span) override;
   void OnLaunchEnd(const trace::LaunchRecord& launch, const uint32_t* warps_in_order, size_t warp_count) override;
 
   bool Flush() override { return error_.empty(); }

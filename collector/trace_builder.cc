@@ -7,9 +7,13 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "collector/async_matcher.h"
+#include "collector/name_format.h"
 #include "collector/trace_labels.h"
 #include "common/names.h"
 
@@ -76,7 +80,8 @@ struct TraceBuilder::Launch {
   using WarpKey = std::tuple<uint16_t, uint32_t, uint32_t, uint32_t, uint16_t>;
   trace::LaunchRecord record;
   uint64_t end_abs = 0;  // absolute, for unterminated ranges
-  std::map<WarpKey, Warp> warps;
+  std::map<WarpKey, Warp> warps;  // node-stable: async spans point at the records
+  AsyncMatcher async;
 };
 
 // One physical GPU of the run, however many processes use it.
@@ -97,6 +102,12 @@ struct TraceBuilder::Producer {
     const Name* name = nullptr;
   };
   CachedName name_cache[64];
+  // Formatted names: (name id << 32 | integer) -> id of the rendered name
+  // in `names`, from kMaxWireNameId + 1; the name ids that have some.
+  std::unordered_map<uint64_t, uint32_t> rendered;
+  std::unordered_set<uint32_t> formats;
+  uint32_t next_rendered = kMaxWireNameId + 1;
+  bool rendered_full_logged = false;
   std::map<uint32_t, std::string> threads;         // host tid -> name (ThreadMsg)
   std::map<uint32_t, std::string> gpu_of_ordinal;  // CUDA ordinal in this process -> Gpu key
   std::map<uint64_t, Launch> launches;             // announced, not yet ended
@@ -164,6 +175,42 @@ uint32_t TraceBuilder::KeyOf(const std::string& text) {
   return name_keys_.try_emplace(text, static_cast<uint32_t>(name_keys_.size() + 1)).first->second;
 }
 
+uint32_t TraceBuilder::RenderedId(Producer& p, uint32_t name_id, uint32_t integer) {
+  const uint64_t key = (uint64_t{name_id} << 32) | integer;
+  auto it = p.rendered.find(key);
+  if (it != p.rendered.end()) return it->second;
+  if (p.rendered.size() >= kMaxRenderedNames) {
+    if (logger_ && !p.rendered_full_logged) {
+      logger_->warn("pid {}: more than {} names formatted with an integer; the rest keep their format", p.info.pid,
+                    kMaxRenderedNames);
+    }
+    p.rendered_full_logged = true;
+    return name_id;
+  }
+  std::string text = RenderName(NameOf(p, name_id).text, integer);
+  const uint32_t id = p.next_rendered++;
+  Name& n = p.names[id];
+  n.text = std::move(text);
+  n.key = KeyOf(n.text);
+  p.rendered.emplace(key, id);
+  p.formats.insert(name_id);
+  return id;
+}
+
+void TraceBuilder::OnName(Producer& p, const DecodedMessage& m) {
+  const uint32_t id = m.name.name_id;
+  Name& n = p.names[id];  // a new text for a known id replaces it in place
+  n.text = std::string(m.text);
+  n.key = KeyOf(n.text);
+  // Names rendered from its old text are rendered again when next used
+  // (those already handed on keep theirs).
+  if (p.formats.erase(id) != 0) {
+    for (auto it = p.rendered.begin(); it != p.rendered.end();) {
+      it = (it->first >> 32) == id ? p.rendered.erase(it) : std::next(it);
+    }
+  }
+}
+
 TraceBuilder::Producer& TraceBuilder::GetProducer(const transport::ProducerInfo& info) {
   auto& slot = producers_[{info.entry, info.pid}];
   if (!slot) {
@@ -216,12 +263,9 @@ void TraceBuilder::HandleMessage(const transport::ProducerInfo& info, const uint
     case wire::kMsgDevice:
       OnDevice(p, m);
       break;
-    case wire::kMsgName: {
-      Name& n = p.names[m.name.name_id];  // a new text for a known id replaces it in place
-      n.text = std::string(m.text);
-      n.key = KeyOf(n.text);
+    case wire::kMsgName:
+      OnName(p, m);
       break;
-    }
     case wire::kMsgLaunch:
       OnLaunch(p, m);
       break;
@@ -392,6 +436,11 @@ void TraceBuilder::Emit(Producer& p, const Launch& l, Warp& w) {
       r.name_key = name.key;
       r.ts_ns = Rel(e.begin_ns);
       r.unmatched_end = e.kind == RangeMatcher::Kind::kUnmatchedEnd;
+      if (e.value_flags != 0) {
+        r.value.present = true;
+        r.value.counter = (e.value_flags & RangeMatcher::kValueCounter) != 0;
+        r.value.value = e.value;
+      }
       Touch(r.ts_ns);
       for (trace::TraceSink* s : sinks_) s->OnInstant(l.record, w.record, r);
       continue;
@@ -405,6 +454,11 @@ void TraceBuilder::Emit(Producer& p, const Launch& l, Warp& w) {
     r.lane = e.lane;
     r.depth = e.depth;
     r.unterminated = e.kind == RangeMatcher::Kind::kUnterminated;
+    r.phase = e.phase;
+    if (e.value_flags != 0) {
+      r.value.present = true;
+      r.value.value = e.value;
+    }
     if (e.why == RangeMatcher::Why::kTooManyOpen) r.note = internal::kNoteTooManyOpen;
     if (e.why == RangeMatcher::Why::kProducerLost) r.note = internal::kNoteProducerLost;
     Touch(r.end_ns);
@@ -442,9 +496,11 @@ void TraceBuilder::OnWarpEvents(Producer& p, const DecodedMessage& m) {
   for (uint32_t i = 0; i < m.event_count; ++i) {
     const wire::WireEvent e = m.event(i);
     p.last_ns = std::max(p.last_ns, e.time_ns);
-    switch (e.kind & wire::kEventKindMask) {
+    // The whole word: a flag or another kind goes to OnMarker. BEGIN and
+    // END as BeginRange and EndRange do, written out: this is the hot path.
+    switch (e.kind) {
       case wire::kEventBegin:
-        if (w.ranges.open() >= RangeMatcher::kMaxOpen) {  // the oldest is closed, unterminated
+        if (w.ranges.open() >= RangeMatcher::kMaxOpen) {  // the oldest range is closed, unterminated
           ++summary_.unterminated_ranges;
           ++summary_.events;
         }
@@ -466,9 +522,104 @@ void TraceBuilder::OnWarpEvents(Producer& p, const DecodedMessage& m) {
         ++summary_.events;
         break;
       default:
-        break;  // the decoder admits no other kind
+        OnMarker(p, l, w, m, &i, e);
+        break;
     }
     if (!w.ranges.ready().empty()) Emit(p, l, w);
+  }
+}
+
+void TraceBuilder::BeginRange(Warp& w, uint32_t name_id, const wire::WireEvent& e) {
+  if (w.ranges.open() >= RangeMatcher::kMaxOpen) {  // the oldest range is closed, unterminated
+    ++summary_.unterminated_ranges;
+    ++summary_.events;
+  }
+  w.ranges.Begin(name_id, e.time_ns, e.cycles);
+}
+
+void TraceBuilder::EndRange(Warp& w, uint32_t name_id, const wire::WireEvent& e, RangeMatcher::Value value) {
+  const size_t before = w.ranges.open();
+  w.ranges.End(name_id, e.time_ns, e.cycles, value);
+  if (w.ranges.open() < before) {
+    summary_.events += 2;
+  } else {
+    ++summary_.unmatched_ends;
+    ++summary_.events;
+  }
+}
+
+void TraceBuilder::OnMarker(Producer& p, Launch& l, Warp& w, const DecodedMessage& m, uint32_t* i,
+                            const wire::WireEvent& e) {
+  // The decoder admitted only the flags each kind takes, and a wide
+  // event's continuation right after it.
+  const uint32_t flags = e.kind & wire::kEventFlagsMask;
+  const uint32_t name_id = (flags & wire::kEventNameValue) != 0 ? RenderedId(p, e.name_id, e.value) : e.name_id;
+  RangeMatcher::Value value{0, 0};
+  if ((flags & wire::kEventHasValue) != 0) {
+    value.flags = RangeMatcher::kValuePresent;
+    if ((flags & wire::kEventCounter) != 0) value.flags |= RangeMatcher::kValueCounter;
+    value.value = static_cast<int32_t>(e.value);  // sign-extended
+    if ((flags & wire::kEventWideValue) != 0 && *i + 1 < m.event_count) {
+      ++*i;
+      value.value = static_cast<int64_t>((uint64_t{m.event(*i).value} << 32) | e.value);
+    }
+  }
+  switch (e.kind & wire::kEventKindMask) {
+    case wire::kEventBegin:
+      BeginRange(w, name_id, e);
+      break;
+    case wire::kEventEnd:
+      EndRange(w, name_id, e, value);
+      break;
+    case wire::kEventInstant:
+      w.ranges.Instant(name_id, e.time_ns, value);
+      ++summary_.events;
+      break;
+    case wire::kEventPhase:
+      if (!w.ranges.phase_open() && w.ranges.open() >= RangeMatcher::kMaxOpen) {
+        ++summary_.unterminated_ranges;  // the oldest range is closed, unterminated
+        ++summary_.events;
+      }
+      w.ranges.Phase(name_id, e.time_ns, e.cycles);
+      ++summary_.events;
+      break;
+    case wire::kEventPhaseEnd:
+      if (!w.ranges.PhaseEnd(name_id, e.time_ns, e.cycles)) ++summary_.unmatched_ends;
+      ++summary_.events;
+      break;
+    case wire::kEventAsyncBegin:
+    case wire::kEventAsyncEnd:
+      if (l.async.Add((e.kind & wire::kEventKindMask) == wire::kEventAsyncEnd, w.record, name_id, e.value, e.time_ns)) {
+        ++summary_.events;
+      }
+      break;
+    default:
+      break;  // a continuation is consumed with its event
+  }
+}
+
+void TraceBuilder::EmitAsync(Producer& p, Launch& l, uint64_t end_abs) {
+  summary_.async_dropped += l.async.dropped();
+  if (l.async.held() == 0) return;
+  std::vector<AsyncMatcher::Span> spans;
+  l.async.Match(end_abs, &spans);
+  for (const AsyncMatcher::Span& s : spans) {
+    const Name& name = NameOf(p, s.name_id);
+    trace::AsyncSpanRecord r;
+    r.name = name.text;
+    r.name_key = name.key;
+    r.token = s.token;
+    std::copy(s.block, s.block + 3, r.block);
+    r.begin_ns = Rel(s.begin_ns);
+    r.end_ns = std::max(r.begin_ns, Rel(s.end_ns));
+    r.begin_warp = s.begin_warp;
+    r.end_warp = s.end_warp;
+    r.flow_id = next_flow_id_++;
+    ++summary_.async_spans;
+    if (r.unterminated()) ++summary_.async_unterminated;
+    if (r.unmatched_end()) ++summary_.async_unmatched_ends;
+    Touch(r.end_ns);
+    for (trace::TraceSink* sink : sinks_) sink->OnAsyncSpan(l.record, r);
   }
 }
 
@@ -476,10 +627,12 @@ void TraceBuilder::EndLaunch(Producer& p, Launch& l, bool producer_lost) {
   const bool no_activity = (l.record.flags & wire::kLaunchNoActivity) != 0;
   std::vector<uint32_t> order;
   order.reserve(l.warps.size());
+  uint64_t last_ns = l.async.last_ns();  // the launch's latest event
   for (auto& [key, w] : l.warps) {
     const size_t open = w.ranges.open();
     summary_.unterminated_ranges += open;
-    summary_.events += open;
+    summary_.events += open - (w.ranges.phase_open() ? 1 : 0);  // a PHASE counted as it came
+    last_ns = std::max(last_ns, w.ranges.last_ns());
     const uint64_t end = no_activity ? w.ranges.last_ns() : std::max(l.end_abs, w.ranges.last_ns());
     w.ranges.CloseAll(end, producer_lost ? RangeMatcher::Why::kProducerLost : RangeMatcher::Why::kNone);
     Emit(p, l, w);
@@ -489,6 +642,7 @@ void TraceBuilder::EndLaunch(Producer& p, Launch& l, bool producer_lost) {
       spare_matchers_.push_back(std::move(w.ranges));
     }
   }
+  EmitAsync(p, l, no_activity ? last_ns : std::max(l.end_abs, last_ns));
   for (trace::TraceSink* s : sinks_) s->OnLaunchEnd(l.record, order.data(), order.size());
 }
 

@@ -19,6 +19,22 @@
 // launches: still-open BEGINs become unterminated slices ending with the
 // launch. Memory is bounded by the open launches' open episodes.
 //
+// The device API (docs/device-api.md): per warp, in recording order, one
+// switch on the event's kind word takes plain BEGIN, END and INSTANT (no
+// flags) straight to the RangeMatcher; everything else (values, counters,
+// formatted names, phases, async spans) goes through OnMarker:
+//  * kEventNameValue: the name is rendered with its integer (name_format.h)
+//    once per producer and distinct (name id, integer), and gets an id of
+//    its own above kMaxWireNameId (at most kMaxRenderedNames per producer;
+//    beyond, the format's own name is used, logged once);
+//  * values: 32-bit ones sign-extended, a kEventWideValue event's
+//    continuation (the next WireEvent, which the decoder guarantees) folded
+//    in; counter samples marked;
+//  * phases: the RangeMatcher's, apart from ranges;
+//  * async BEGIN/END: collected per launch (AsyncMatcher) and matched when
+//    the launch ends; the spans go to the sinks after the launch's last warp
+//    record and before OnLaunchEnd, with run-wide flow ids from 1.
+//
 // Time: records carry nanoseconds since the trace base = gpu_time_ns of the
 // first ProcessMsg - 1 s (or, if a timestamp comes before any ProcessMsg,
 // that timestamp - 1 s). Anything earlier is clamped to 0 and counted.
@@ -55,6 +71,9 @@ namespace smprof {
 
 class TraceBuilder {
  public:
+  // Distinct names a producer may have rendered from a format and an integer.
+  static constexpr size_t kMaxRenderedNames = size_t{1} << 16;
+
   // `sinks` are not owned and must outlive the builder; `logger` may be null.
   TraceBuilder(std::vector<trace::TraceSink*> sinks, std::shared_ptr<spdlog::logger> logger);
   ~TraceBuilder();
@@ -93,6 +112,9 @@ class TraceBuilder {
   // Valid until the next call.
   const Name& NameOf(Producer& p, uint32_t name_id);
   uint32_t KeyOf(const std::string& text);
+  // The id of `name_id` rendered with `integer` (kEventNameValue).
+  uint32_t RenderedId(Producer& p, uint32_t name_id, uint32_t integer);
+  void OnName(Producer& p, const DecodedMessage& m);
   void NameProcess(Producer& p);
   void CountMalformed(const Producer& p, const char* why, uint32_t type);
 
@@ -101,6 +123,13 @@ class TraceBuilder {
   void OnNotice(Producer& p, const DecodedMessage& m);
   void OnLaunch(Producer& p, const DecodedMessage& m);
   void OnWarpEvents(Producer& p, const DecodedMessage& m);
+  // Any event but a plain BEGIN, END or INSTANT; advances *i past a
+  // continuation it consumes.
+  void OnMarker(Producer& p, Launch& l, Warp& w, const DecodedMessage& m, uint32_t* i, const wire::WireEvent& e);
+  void BeginRange(Warp& w, uint32_t name_id, const wire::WireEvent& e);
+  void EndRange(Warp& w, uint32_t name_id, const wire::WireEvent& e, RangeMatcher::Value value);
+  // Matches the launch's async events and hands the spans on.
+  void EmitAsync(Producer& p, Launch& l, uint64_t end_abs);
   void OnHarvest(Producer& p, const DecodedMessage& m);
   trace::HostCall Call(const Producer& p, const wire::HostCall& c);
   static std::string ThreadName(const Producer& p, uint32_t tid);
@@ -125,6 +154,7 @@ class TraceBuilder {
   uint32_t next_process_ = 0;
   uint64_t next_launch_ = 0;
   uint64_t next_call_key_ = 1;
+  uint64_t next_flow_id_ = 1;  // trace::AsyncSpanRecord::flow_id
   static constexpr size_t kCallKeysKept = 65536;
   uint64_t malformed_logged_ = 0;
   Name unknown_name_;                                    // NameOf's storage for "<unknown name #id>"

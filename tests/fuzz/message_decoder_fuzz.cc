@@ -8,7 +8,8 @@
 // standalone driver's), and on success every decoded field, each text byte and
 // each event are read, so ASan flags any over-read, and the decoder's
 // promises are checked: the type is the header's, the size is aligned and in
-// range, text and events lie inside the message, event kinds are valid.
+// range, text and events lie inside the message, event kinds are valid and
+// every 64-bit value has its continuation right after it.
 //
 // The same messages then go through Collector::HandleMessage under one fixed
 // producer, which ends (HandleProducerEnd) after each input, so inputs share
@@ -101,12 +102,19 @@ bool DecodeAndTouch(const uint8_t* data, uint32_t size) {
 
   uint64_t h64 = Fold(0xcbf29ce484222325ull, &m, sizeof(m));  // every fixed field
   h64 = Fold(h64, m.text.data(), m.text.size());
+  bool want_high = false;  // the event before was wide
   for (uint32_t i = 0; i < m.event_count; ++i) {
     const wire::WireEvent e = m.event(i);
-    Require(e.kind == wire::kEventBegin || e.kind == wire::kEventEnd || e.kind == wire::kEventInstant,
+    const uint32_t kind = e.kind & wire::kEventKindMask;
+    Require(kind >= wire::kEventBegin && kind <= wire::kMaxEventKind &&
+                (e.kind & ~(wire::kEventKindMask | wire::kEventFlagsMask)) == 0,
             "accepted an event of a bad kind");
+    Require((kind == wire::kEventValueHigh) == want_high, "accepted a continuation out of place");
+    Require(e.name_id <= kMaxWireNameId, "accepted a name id in the collector's range");
+    want_high = (e.kind & wire::kEventWideValue) != 0;
     h64 = Fold(h64, &e, sizeof(e));
   }
+  Require(!want_high, "accepted a wide event without its continuation");
   g_sink = h64;
   return true;
 }

@@ -43,3 +43,11 @@ smprof_add_test(async_sink_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/async_sink_test.cc
   LIBS smprof::collector nlohmann_json::nlohmann_json
   LABELS unit)
+smprof_add_test(name_format_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/name_format_test.cc
+  LIBS smprof::collector
+  LABELS unit)
+smprof_add_test(async_matcher_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/async_matcher_test.cc
+  LIBS smprof::collector
+  LABELS unit)

@@ -245,9 +245,88 @@ TEST(MessageDecoderTest, RejectsStringsAbove64KiB) {
 }
 
 TEST(MessageDecoderTest, RejectsBadEventKind) {
-  for (uint32_t kind : {0u, 4u, 7u, 0x80000001u}) {
+  for (uint32_t kind : {0u, 9u, 15u, 0x101u, 0x80000001u}) {
     EXPECT_EQ(Decode(Warp(1, {Ev(10, 1, wire::kEventBegin), Ev(20, 1, kind)})), DecodeStatus::kBadEventKind) << kind;
   }
+  EXPECT_STREQ(DecodeStatusName(DecodeStatus::kBadEventKind), "event kind unknown");
+}
+
+constexpr uint32_t kValue = wire::kEventHasValue;
+constexpr uint32_t kCounter = wire::kEventCounter;
+constexpr uint32_t kWide = wire::kEventWideValue;
+constexpr uint32_t kNameValue = wire::kEventNameValue;
+
+// Every kind of the device API with every flag it takes, a 64-bit value
+// with its continuation included.
+TEST(MessageDecoderTest, AcceptsEveryKindWithItsFlags) {
+  const std::vector<wire::WireEvent> events = {
+      Ev(10, 1, wire::kEventBegin),
+      Ev(11, 1, wire::kEventBegin | kNameValue, 3),
+      Ev(12, 1, wire::kEventEnd | kNameValue, 3),
+      Ev(13, 1, wire::kEventEnd | kValue, 0xfffffffeu),
+      Ev(14, 2, wire::kEventInstant | kValue | kCounter, 5),
+      Ev(15, 2, wire::kEventInstant | kValue | kWide, 1),
+      Ev(15, 2, wire::kEventValueHigh, 2),
+      Ev(16, 2, wire::kEventEnd | kValue | kWide, 1),
+      Ev(16, 2, wire::kEventValueHigh, 0),
+      Ev(17, 2, wire::kEventInstant | kValue | kCounter | kWide, 1),
+      Ev(17, 2, wire::kEventValueHigh, 0),
+      Ev(18, 3, wire::kEventPhase),
+      Ev(19, 3, wire::kEventPhase | kNameValue, 7),
+      Ev(20, 3, wire::kEventPhaseEnd),
+      Ev(21, 4, wire::kEventAsyncBegin, 9),
+      Ev(22, 4, wire::kEventAsyncEnd, 9),
+      Ev(23, 1, wire::kEventInstant | kNameValue, 1),
+  };
+  DecodedMessage m;
+  const Bytes b = Warp(1, events);
+  ASSERT_EQ(Decode(b, &m), DecodeStatus::kOk);
+  ASSERT_EQ(m.event_count, events.size());
+  EXPECT_EQ(m.event(6).kind, static_cast<uint32_t>(wire::kEventValueHigh));
+  EXPECT_EQ(m.event(6).value, 2u);
+}
+
+TEST(MessageDecoderTest, RejectsFlagsTheKindDoesNotTake) {
+  const auto decode = [](uint32_t kind) {
+    return Decode(Warp(1, {Ev(10, 1, wire::kEventBegin), Ev(20, 1, kind), Ev(30, 1, wire::kEventEnd)}));
+  };
+  // A flag on a kind that takes none (or not that one).
+  for (uint32_t kind : {wire::kEventBegin | kValue, wire::kEventPhase | kValue, wire::kEventPhaseEnd | kNameValue,
+                        wire::kEventAsyncBegin | kValue, wire::kEventAsyncEnd | kNameValue,
+                        wire::kEventEnd | kCounter | kValue, wire::kEventValueHigh | kValue}) {
+    EXPECT_EQ(decode(kind), DecodeStatus::kBadEventFlags) << std::hex << kind;
+  }
+  // A counter or a 64-bit value without a value, a value and a format integer at once.
+  EXPECT_EQ(decode(wire::kEventInstant | kCounter), DecodeStatus::kBadEventFlags);
+  EXPECT_EQ(decode(wire::kEventInstant | kWide), DecodeStatus::kBadEventFlags);
+  EXPECT_EQ(decode(wire::kEventInstant | kValue | kNameValue), DecodeStatus::kBadEventFlags);
+  EXPECT_EQ(decode(wire::kEventEnd | kValue | kNameValue), DecodeStatus::kBadEventFlags);
+  EXPECT_EQ(decode(wire::kEventInstant | kValue), DecodeStatus::kOk);
+  EXPECT_STREQ(DecodeStatusName(DecodeStatus::kBadEventFlags), "event flags not allowed on its kind");
+}
+
+TEST(MessageDecoderTest, RejectsAContinuationOutOfPlace) {
+  const wire::WireEvent wide = Ev(10, 1, wire::kEventInstant | kValue | kWide, 1);
+  const wire::WireEvent high = Ev(10, 1, wire::kEventValueHigh, 2);
+  const wire::WireEvent plain = Ev(20, 1, wire::kEventInstant);
+  EXPECT_EQ(Decode(Warp(1, {wide, high, plain})), DecodeStatus::kOk);
+  // A continuation without its wide event: alone, first, after a 32-bit value, twice.
+  EXPECT_EQ(Decode(Warp(1, {high})), DecodeStatus::kBadValueHigh);
+  EXPECT_EQ(Decode(Warp(1, {high, plain})), DecodeStatus::kBadValueHigh);
+  EXPECT_EQ(Decode(Warp(1, {Ev(10, 1, wire::kEventInstant | kValue, 1), high})), DecodeStatus::kBadValueHigh);
+  EXPECT_EQ(Decode(Warp(1, {wide, high, high})), DecodeStatus::kBadValueHigh);
+  // A wide event at the end of the message, or followed by another event.
+  EXPECT_EQ(Decode(Warp(1, {plain, wide})), DecodeStatus::kBadValueHigh);
+  EXPECT_EQ(Decode(Warp(1, {wide, plain})), DecodeStatus::kBadValueHigh);
+  EXPECT_EQ(Decode(Warp(1, {wide, wide, high})), DecodeStatus::kBadValueHigh);
+  EXPECT_STREQ(DecodeStatusName(DecodeStatus::kBadValueHigh), "64-bit value continuation missing or out of place");
+}
+
+TEST(MessageDecoderTest, RejectsNameIdsInTheCollectorsRange) {
+  EXPECT_EQ(Decode(Warp(1, {Ev(10, kMaxWireNameId, wire::kEventInstant)})), DecodeStatus::kOk);
+  EXPECT_EQ(Decode(Warp(1, {Ev(10, kMaxWireNameId + 1, wire::kEventInstant)})), DecodeStatus::kBadNameId);
+  EXPECT_EQ(Decode(Name(kMaxWireNameId, "a")), DecodeStatus::kOk);
+  EXPECT_EQ(Decode(Name(kMaxWireNameId + 1, "a")), DecodeStatus::kBadNameId);
 }
 
 TEST(MessageDecoderTest, RejectsLaunchEndingBeforeStart) {
@@ -306,7 +385,8 @@ void CheckViewInside(const Bytes& b, const DecodedMessage& m) {
     ASSERT_LE(reinterpret_cast<const char*>(m.events) + m.event_count * sizeof(wire::WireEvent), end);
     for (uint32_t i = 0; i < m.event_count; ++i) {
       const uint32_t kind = m.event(i).kind;
-      ASSERT_TRUE(kind >= 1 && kind <= 3);
+      ASSERT_TRUE((kind & wire::kEventKindMask) >= 1 && (kind & wire::kEventKindMask) <= wire::kMaxEventKind &&
+                  kind <= 0xffu);
     }
   }
 }

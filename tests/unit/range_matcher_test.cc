@@ -155,5 +155,101 @@ TEST(RangeMatcherTest, AVeryLongEpisodeIsWrittenOutEarly) {
   EXPECT_GE(r[0].lane, 1u);
 }
 
+// An END's value goes on its slice, an instant's on the instant, a counter
+// sample is marked; records without one carry none.
+TEST(RangeMatcherTest, ValuesRideOnTheirRecords) {
+  RangeMatcher m;
+  m.Begin(1, 100, 0);
+  m.Instant(2, 110, {-5, RangeMatcher::kValuePresent});
+  m.Instant(3, 120, {int64_t{1} << 40, RangeMatcher::kValuePresent | RangeMatcher::kValueCounter});
+  m.Instant(4, 130);
+  m.End(1, 200, 0, {42, RangeMatcher::kValuePresent});
+  m.End(9, 210, 0, {7, RangeMatcher::kValuePresent});  // unmatched: an instant with the value
+  const auto r = Take(m);
+  ASSERT_EQ(r.size(), 5u);
+  EXPECT_EQ(r[0].kind, Kind::kSlice);
+  EXPECT_EQ(r[0].value_flags, RangeMatcher::kValuePresent);
+  EXPECT_EQ(r[0].value, 42);
+  EXPECT_EQ(r[1].name_id, 2u);
+  EXPECT_EQ(r[1].value_flags, RangeMatcher::kValuePresent);
+  EXPECT_EQ(r[1].value, -5);
+  EXPECT_EQ(r[2].value_flags, RangeMatcher::kValuePresent | RangeMatcher::kValueCounter);
+  EXPECT_EQ(r[2].value, int64_t{1} << 40);
+  EXPECT_EQ(r[3].value_flags, 0u);
+  EXPECT_EQ(r[3].value, 0);
+  EXPECT_EQ(r[4].kind, Kind::kUnmatchedEnd);
+  EXPECT_EQ(r[4].value, 7);
+  for (const auto& e : r) EXPECT_FALSE(e.phase);
+  // A plain END after a valued one: no value left over in the reused slot.
+  m.Begin(1, 300, 0);
+  m.End(1, 310, 0);
+  const auto plain = Take(m);
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_EQ(plain[0].value_flags, 0u);
+}
+
+// A PHASE closes the open phase at its own time and cycles; PHASE_END
+// closes the last; a range of the same name is matched apart.
+TEST(RangeMatcherTest, PhasesCloseEachOtherApartFromRanges) {
+  RangeMatcher m;
+  m.Phase(1, 100, 1000);
+  EXPECT_TRUE(m.phase_open());
+  m.Begin(1, 110, 1010);           // a range named like the phase
+  m.Phase(2, 150, 1050);           // closes phase 1, not the range
+  m.End(1, 160, 1060);             // closes the range, not phase 2
+  EXPECT_TRUE(m.ready().empty());  // phase 2 still open
+  EXPECT_EQ(m.open(), 1u);
+  EXPECT_TRUE(m.PhaseEnd(0, 200, 1100));
+  EXPECT_FALSE(m.phase_open());
+  const auto r = Take(m);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].name_id, 1u);
+  EXPECT_TRUE(r[0].phase);
+  EXPECT_EQ(r[0].kind, Kind::kSlice);
+  EXPECT_EQ(r[0].begin_ns, 100u);
+  EXPECT_EQ(r[0].end_ns, 150u);
+  EXPECT_EQ(r[0].cycles, 50u);
+  EXPECT_EQ(r[0].lane, 0u);
+  EXPECT_EQ(r[1].name_id, 1u);
+  EXPECT_FALSE(r[1].phase);
+  EXPECT_EQ(r[1].begin_ns, 110u);
+  EXPECT_EQ(r[1].end_ns, 160u);
+  EXPECT_EQ(r[1].lane, 1u);  // overlaps phase 1 without nesting
+  EXPECT_EQ(r[2].name_id, 2u);
+  EXPECT_TRUE(r[2].phase);
+  EXPECT_EQ(r[2].begin_ns, 150u);
+  EXPECT_EQ(r[2].end_ns, 200u);
+  EXPECT_EQ(r[2].cycles, 50u);
+  // A PHASE_END with no phase open is an unmatched END.
+  EXPECT_FALSE(m.PhaseEnd(3, 300, 0));
+  const auto u = Take(m);
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].kind, Kind::kUnmatchedEnd);
+  EXPECT_EQ(u[0].name_id, 3u);
+  EXPECT_EQ(u[0].begin_ns, 300u);
+}
+
+TEST(RangeMatcherTest, AnOpenPhaseEndsUnterminatedAndIsNeverEvicted) {
+  RangeMatcher m;
+  m.Phase(7, 10, 0);
+  for (uint32_t i = 0; i + 1 < RangeMatcher::kMaxOpen; ++i) m.Begin(100, 20 + i, 0);
+  EXPECT_EQ(m.open(), RangeMatcher::kMaxOpen);
+  m.Begin(100, 1000000, 0);  // evicts the oldest range, not the phase
+  EXPECT_TRUE(m.phase_open());
+  EXPECT_EQ(m.open(), RangeMatcher::kMaxOpen);
+  m.CloseAll(2000000, RangeMatcher::Why::kNone);
+  EXPECT_FALSE(m.phase_open());
+  const auto r = Take(m);
+  ASSERT_EQ(r.size(), RangeMatcher::kMaxOpen + 1);
+  EXPECT_TRUE(r[0].phase);
+  EXPECT_EQ(r[0].kind, Kind::kUnterminated);
+  EXPECT_EQ(r[0].begin_ns, 10u);
+  EXPECT_EQ(r[0].end_ns, 2000000u);
+  size_t evicted = 0;
+  for (const auto& e : r) evicted += e.why == RangeMatcher::Why::kTooManyOpen ? 1 : 0;
+  EXPECT_EQ(evicted, 1u);
+  for (size_t i = 1; i < r.size(); ++i) EXPECT_FALSE(r[i].phase) << i;
+}
+
 }  // namespace
 }  // namespace smprof

@@ -775,5 +775,251 @@ TEST(StatsAdviceTest, OnlyTracesAboveAGigabyteGetAdviceNamingTheBiggestKernels) 
   EXPECT_EQ(LargeTraceAdvice(2000000000ull, RunStats{}).find("most recorded"), std::string::npos);
 }
 
+// --- the device API's records (docs/device-api.md) -------------------------------
+
+SliceRecord Valued(std::string_view name, uint64_t begin_ns, uint64_t end_ns, int64_t value) {
+  SliceRecord s = Slice(name, begin_ns, end_ns, 0);
+  s.value.present = true;
+  s.value.value = value;
+  return s;
+}
+
+SliceRecord PhaseSlice(std::string_view name, uint64_t begin_ns, uint64_t end_ns) {
+  SliceRecord s = Slice(name, begin_ns, end_ns, 2 * (end_ns - begin_ns));
+  s.phase = true;
+  return s;
+}
+
+InstantRecord ValuedInstant(std::string_view name, uint64_t ts_ns, int64_t value, bool counter = false) {
+  InstantRecord i = Instant(name, ts_ns);
+  i.value.present = true;
+  i.value.counter = counter;
+  i.value.value = value;
+  return i;
+}
+
+trace::AsyncSpanRecord AsyncSpan(std::string_view name, uint64_t begin_ns, uint64_t end_ns, const WarpRecord* b,
+                                 const WarpRecord* e) {
+  trace::AsyncSpanRecord a;
+  a.name = name;
+  a.begin_ns = begin_ns;
+  a.end_ns = end_ns;
+  a.begin_warp = b;
+  a.end_warp = e;
+  return a;
+}
+
+// One launch of "pipe" (0..1000 ns, two warps): phases, a range named like
+// a phase, values on slices and instants, counter samples, async spans.
+//   warp 0: phase load [0,100], range load [50,80] (value 7), phase mma [100,400],
+//           instant tile 3 and -5, counter inflight 2, 6, 1
+//   warp 1: phase load [0,300], range load [10,20] (value -1), instant tile (no value)
+//   async stage: [100,250] w0->w1, [200,260] w0->w1, [300,1000] unterminated,
+//                [500,500] unmatched end
+void FeedDeviceApi(trace::TraceSink* sink) {
+  const LaunchRecord l = Launch(0, "pipe", 0, 1000, 3);
+  const WarpRecord w0 = Warp(0, 1, 0, 0), w1 = Warp(1, 1, 0, 1);
+  sink->OnLaunch(l);
+  sink->OnWarp(l, w0);
+  sink->OnWarp(l, w1);
+  sink->OnSlice(l, w0, PhaseSlice("load", 0, 100));
+  sink->OnSlice(l, w0, Valued("load", 50, 80, 7));
+  sink->OnSlice(l, w0, PhaseSlice("mma", 100, 400));
+  sink->OnInstant(l, w0, ValuedInstant("tile", 120, 3));
+  sink->OnInstant(l, w0, ValuedInstant("tile", 130, -5));
+  sink->OnInstant(l, w0, ValuedInstant("inflight", 140, 2, true));
+  sink->OnInstant(l, w0, ValuedInstant("inflight", 150, 6, true));
+  sink->OnInstant(l, w0, ValuedInstant("inflight", 160, 1, true));
+  sink->OnSlice(l, w1, PhaseSlice("load", 0, 300));
+  sink->OnSlice(l, w1, Valued("load", 10, 20, -1));
+  sink->OnInstant(l, w1, Instant("tile", 170));
+  sink->OnAsyncSpan(l, AsyncSpan("stage", 100, 250, &w0, &w1));
+  sink->OnAsyncSpan(l, AsyncSpan("stage", 200, 260, &w0, &w1));
+  sink->OnAsyncSpan(l, AsyncSpan("stage", 300, 1000, &w0, nullptr));
+  sink->OnAsyncSpan(l, AsyncSpan("stage", 500, 500, nullptr, &w1));
+  const uint32_t order[] = {0, 1};
+  sink->OnLaunchEnd(l, order, 2);
+}
+
+RunStats BuildDeviceApiRun() {
+  StatsSink sink(TempBase("device_api_build"));
+  FeedDeviceApi(&sink);
+  return sink.Build(CollectorSummary{});
+}
+
+TEST(DeviceApiStatsTest, PhasesAreRegionsMarkedApartFromRangesOfTheSameName) {
+  const RunStats run = BuildDeviceApiRun();
+  ASSERT_EQ(run.kernels.size(), 1u);
+  const KernelStats& k = run.kernels[0];
+  ASSERT_EQ(k.regions.size(), 3u);  // by total: load (phase) 400, mma (phase) 300, load (range) 40
+  EXPECT_EQ(k.regions[0].name, "load");
+  EXPECT_TRUE(k.regions[0].phase);
+  EXPECT_EQ(k.regions[0].count, 2u);
+  EXPECT_EQ(k.regions[0].ns.total, 400u);
+  EXPECT_EQ(k.regions[0].ns.max, 300u);
+  EXPECT_EQ(k.regions[0].cycles.total, 800u);
+  EXPECT_EQ(k.regions[1].name, "mma");
+  EXPECT_TRUE(k.regions[1].phase);
+  EXPECT_EQ(k.regions[1].ns.total, 300u);
+  EXPECT_EQ(k.regions[2].name, "load");
+  EXPECT_FALSE(k.regions[2].phase);
+  EXPECT_EQ(k.regions[2].count, 2u);
+  EXPECT_EQ(k.regions[2].ns.total, 40u);
+  EXPECT_EQ(run.slices, 5u);
+}
+
+TEST(DeviceApiStatsTest, ValuesPerNameAndSource) {
+  const RunStats run = BuildDeviceApiRun();
+  const KernelStats& k = run.kernels[0];
+  ASSERT_EQ(k.values.size(), 3u);  // by name, then source
+  const ValueStats& inflight = k.values[0];
+  EXPECT_EQ(inflight.name, "inflight");
+  EXPECT_EQ(inflight.source, ValueStats::Source::kCounter);
+  EXPECT_EQ(inflight.count, 3u);
+  EXPECT_EQ(inflight.min, 1);
+  EXPECT_EQ(inflight.max, 6);
+  EXPECT_EQ(inflight.sum, 9);
+  EXPECT_DOUBLE_EQ(inflight.mean, 3.0);
+  const ValueStats& load = k.values[1];
+  EXPECT_EQ(load.name, "load");
+  EXPECT_EQ(load.source, ValueStats::Source::kSlice);
+  EXPECT_EQ(load.count, 2u);
+  EXPECT_EQ(load.min, -1);
+  EXPECT_EQ(load.max, 7);
+  EXPECT_EQ(load.sum, 6);
+  EXPECT_DOUBLE_EQ(load.mean, 3.0);
+  const ValueStats& tile = k.values[2];
+  EXPECT_EQ(tile.name, "tile");
+  EXPECT_EQ(tile.source, ValueStats::Source::kInstant);
+  EXPECT_EQ(tile.count, 2u);  // the instant without a value is no value
+  EXPECT_EQ(tile.min, -5);
+  EXPECT_EQ(tile.max, 3);
+  EXPECT_EQ(tile.sum, -2);
+  EXPECT_DOUBLE_EQ(tile.mean, -1.0);
+  // Counter samples are not instants.
+  ASSERT_EQ(k.instants.size(), 1u);
+  EXPECT_EQ(k.instants[0].name, "tile");
+  EXPECT_EQ(k.instants[0].count, 3u);
+  EXPECT_EQ(run.instants, 3u);
+}
+
+TEST(DeviceApiStatsTest, ValueSumsSaturateAndMeansStayExact) {
+  StatsBuilder b;
+  const LaunchRecord l = Launch(0, "k", 0, 100, 1);
+  const WarpRecord w = Warp(0, 0, 0, 0);
+  b.OnInstant(l, w, ValuedInstant("big", 1, INT64_MAX));
+  b.OnInstant(l, w, ValuedInstant("big", 2, INT64_MAX));
+  b.OnInstant(l, w, ValuedInstant("small", 3, INT64_MIN));
+  b.OnInstant(l, w, ValuedInstant("small", 4, INT64_MIN));
+  b.OnLaunchEnd(l);
+  const RunStats run = b.Build();
+  ASSERT_EQ(run.kernels[0].values.size(), 2u);
+  EXPECT_EQ(run.kernels[0].values[0].sum, INT64_MAX);
+  EXPECT_DOUBLE_EQ(run.kernels[0].values[0].mean, static_cast<double>(INT64_MAX));
+  EXPECT_EQ(run.kernels[0].values[1].sum, INT64_MIN);
+  EXPECT_DOUBLE_EQ(run.kernels[0].values[1].mean, static_cast<double>(INT64_MIN));
+}
+
+TEST(DeviceApiStatsTest, AsyncSpansByNameLikeRanges) {
+  const RunStats run = BuildDeviceApiRun();
+  EXPECT_EQ(run.async_spans, 4u);
+  const KernelStats& k = run.kernels[0];
+  ASSERT_EQ(k.async.size(), 1u);
+  const AsyncStats& a = k.async[0];
+  EXPECT_EQ(a.name, "stage");
+  EXPECT_EQ(a.count, 2u);  // with both ends
+  EXPECT_EQ(a.unterminated, 1u);
+  EXPECT_EQ(a.unmatched_ends, 1u);
+  EXPECT_EQ(a.ns.total, 210u);  // 150 + 60
+  EXPECT_DOUBLE_EQ(a.ns.mean, 105.0);
+  EXPECT_EQ(a.min_ns, 60u);
+  EXPECT_EQ(a.ns.max, 150u);
+  EXPECT_EQ(a.ns.p50, 60u);
+  EXPECT_TRUE(a.exact);
+}
+
+TEST(DeviceApiStatsTest, FilesAndTextShowThem) {
+  const std::string base = TempBase("device_api");
+  StatsSink sink(base);
+  FeedDeviceApi(&sink);
+  ASSERT_TRUE(sink.Finish(CollectorSummary{})) << sink.error();
+  EXPECT_EQ(ReadFile(sink.csv_path()),
+            "kernel,region,launches,count,unterminated,total_ns,mean_ns,p50_ns,p95_ns,max_ns,"
+            "total_cycles,mean_cycles,p50_cycles,p95_cycles,max_cycles,percentiles_exact,share,"
+            "sms,sm_max_ns,sm_mean_ns,sm_imbalance,warps,warp_max_ns,warp_mean_ns,warp_imbalance,"
+            "kind,value_count,value_min,value_max,value_mean,value_sum\n"
+            "pipe,load,1,2,0,400,200.0,100,300,300,800,400.0,200,600,600,true,0.200000,"
+            "1,400,400.0,1.0000,2,300,200.0,1.5000,phase,,,,,\n"
+            "pipe,mma,1,1,0,300,300.0,300,300,300,600,600.0,600,600,600,true,0.150000,"
+            "1,300,300.0,1.0000,1,300,300.0,1.0000,phase,,,,,\n"
+            "pipe,load,1,2,0,40,20.0,10,30,30,0,0.0,0,0,0,true,0.020000,"
+            "1,40,40.0,1.0000,2,30,20.0,1.5000,range,2,-1,7,3,6\n"
+            "pipe,stage,1,2,1,210,105.0,60,150,150,,,,,,true,,,,,,,,,,async,,,,,\n"
+            "pipe,inflight,1,,,,,,,,,,,,,,,,,,,,,,,counter,3,1,6,3,9\n"
+            "pipe,tile,1,,,,,,,,,,,,,,,,,,,,,,,instant,2,-5,3,-1,-2\n");
+  RunStats back;
+  std::string error;
+  ASSERT_TRUE(ReadStatsFile(sink.json_path(), &back, &error)) << error;
+  EXPECT_EQ(ToJson(back), ToJson(sink.stats()));
+  const nlohmann::json j = ToJson(back);
+  EXPECT_EQ(j["async_spans"], 4);
+  EXPECT_EQ(j["kernels"][0]["regions"][0]["phase"], true);
+  EXPECT_FALSE(j["kernels"][0]["regions"][2].contains("phase"));
+  EXPECT_EQ(j["kernels"][0]["values"][0], nlohmann::json({{"name", "inflight"},
+                                                          {"source", "counter"},
+                                                          {"count", 3},
+                                                          {"min", 1},
+                                                          {"max", 6},
+                                                          {"mean", 3.0},
+                                                          {"sum", 9}}));
+  EXPECT_EQ(j["kernels"][0]["async_spans"][0]["min_ns"], 60);
+  EXPECT_EQ(j["kernels"][0]["async_spans"][0]["unmatched_ends"], 1);
+  EXPECT_TRUE(j["definitions"].contains("values"));
+  // A bad source names the field.
+  nlohmann::json bad = j;
+  bad["kernels"][0]["values"][1]["source"] = "gauge";
+  EXPECT_FALSE(FromJson(bad, &back, &error));
+  EXPECT_NE(error.find("kernels[0].values[1].source"), std::string::npos) << error;
+
+  const std::string text = RenderText(sink.stats());
+  for (const std::string& line : Lines(text)) EXPECT_LE(line.size(), 100u) << line;
+  EXPECT_NE(text.find("5 slices (0 unterminated), 3 instants, 4 async spans\n"), std::string::npos) << text;
+  EXPECT_TRUE(HasLineStartingWith(text, "  load (phase)              2    400 ns")) << text;
+  EXPECT_TRUE(HasLineStartingWith(text, "  mma (phase)               1    300 ns")) << text;
+  EXPECT_TRUE(HasLineStartingWith(text, "  load                      2     40 ns")) << text;
+  EXPECT_NE(text.find("  stage                     2    210 ns    105 ns     60 ns    150 ns    150 ns\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("async spans unterminated / unmatched ENDs (not in the durations): stage 1 / 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  inflight           counter          3            1            6              3"
+                      "              9\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  tile               instant          2           -5            3             -1"
+                      "             -2\n"),
+            std::string::npos)
+      << text;
+  unlink(sink.json_path().c_str());
+  unlink(sink.csv_path().c_str());
+}
+
+// A phase and a range of the same name are compared apart.
+TEST(DeviceApiStatsTest, DiffKeepsPhasesApartFromRanges) {
+  const RunStats a = BuildDeviceApiRun();
+  RunStats b = a;
+  b.kernels[0].regions.erase(b.kernels[0].regions.begin());  // the phase "load"
+  const std::vector<RegionDiff> d = Diff(a, b);
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0].region, "load (phase)");
+  EXPECT_EQ(d[0].presence, RegionDiff::Presence::kRemoved);
+  EXPECT_EQ(d[1].region, "mma (phase)");
+  EXPECT_EQ(d[1].presence, RegionDiff::Presence::kBoth);
+  EXPECT_EQ(d[2].region, "load");
+  EXPECT_EQ(d[2].presence, RegionDiff::Presence::kBoth);
+  EXPECT_EQ(d[2].count_b, 2u);
+}
+
 }  // namespace
 }  // namespace smprof::stats
