@@ -1393,9 +1393,6 @@ TEST_F(DeviceApiTest, MalformedEventsDropTheirMessage) {
 // The whole collector with its statistics: phases, values, counters and
 // async spans from messages to the .stats.json.
 TEST_P(CollectorTest, DeviceApiReachesTheStatistics) {
-  if (GetParam() == CollectorOptions::SinkThreads::kOn) {
-    GTEST_SKIP() << "AsyncSink does not forward phases, values and async spans yet (issue 9, async_sink.cc)";
-  }
   std::string error;
   CollectorOptions options;
   options.trace_path = path_ + ".api.json";
