@@ -1,5 +1,7 @@
 #include <smprof/smprof.cuh>
 
+#include <cstdio>
+
 __device__ void marks_in_a(smprof::Context& smprof_ctx, int k);
 
 template <int kStage>
@@ -10,8 +12,11 @@ __global__ void multi_tu_b(int k) {
 }
 
 void LaunchMultiTuA();
+// Run on the GPU machine under smprof-run by GpuScenarios.DeviceApiAcrossSeparatelyCompiledUnits.
 int main() {
   LaunchMultiTuA();
   multi_tu_b<3><<<1, 32>>>(1);
-  return 0;
+  const cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) std::fprintf(stderr, "multi_tu: %s\n", cudaGetErrorString(e));
+  return e == cudaSuccess ? 0 : 1;
 }

@@ -1287,6 +1287,31 @@ TEST(GpuScenarios, DeviceApiAsyncSpansLinkTheWarpsOfABlock) {
   EXPECT_EQ(run.summary_event.value("async_unmatched_ends", -1), 2 * kApiBlocks) << run.summary_event.dump();
 }
 
+// -rdc: a device function of one translation unit (every kind of marker,
+// through the context it is given) called from a template kernel of another
+// (tests/compile/multi_tu_a.cu, multi_tu_b.cu), one warp each.
+TEST(GpuScenarios, DeviceApiAcrossSeparatelyCompiledUnits) {
+  REQUIRE_GPU();
+  const ProfiledRun run = ProfileApp("smprof_multi_tu_rdc");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  for (const LaunchGroup* g : ExactlyGroups(run, "multi_tu_a", 1)) {
+    ExpectWarpTracks(*g, 1, {0}, [](int) { return EventCounts{{"i a", 1}}; });
+  }
+  for (const LaunchGroup* g : ExactlyGroups(run, "multi_tu_b<3>", 1)) {
+    ExpectWarpTracks(*g, 1, {0}, [](int) {
+      return EventCounts{{"X kernel", 1}, {"X b stage 3", 1}, {"X a phase", 1}, {"i a", 1}, {"C a counter", 1},
+                         {"i a span", 2},  {"b a span", 1},    {"e a span", 1},  {"s a span", 1}, {"f a span", 1}};
+    });
+    for (const auto& [tid, t] : g->threads) {
+      if (!IsWarp(t)) continue;
+      EXPECT_EQ(ValuesOf(t, "i", "a"), std::vector<int64_t>{1}) << t.name;
+      EXPECT_EQ(ValuesOf(t, "C", "a counter"), std::vector<int64_t>{int64_t{1} << 40}) << t.name;
+    }
+  }
+  // 1 + (kernel 2, stage 2, phase 2, a 1, counter 1, span 2).
+  ExpectExactTotals(run, 2, 11);
+}
+
 // The device API example (device/examples/pipelined_gemm.cu), n = 256: 8 K
 // tiles, 64 blocks of a producer warp and 4 consumer warps, one launch.
 TEST(GpuScenarios, DeviceApiExamplePipelineShowsItsStagesAndHandOffs) {
