@@ -494,22 +494,21 @@ void TraceWriter::Instant(uint32_t pid, uint32_t tid, std::string_view name, uin
 }
 
 void TraceWriter::Counter(uint32_t pid, std::string_view name, uint64_t ts_ns, const JsonArgs& args) {
-  if (finished_ || !error_.empty()) return;
-  Begin('C', pid);
-  buf_.append(",\"cat\":\"smprof\",\"name\":");
-  AppendJsonString(&buf_, name);
-  buf_.append(",\"ts\":");
-  AppendMicros(&buf_, ts_ns);
-  buf_.append(",\"args\":");
-  buf_.append(args.str());
-  End();
+  CounterEvent(pid, nullptr, name, ts_ns, args);
 }
 
 void TraceWriter::Counter(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, const JsonArgs& args) {
+  CounterEvent(pid, &tid, name, ts_ns, args);
+}
+
+void TraceWriter::CounterEvent(uint32_t pid, const uint32_t* tid, std::string_view name, uint64_t ts_ns,
+                               const JsonArgs& args) {
   if (finished_ || !error_.empty()) return;
   Begin('C', pid);
-  buf_.append(",\"tid\":");
-  AppendUint(&buf_, tid);
+  if (tid != nullptr) {
+    buf_.append(",\"tid\":");
+    AppendUint(&buf_, *tid);
+  }
   buf_.append(",\"cat\":\"smprof\",\"name\":");
   AppendJsonString(&buf_, name);
   buf_.append(",\"ts\":");

@@ -129,6 +129,8 @@ class TraceWriter {
   TraceWriter& operator=(const TraceWriter&) = delete;
 
  private:
+  // A "C" event, with a "tid" when `tid` is not null.
+  void CounterEvent(uint32_t pid, const uint32_t* tid, std::string_view name, uint64_t ts_ns, const JsonArgs& args);
   TraceWriter(int fd, std::string path);
   // Starts an object: separator, "{", "ph":..., "pid":...
   void Begin(char phase, uint32_t pid);
