@@ -323,8 +323,8 @@ class SmprofApiRecorder {
     if constexpr (kKind == 1) SMPROF_INSTANT("bench", smprof::value(uint64_t{i} << 20));
     if constexpr (kKind == 2) SMPROF_COUNTER("bench", i);
     if constexpr (kKind == 3) SMPROF_PHASE("bench");
-    if constexpr (kKind == 4) SMPROF_INSTANT("bench", smprof::when(i != ~0u));  // holds: records
-    if constexpr (kKind == 5) SMPROF_INSTANT("bench", smprof::when(i == ~0u));  // never holds
+    if constexpr (kKind == 4) SMPROF_INSTANT("bench", smprof::when(i != ~0u));   // holds: records
+    if constexpr (kKind == 5) SMPROF_INSTANT("bench", smprof::when(i == ~0u));   // never holds
     if constexpr (kKind == 6) SMPROF_INSTANT("bench", smprof::on_warps(0, 32));  // every warp of the block
     if constexpr (kKind == 7) SMPROF_ASYNC_BEGIN("bench", i);
     if constexpr (kKind == 8) SMPROF_INSTANT("bench %d", smprof::arg(i));

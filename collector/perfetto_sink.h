@@ -103,12 +103,12 @@
 // sequence ends there and its id is reused by the next sequence to start,
 // so ids stay as small as the number of open launches (one varint byte). A
 // warp whose records come back later gets a sequence again (the same
-// tracks; the sequence's start sets its defaults and restarts the clock). An ended sequence's pending ENDs (below) are not written when it
-// ends: a record of its warp may yet begin at such an END's time inside
-// that slice, and the trace processor orders equal times by file position.
-// They stay with the warp, written by its next sequence, or at the launch's
-// end on sequence 1 (absolute time, explicit track: ~18 bytes each, about
-// one per warp).
+// tracks; the sequence's start sets its defaults and restarts the clock). An
+// ended sequence's pending ENDs (below) are not written when it ends: a record
+// of its warp may yet begin at such an END's time inside that slice, and the
+// trace processor orders equal times by file position. They stay with the
+// warp, written by its next sequence, or at the launch's end on sequence 1
+// (absolute time, explicit track: ~18 bytes each, about one per warp).
 //
 // Cycles, exact, with CyclesEncoding::kCounter (the sink's default;
 // smprof-run's is kNone, --trace-cycles): every closed slice's SM-cycle count is the value of its
@@ -171,12 +171,12 @@
 //    terminating_flow_ids on the end one, the id AsyncSpanRecord::flow_id
 //    with bit 63 set (the launch calls' flows are run-wide keys below it).
 //    Each instant carries 0 on its track's "cycles" counter like every
-//    instant there; each end counts as an event in "events harvested". All these packets go on sequence 1 (absolute time,
-//    explicit track, inline names), BEGIN and END at once: on a lane the
-//    spans nest or follow each other, and an END at t precedes in the file
-//    any later span's BEGIN at t. ~140 bytes a linked span without cycles
-//    (BEGIN with its args ~65, END ~15, each instant ~30), ~185 with the
-//    hardware-centric args.
+//    instant there; each end counts as an event in "events harvested". All
+//    these packets go on sequence 1 (absolute time, explicit track, inline
+//    names), BEGIN and END at once: on a lane the spans nest or follow each
+//    other, and an END at t precedes in the file any later span's BEGIN at t.
+//    ~140 bytes a linked span without cycles (BEGIN with its args ~65, END
+//    ~15, each instant ~30), ~185 with the hardware-centric args.
 //
 // TrackEvent has no complete-slice type and deltas cannot go backwards, so
 // a slice (which arrives whole, in start order per warp) is written as its

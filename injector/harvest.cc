@@ -62,15 +62,15 @@ bool WellFormedEvent(uint32_t kind_flags) {
   // The flags each kind may carry (docs/device-api.md).
   constexpr uint32_t kValue = wire::kEventHasValue | wire::kEventWideValue;
   static constexpr uint32_t kAllowed[wire::kMaxEventKind + 1] = {
-      0,                                                          // 0: none
-      wire::kEventNameValue,                                      // BEGIN
-      kValue | wire::kEventNameValue,                             // END
-      kValue | wire::kEventCounter | wire::kEventNameValue,       // INSTANT
-      wire::kEventNameValue,                                      // PHASE
-      0,                                                          // PHASE_END
-      0,                                                          // ASYNC_BEGIN
-      0,                                                          // ASYNC_END
-      0,                                                          // VALUE_HIGH: only after its event
+      0,                                                     // 0: none
+      wire::kEventNameValue,                                 // BEGIN
+      kValue | wire::kEventNameValue,                        // END
+      kValue | wire::kEventCounter | wire::kEventNameValue,  // INSTANT
+      wire::kEventNameValue,                                 // PHASE
+      0,                                                     // PHASE_END
+      0,                                                     // ASYNC_BEGIN
+      0,                                                     // ASYNC_END
+      0,                                                     // VALUE_HIGH: only after its event
   };
   const uint32_t kind = kind_flags & wire::kEventKindMask;
   const uint32_t flags = kind_flags & wire::kEventFlagsMask;
@@ -127,7 +127,8 @@ void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_byt
       if ((kind_flags & wire::kEventWideValue) != 0) {
         // Its continuation is the next slot of the chunk (record.cuh never splits the pair).
         wire::Event high{};
-        if (i + 1 < capacity) std::memcpy(&high, base + static_cast<uint64_t>(i + 1) * sizeof(wire::Event), sizeof(high));
+        if (i + 1 < capacity)
+          std::memcpy(&high, base + static_cast<uint64_t>(i + 1) * sizeof(wire::Event), sizeof(high));
         if ((high.info & (wire::kEventKindMask | wire::kEventFlagsMask)) != wire::kEventValueHigh) {
           ++stats->malformed_events;
           continue;

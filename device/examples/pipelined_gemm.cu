@@ -21,34 +21,33 @@
 //   every warp: SMPROF_KERNEL's "kernel" range over its whole body.
 //
 //   smprof-run -o pipeline.pftrace ./smprof_example_pipeline [n] [repetitions]
-#include <smprof/smprof.cuh>
-
-#include <cuda/barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cuda/barrier>
 #include <random>
+#include <smprof/smprof.cuh>
 #include <vector>
 
-#define CHECK(call)                                                                                  \
-  do {                                                                                               \
-    cudaError_t err_ = (call);                                                                       \
-    if (err_ != cudaSuccess) {                                                                       \
+#define CHECK(call)                                                                                 \
+  do {                                                                                              \
+    cudaError_t err_ = (call);                                                                      \
+    if (err_ != cudaSuccess) {                                                                      \
       std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
-      std::exit(2);                                                                                  \
-    }                                                                                                \
+      std::exit(2);                                                                                 \
+    }                                                                                               \
   } while (0)
 
-constexpr int kTile = 32;           // C tile and K step
-constexpr int kStages = 2;          // shared-memory stages
+constexpr int kTile = 32;   // C tile and K step
+constexpr int kStages = 2;  // shared-memory stages
 constexpr int kConsumerWarps = 4;
 constexpr int kThreads = 32 * (1 + kConsumerWarps);
 
 using Barrier = cuda::barrier<cuda::thread_scope_block>;
 
-__global__ void __launch_bounds__(kThreads) gemm_pipelined(const float* __restrict__ a, const float* __restrict__ b,
-                                                           float* __restrict__ c, int n) {
+__global__ void __launch_bounds__(kThreads)
+    gemm_pipelined(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int n) {
   __shared__ float as[kStages][kTile][kTile + 1];
   __shared__ float bs[kStages][kTile][kTile + 1];
 #pragma nv_diag_suppress static_var_with_dynamic_init
@@ -137,7 +136,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < n; i += n / 8) {
     for (int j = 0; j < n; ++j) {
       double ref = 0;
-      for (int k = 0; k < n; ++k) ref += static_cast<double>(ha[static_cast<size_t>(i) * n + k]) * hb[static_cast<size_t>(k) * n + j];
+      for (int k = 0; k < n; ++k)
+        ref += static_cast<double>(ha[static_cast<size_t>(i) * n + k]) * hb[static_cast<size_t>(k) * n + j];
       worst = std::fmax(worst, std::fabs(ref - hc[static_cast<size_t>(i) * n + j]));
     }
   }

@@ -62,7 +62,7 @@
 
 // Names bind to `const char (&)[N]`: string literals (or character arrays).
 #define SMPROF_CONTEXT() ::smprof::Context smprof_ctx
-#define SMPROF_KERNEL()        \
+#define SMPROF_KERNEL()         \
   ::smprof::Context smprof_ctx; \
   auto smprof_kernel_range_ = ::smprof::detail::OpenRange(smprof_ctx, "kernel")
 #define SMPROF_RANGE(...) \

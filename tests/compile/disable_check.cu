@@ -1,8 +1,7 @@
 // Every marker form; compiled with and without -DSMPROF_DISABLE by
 // check_disabled_ptx.cmake.
-#include <smprof/smprof.cuh>
-
 #include <cstdint>
+#include <smprof/smprof.cuh>
 
 __device__ void in_function(smprof::Context& smprof_ctx, int k) {
   SMPROF_INSTANT("in function", smprof::value(k), smprof::on_warps(0, 4));

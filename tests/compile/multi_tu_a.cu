@@ -2,9 +2,8 @@
 // program with separate compilation (-rdc=true): see CMakeLists.txt. A
 // device function defined in one unit and called from the other takes the
 // context, with every kind of marker.
-#include <smprof/smprof.cuh>
-
 #include <cstdint>
+#include <smprof/smprof.cuh>
 
 __device__ void marks_in_a(smprof::Context& smprof_ctx, int k) {
   SMPROF_PHASE("a phase");

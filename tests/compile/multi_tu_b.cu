@@ -1,6 +1,5 @@
-#include <smprof/smprof.cuh>
-
 #include <cstdio>
+#include <smprof/smprof.cuh>
 
 __device__ void marks_in_a(smprof::Context& smprof_ctx, int k);
 

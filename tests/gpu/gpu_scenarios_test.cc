@@ -1218,8 +1218,9 @@ TEST(GpuScenarios, DeviceApiValuesAndCountersAreExact) {
   }
   for (const std::string& variant : kVariants) {
     for (const LaunchGroup* g : ExactlyGroups(run, "api_values" + variant, 1)) {
-      ExpectWarpTracks(*g, kApiBlocks, kAllFourWarps,
-                       [](int) { return EventCounts{{"i v32", n}, {"i v64", n}, {"X r", n}, {"C count", n}}; });
+      ExpectWarpTracks(*g, kApiBlocks, kAllFourWarps, [](int) {
+        return EventCounts{{"i v32", n}, {"i v64", n}, {"X r", n}, {"C count", n}};
+      });
       for (const auto& [tid, t] : g->threads) {
         if (!IsWarp(t)) continue;
         const int warp = ParseWarpLabel(t.name).warp;
@@ -1246,7 +1247,7 @@ TEST(GpuScenarios, DeviceApiAsyncSpansLinkTheWarpsOfABlock) {
       // linked by a flow ("s" on warp 0, "f" on warp 1).
       ExpectWarpTracks(*g, kApiBlocks, {0, 1, 2}, [](int warp) {
         if (warp == 0) {
-          return EventCounts{{"i stage", n}, {"b stage", n}, {"s stage", n},
+          return EventCounts{{"i stage", n},  {"b stage", n},  {"s stage", n},
                              {"i orphan", 1}, {"b orphan", 1}, {"e orphan", 1}};
         }
         if (warp == 1) return EventCounts{{"i stage", n}, {"e stage", n}, {"f stage", n}};
@@ -1299,8 +1300,8 @@ TEST(GpuScenarios, DeviceApiAcrossSeparatelyCompiledUnits) {
   }
   for (const LaunchGroup* g : ExactlyGroups(run, "multi_tu_b<3>", 1)) {
     ExpectWarpTracks(*g, 1, {0}, [](int) {
-      return EventCounts{{"X kernel", 1}, {"X b stage 3", 1}, {"X a phase", 1}, {"i a", 1}, {"C a counter", 1},
-                         {"i a span", 2},  {"b a span", 1},    {"e a span", 1},  {"s a span", 1}, {"f a span", 1}};
+      return EventCounts{{"X kernel", 1}, {"X b stage 3", 1}, {"X a phase", 1}, {"i a", 1},      {"C a counter", 1},
+                         {"i a span", 2}, {"b a span", 1},    {"e a span", 1},  {"s a span", 1}, {"f a span", 1}};
     });
     for (const auto& [tid, t] : g->threads) {
       if (!IsWarp(t)) continue;

@@ -134,11 +134,11 @@ TEST(DecodeChunks, FoldsWideValuesAndChecksEachKindsFlags) {
   a.Add(c, 14, 0, wire::kEventAsyncEnd, 7);
   a.Add(c, 15, 0, wire::kEventPhaseEnd);
   a.Add(c, 16, 0, wire::kEventEnd | wire::kEventHasValue, 9);
-  const uint32_t d = a.Claim(1, 0, 0, 0);  // 13 slots a chunk
-  a.Add(d, 17, 0, wire::kEventValueHigh, 1);                                  // no wide event before it
-  a.Add(d, 18, 0, wire::kEventInstant | wire::kEventCounter, 1);              // a counter without a value
+  const uint32_t d = a.Claim(1, 0, 0, 0);                                              // 13 slots a chunk
+  a.Add(d, 17, 0, wire::kEventValueHigh, 1);                                           // no wide event before it
+  a.Add(d, 18, 0, wire::kEventInstant | wire::kEventCounter, 1);                       // a counter without a value
   a.Add(d, 19, 0, wire::kEventEnd | wire::kEventHasValue | wire::kEventNameValue, 1);  // a value and a name integer
-  a.Add(d, 20, 0, wire::kEventAsyncBegin | wire::kEventHasValue, 1);          // async spans take no value
+  a.Add(d, 20, 0, wire::kEventAsyncBegin | wire::kEventHasValue, 1);                   // async spans take no value
   a.Add(d, 21, 0, wire::kEventEnd | wire::kEventHasValue | wire::kEventWideValue, 2);  // continuation missing
   a.Add(d, 22, 0, wire::kEventInstant);
   std::vector<WarpSegment> out;

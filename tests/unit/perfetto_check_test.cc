@@ -114,8 +114,7 @@ TEST(PerfettoCheck, ReportsWhatTheTraceProcessorWouldDrop) {
   } cases[] = {
       {"an END with nothing open", [](PerfettoBuilder* b) { b->Event(1, 1, 2, 0, false); }, "no open slice"},
       {"a name never interned", [](PerfettoBuilder* b) { b->Event(1, 1, 3, 9, false); }, "not interned"},
-      {"a sequence never cleared",
-       [](PerfettoBuilder* b) { b->Event(5, 1, 3, 1, false); },
+      {"a sequence never cleared", [](PerfettoBuilder* b) { b->Event(5, 1, 3, 1, false); },
        "not interned on its sequence"},
       {"an incremental clock never defined",
        [](PerfettoBuilder* b) {
@@ -165,8 +164,7 @@ TEST(PerfettoCheck, ReportsWhatTheTraceProcessorWouldDrop) {
          b->e.EndNested(p);
        },
        "has no descriptor"},
-      {"a counter value on a track without a CounterDescriptor",
-       [](PerfettoBuilder* b) { MainEvent(b, 30, 10, 4); },
+      {"a counter value on a track without a CounterDescriptor", [](PerfettoBuilder* b) { MainEvent(b, 30, 10, 4); },
        "a counter value on track 10"},
       {"an instant on a counter track",
        [](PerfettoBuilder* b) {

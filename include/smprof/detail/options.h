@@ -38,9 +38,7 @@ struct ArgOption {
 
 SMPROF_HOST_DEVICE SMPROF_FORCEINLINE When when(bool condition) { return When{condition}; }
 SMPROF_HOST_DEVICE SMPROF_FORCEINLINE OnWarps on_warp(uint32_t warp) { return OnWarps{warp, 1}; }
-SMPROF_HOST_DEVICE SMPROF_FORCEINLINE OnWarps on_warps(uint32_t first, uint32_t count) {
-  return OnWarps{first, count};
-}
+SMPROF_HOST_DEVICE SMPROF_FORCEINLINE OnWarps on_warps(uint32_t first, uint32_t count) { return OnWarps{first, count}; }
 SMPROF_HOST_DEVICE SMPROF_FORCEINLINE OnWarps per_block() { return OnWarps{0, 1}; }
 
 template <typename T>
@@ -62,8 +60,7 @@ namespace detail {
 // What a pack of options means, known at compile time.
 template <typename T>
 struct OptionTraits {
-  static_assert(sizeof(T) == 0,
-                "a marker's options are smprof::when, on_warp, on_warps, per_block, value and arg");
+  static_assert(sizeof(T) == 0, "a marker's options are smprof::when, on_warp, on_warps, per_block, value and arg");
 };
 template <>
 struct OptionTraits<When> {

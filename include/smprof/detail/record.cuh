@@ -235,11 +235,10 @@ __device__ SMPROF_RECORDER_SLOW_PATH void RecordDiverged(uint64_t lo, uint64_t h
   const bool own = seen_tag == tag;
   // The leader takes its slots only from its own block's cursor.
   uint32_t slot = 0;
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n @p atom.shared.add.u32 %0, [%2+8], %3;\n}"
-      : "+r"(slot)
-      : "r"(static_cast<uint32_t>(leader && own)), "r"(addr), "n"(kBytes)
-      : "memory");
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n @p atom.shared.add.u32 %0, [%2+8], %3;\n}"
+               : "+r"(slot)
+               : "r"(static_cast<uint32_t>(leader && own)), "r"(addr), "n"(kBytes)
+               : "memory");
   // The verdict: a slot offset (>= the chunk header), 0 = claim, 1 = arena full.
   const uint32_t chunk_bytes = 1u << ref.chunk_shift;
   uint32_t verdict = 0;
@@ -596,8 +595,8 @@ class ScopedRange {
 };
 
 template <typename Ctx, size_t N, typename... Opts>
-__device__ SMPROF_FORCEINLINE ScopedRange<std::decay_t<Ctx>, OptionPack<Opts...>::kPredicated, GateOf<Opts...>> OpenRange(
-    Ctx&& ctx, const char (&name)[N], const Opts&... opts) {
+__device__ SMPROF_FORCEINLINE ScopedRange<std::decay_t<Ctx>, OptionPack<Opts...>::kPredicated, GateOf<Opts...>>
+OpenRange(Ctx&& ctx, const char (&name)[N], const Opts&... opts) {
   using Pack = OptionPack<Opts...>;
   static_assert(Pack::kValues == 0, "a scoped range takes no smprof::value: give it to SMPROF_END");
   Applied a;

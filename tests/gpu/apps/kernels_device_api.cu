@@ -8,9 +8,8 @@
 // Kernels templated on kWithContext run the same body with SMPROF_CONTEXT()
 // and without (the shared-memory cursor), as in kernels_recorder.cu. Blocks
 // are 1-D, 128 threads (warps 0-3).
-#include <smprof/smprof.cuh>
-
 #include <cstdint>
+#include <smprof/smprof.cuh>
 
 #include "tests/gpu/apps/kernels.h"
 

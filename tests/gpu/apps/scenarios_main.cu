@@ -438,12 +438,13 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "recorder-device-functions")) return RecorderDeviceFunctions();
   if (!std::strcmp(scenario, "recorder-cycle-ranges") && argc > 2) return RecorderCycleRanges(argv[2]);
   if (!std::strcmp(scenario, "recorder-cross-sm") && argc > 2) return RecorderCrossSm(argv[2]);
-  std::fprintf(stderr,
-               "usage: %s basic|streams|filter|graph|overflow|highwater|small-warps|exit7|destroyed-stream|threads|"
-               "many-threads [launches]|ranges|profiler-window|driver-api "
-               "<fatbin>|cupti-taken|silent-big|capture-after-eager|unload-replay <fatbin>|exit-running|"
-               "device-api|recorder-divergent-halves|recorder-early-exit|recorder-partial-warps|recorder-big-blocks|"
-               "recorder-many-markers|recorder-device-functions|recorder-cycle-ranges <file>|recorder-cross-sm <file>\n",
-               argv[0]);
+  std::fprintf(
+      stderr,
+      "usage: %s basic|streams|filter|graph|overflow|highwater|small-warps|exit7|destroyed-stream|threads|"
+      "many-threads [launches]|ranges|profiler-window|driver-api "
+      "<fatbin>|cupti-taken|silent-big|capture-after-eager|unload-replay <fatbin>|exit-running|"
+      "device-api|recorder-divergent-halves|recorder-early-exit|recorder-partial-warps|recorder-big-blocks|"
+      "recorder-many-markers|recorder-device-functions|recorder-cycle-ranges <file>|recorder-cross-sm <file>\n",
+      argv[0]);
   return 2;
 }
