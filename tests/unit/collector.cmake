@@ -51,3 +51,18 @@ smprof_add_test(async_matcher_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/async_matcher_test.cc
   LIBS smprof::collector
   LABELS unit)
+
+# The Python package's CPU tests (python/tests), on a run written through the
+# collector's real sinks (tests/support/write_stats_run.cc) and read back with
+# the built `smprof`.
+add_executable(smprof_test_stats_run ${CMAKE_CURRENT_LIST_DIR}/../support/write_stats_run.cc)
+target_include_directories(smprof_test_stats_run PRIVATE ${PROJECT_SOURCE_DIR})
+target_link_libraries(smprof_test_stats_run PRIVATE smprof::collector)
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME python.unit
+    COMMAND ${Python3_EXECUTABLE} -m unittest discover -v -s ${PROJECT_SOURCE_DIR}/python/tests -t ${PROJECT_SOURCE_DIR}/python)
+  set_tests_properties(python.unit PROPERTIES LABELS unit
+    ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;SMPROF_BUILD_DIR=${PROJECT_BINARY_DIR};SMPROF_TEST_STATS_RUN=$<TARGET_FILE:smprof_test_stats_run>")
+  set_property(TEST python.unit APPEND PROPERTY DEPENDS smprof_test_stats_run)
+endif()
