@@ -58,6 +58,7 @@ smprof_add_test(async_matcher_test
 add_executable(smprof_test_stats_run ${CMAKE_CURRENT_LIST_DIR}/../support/write_stats_run.cc)
 target_include_directories(smprof_test_stats_run PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(smprof_test_stats_run PRIVATE smprof::collector)
+smprof_host_flags(smprof_test_stats_run)
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
   add_test(NAME python.unit
