@@ -403,6 +403,18 @@ void TraceWriter::End() {
   if (buf_.size() >= kWriteThreshold) Flush();
 }
 
+void TraceWriter::BeginNamed(char phase, uint32_t pid, const uint32_t* tid, std::string_view name,
+                             const char* before_cat) {
+  Begin(phase, pid);
+  if (tid != nullptr) {
+    buf_.append(",\"tid\":");
+    AppendUint(&buf_, *tid);
+  }
+  buf_.append(before_cat);
+  buf_.append(",\"cat\":\"smprof\",\"name\":");
+  AppendJsonString(&buf_, name);
+}
+
 void TraceWriter::ProcessName(uint32_t pid, std::string_view name) {
   if (finished_ || !error_.empty()) return;
   Begin('M', pid);
@@ -455,11 +467,7 @@ void TraceWriter::ThreadSortIndex(uint32_t pid, uint32_t tid, int64_t index) {
 void TraceWriter::Complete(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, uint64_t dur_ns,
                            const JsonArgs* args, JsonFlow flow) {
   if (finished_ || !error_.empty()) return;
-  Begin('X', pid);
-  buf_.append(",\"tid\":");
-  AppendUint(&buf_, tid);
-  buf_.append(",\"cat\":\"smprof\",\"name\":");
-  AppendJsonString(&buf_, name);
+  BeginNamed('X', pid, &tid, name);
   buf_.append(",\"ts\":");
   AppendMicros(&buf_, ts_ns);
   buf_.append(",\"dur\":");
@@ -479,11 +487,7 @@ void TraceWriter::Complete(uint32_t pid, uint32_t tid, std::string_view name, ui
 
 void TraceWriter::Instant(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, const JsonArgs* args) {
   if (finished_ || !error_.empty()) return;
-  Begin('i', pid);
-  buf_.append(",\"tid\":");
-  AppendUint(&buf_, tid);
-  buf_.append(",\"s\":\"t\",\"cat\":\"smprof\",\"name\":");
-  AppendJsonString(&buf_, name);
+  BeginNamed('i', pid, &tid, name, ",\"s\":\"t\"");
   buf_.append(",\"ts\":");
   AppendMicros(&buf_, ts_ns);
   if (args != nullptr) {
@@ -504,13 +508,7 @@ void TraceWriter::Counter(uint32_t pid, uint32_t tid, std::string_view name, uin
 void TraceWriter::CounterEvent(uint32_t pid, const uint32_t* tid, std::string_view name, uint64_t ts_ns,
                                const JsonArgs& args) {
   if (finished_ || !error_.empty()) return;
-  Begin('C', pid);
-  if (tid != nullptr) {
-    buf_.append(",\"tid\":");
-    AppendUint(&buf_, *tid);
-  }
-  buf_.append(",\"cat\":\"smprof\",\"name\":");
-  AppendJsonString(&buf_, name);
+  BeginNamed('C', pid, tid, name);
   buf_.append(",\"ts\":");
   AppendMicros(&buf_, ts_ns);
   buf_.append(",\"args\":");
@@ -521,11 +519,7 @@ void TraceWriter::CounterEvent(uint32_t pid, const uint32_t* tid, std::string_vi
 void TraceWriter::Async(char phase, uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, uint64_t id,
                         const JsonArgs* args) {
   if (finished_ || !error_.empty()) return;
-  Begin(phase, pid);
-  buf_.append(",\"tid\":");
-  AppendUint(&buf_, tid);
-  buf_.append(",\"cat\":\"smprof\",\"name\":");
-  AppendJsonString(&buf_, name);
+  BeginNamed(phase, pid, &tid, name);
   char hex[24];
   std::snprintf(hex, sizeof(hex), "0x%llx", static_cast<unsigned long long>(id));
   buf_.append(",\"id2\":{\"local\":\"");
@@ -541,11 +535,7 @@ void TraceWriter::Async(char phase, uint32_t pid, uint32_t tid, std::string_view
 
 void TraceWriter::Flow(char phase, uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, uint64_t id) {
   if (finished_ || !error_.empty()) return;
-  Begin(phase, pid);
-  buf_.append(",\"tid\":");
-  AppendUint(&buf_, tid);
-  buf_.append(",\"cat\":\"smprof\",\"name\":");
-  AppendJsonString(&buf_, name);
+  BeginNamed(phase, pid, &tid, name);
   buf_.append(",\"id\":");
   AppendUint(&buf_, id);
   buf_.append(",\"ts\":");

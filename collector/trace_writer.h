@@ -129,6 +129,8 @@ class TraceWriter {
   TraceWriter& operator=(const TraceWriter&) = delete;
 
  private:
+  // Begin, then "tid" (when not null), `before_cat` (raw JSON), "cat" and "name".
+  void BeginNamed(char phase, uint32_t pid, const uint32_t* tid, std::string_view name, const char* before_cat = "");
   // A "C" event, with a "tid" when `tid` is not null.
   void CounterEvent(uint32_t pid, const uint32_t* tid, std::string_view name, uint64_t ts_ns, const JsonArgs& args);
   TraceWriter(int fd, std::string path);
