@@ -94,6 +94,8 @@ constexpr uint64_t EventClock(const Event& e) {
 enum ChunkFlags : uint8_t {
   kChunkFromCursor = 1u << 0,  // claimed by the warp's shared-memory cursor (markers outside a
                                // profiling context, or reached while the warp was diverged)
+  kChunkFromTriton = 1u << 1,  // written by a Triton kernel's markers (python/smprof/triton): the
+                               // block is the Triton program (%ctaid = tl.program_id)
 };
 
 // First three event slots of every chunk: who owns it, and a clock anchor.

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""smprof's Triton markers against Proton's intra-kernel mode, side by side.
+
+One kernel: a 4096^3 fp16 matmul (128x128x64 tiles, 8 warps, 3 stages),
+with a range "load" around the two tl.loads and a range "mma" around the
+tl.dot of every K iteration (4 markers per iteration per warp: 2.1 M events
+per launch). The same source serves every row through a constexpr MODE:
+0 no markers, 1 smprof markers (sp.begin/end), 2 Proton scopes
+(pl.enter_scope/exit_scope).
+
+Each profiler runs in its own process (both would subscribe to CUPTI), and
+each process times its variant interleaved with MODE 0, so every ratio
+compares launches of one process on one GPU:
+
+  plain      python: MODE 0 / prof=None (compiled out) / markers, no profiler
+  smprof     under smprof-run (every warp records; the trace is written)
+  smprof-w1  under smprof-run with SMPROF_WARPS=0,4 (one warp per warpgroup)
+  proton     proton.start(backend="instrumentation"), trace data
+
+Kernel time: 10 launches back to back between two CUDA events, behind
+cuBLAS matmuls (so the GPU never waits for the host), with Proton's launch hooks
+(its per-launch synchronisation and copy) taken out; median over --iters
+batches, interleaved with MODE 0 in the same process. Wall per launch:
+--burst launches back to back with everything each profiler does per
+launch (Proton synchronises and copies after every launch; smprof only
+harvests at the synchronisation after the burst).
+
+Usage: bench/triton_matmul.py [--iters N] [--burst N] [--smprof-run PATH]
+(smprof-run is found like smprof.tool_path does: SMPROF_HOME,
+SMPROF_BUILD_DIR, PATH). Needs torch and triton (Proton ships in triton).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+
+
+def child(variant: str, iters: int, burst: int, dump: str | None) -> None:
+    import torch
+    import triton
+    import triton.language as tl
+    import triton.profiler as proton
+    import triton.profiler.language as pl
+    from triton import knobs
+
+    import smprof.triton as sp
+
+    @triton.jit
+    def matmul(a_ptr, b_ptr, c_ptr, M, N, K, prof, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+               GROUP: tl.constexpr, MODE: tl.constexpr):
+        pid = tl.program_id(0)
+        grid_m = tl.cdiv(M, BM)
+        grid_n = tl.cdiv(N, BN)
+        width = GROUP * grid_n
+        group = pid // width
+        first_m = group * GROUP
+        size_m = min(grid_m - first_m, GROUP)
+        pid_m = first_m + (pid % size_m)
+        pid_n = (pid % width) // size_m
+        offs_m = pid_m * BM + tl.arange(0, BM)
+        offs_n = pid_n * BN + tl.arange(0, BN)
+        offs_k = tl.arange(0, BK)
+        a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
+        b_ptrs = b_ptr + offs_k[:, None] * N + offs_n[None, :]
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for _ in range(0, tl.cdiv(K, BK)):
+            if MODE == 1:
+                sp.begin(prof, "load")
+            if MODE == 2:
+                pl.enter_scope("load")
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+            if MODE == 1:
+                sp.end(prof, "load")
+                sp.begin(prof, "mma")
+            if MODE == 2:
+                pl.exit_scope("load")
+                pl.enter_scope("mma")
+            acc = tl.dot(a, b, acc)
+            if MODE == 1:
+                sp.end(prof, "mma")
+            if MODE == 2:
+                pl.exit_scope("mma")
+            a_ptrs += BK
+            b_ptrs += BK * N
+        c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(c_ptrs, acc.to(tl.float16))
+
+    n = 4096
+    torch.manual_seed(0)
+    a = torch.randn((n, n), device="cuda", dtype=torch.float16)
+    b = torch.randn((n, n), device="cuda", dtype=torch.float16)
+    c = torch.empty((n, n), device="cuda", dtype=torch.float16)
+    filler = torch.empty_like(c)
+    grid = (triton.cdiv(n, 128) * triton.cdiv(n, 128), )
+    cfg = dict(BM=128, BN=128, BK=64, GROUP=8, num_warps=8, num_stages=3)
+
+    def launch(mode, prof):
+        return matmul[grid](a, b, c, n, n, n, prof, MODE=mode, **cfg)
+
+    def batch(mode, prof, count):
+        """ms per launch of `count` launches back to back on the GPU."""
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        for _ in range(4):  # the GPU stays busy while the launches are queued
+            torch.mm(a, b, out=filler)
+        start.record()
+        for _ in range(count):
+            launch(mode, prof)
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / count
+
+    ref = torch.matmul(a, b)
+
+    def measure(rows):
+        """{label: figures} for rows {label: (MODE, prof)}, interleaved."""
+        correct = {}
+        regs = {}
+        for label, (mode, prof) in rows.items():
+            c.zero_()
+            kernel = launch(mode, prof)
+            regs[label] = kernel.n_regs
+            if dump:
+                base = os.path.join(dump, f"{variant}-{label}".replace(" ", "_").replace(",", ""))
+                with open(base + ".ptx", "w") as f:
+                    f.write(kernel.asm["ptx"])
+                with open(base + ".sass", "w") as f:
+                    f.write(kernel.asm["sass"])
+            torch.cuda.synchronize()
+            correct[label] = bool(torch.allclose(c.float(), ref.float(), atol=0.5, rtol=0.05))
+            for _ in range(3):
+                launch(mode, prof)
+        torch.cuda.synchronize()
+        # Wall time per launch, with everything the profiler does per launch.
+        wall = {label: batch(mode, prof, burst) for label, (mode, prof) in rows.items()}
+        # Kernel time: launches back to back with Proton's launch hooks (its
+        # per-launch buffer, copy and synchronisation) taken out, so that
+        # only the instrumented kernel is timed; smprof adds nothing per
+        # launch here (its buffer holds the batch, harvested at the
+        # synchronisation after it).
+        enter_hooks = list(knobs.runtime.launch_enter_hook.calls)
+        exit_hooks = list(knobs.runtime.launch_exit_hook.calls)
+        knobs.runtime.launch_enter_hook.calls[:] = []
+        knobs.runtime.launch_exit_hook.calls[:] = []
+        times = {label: [] for label in rows}
+        for _ in range(iters):
+            for label, (mode, prof) in rows.items():
+                times[label].append(batch(mode, prof, 10))
+        knobs.runtime.launch_enter_hook.calls[:] = enter_hooks
+        knobs.runtime.launch_exit_hook.calls[:] = exit_hooks
+        return {label: {"kernel_ms": statistics.median(times[label]), "min_ms": min(times[label]),
+                        "wall_ms": wall[label], "correct": correct[label], "regs": regs[label]} for label in rows}
+
+    none = {"none": (0, None)}
+    if variant == "plain":
+        figures = measure({**none, "compiled out": (1, None), "markers, no profiler": (1, sp.buffer())})
+    elif variant.startswith("smprof"):
+        figures = measure({**none, variant: (1, sp.buffer())})
+    elif variant == "proton":
+        # MODE 0 is timed before Proton starts: launches of a kernel without
+        # scopes while Proton's instrumentation was on died in libproton's
+        # exit hook with SIGFPE (Triton 3.6), so the rows are not
+        # interleaved in this process.
+        figures = measure(none)
+        pl.enable_semantic("triton")
+        mode_kwargs = json.loads(os.environ.get("SMPROF_BENCH_PROTON_MODE", "{}"))
+        proton.start("/tmp/smprof-bench-proton", data="trace", backend="instrumentation",
+                     mode=proton.mode.Default(**mode_kwargs))
+        figures.update(measure({"proton": (2, None)}))
+    else:
+        raise SystemExit(f"unknown variant {variant!r}")
+    print(json.dumps({"device": torch.cuda.get_device_name(), "rows": figures}), flush=True)
+    if variant == "proton":
+        # Proton's session is not finalized: writing the trace of every
+        # launch (tens of millions of events) takes minutes and measures
+        # nothing here. (smprof's process exits normally: its last harvest
+        # runs at exit.)
+        os._exit(0)
+
+
+def run_child(variant: str, args, smprof_run: str | None) -> dict | None:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", variant, "--iters", str(args.iters), "--burst",
+           str(args.burst)] + (["--dump", os.path.abspath(args.dump)] if args.dump else [])
+    env = dict(os.environ)
+    if variant.startswith("smprof"):
+        if smprof_run is None:
+            print(f"{variant}: skipped (smprof-run not found)", file=sys.stderr)
+            return None
+        trace = os.path.join(tempfile.mkdtemp(prefix="smprof-bench-"), "matmul.pftrace")
+        cmd = [smprof_run, "--quiet", "-o", trace, "--"] + cmd
+        if variant == "smprof-w1":
+            env["SMPROF_WARPS"] = "0,4"
+    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0:
+        print(f"{variant}: exit status {out.returncode} after its figures" if lines else "", file=sys.stderr)
+    if not lines:
+        print(f"{variant}: failed (exit status {out.returncode})", file=sys.stderr)
+        return None
+    return json.loads(lines[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--child")
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--burst", type=int, default=50)
+    parser.add_argument("--smprof-run")
+    parser.add_argument("--variants", default="plain,smprof,smprof-w1,proton")
+    parser.add_argument("--dump", help="write each row's PTX and SASS into this directory")
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.iters, args.burst, args.dump)
+        return 0
+    smprof_run = args.smprof_run
+    if smprof_run is None:
+        from smprof import ToolNotFound, tool_path
+        try:
+            smprof_run = tool_path("smprof-run")
+        except ToolNotFound as e:
+            print(e, file=sys.stderr)
+    print("triton_matmul: 4096^3 fp16, 128x128x64 tiles, 8 warps, 3 stages; ranges load+mma per K iteration "
+          f"(2,097,152 events per launch); median of {args.iters}, burst {args.burst}")
+    print(f"{'process':<10} {'row':<22} {'kernel ms':>10} {'vs none':>8} {'wall ms':>9} {'vs none':>8} {'regs':>5}  correct")
+    failed = False
+    for variant in args.variants.split(","):
+        result = run_child(variant, args, smprof_run)
+        if result is None:
+            failed = True
+            continue
+        rows = result["rows"]
+        base = rows["none"]
+        for label, r in rows.items():
+            print(f"{variant:<10} {label:<22} {r['kernel_ms']:>10.4f} {r['kernel_ms'] / base['kernel_ms']:>8.3f} "
+                  f"{r['wall_ms']:>9.4f} {r['wall_ms'] / base['wall_ms']:>8.3f} {r['regs']:>5}  {r['correct']}")
+            failed |= not r["correct"]
+        print(f"{'':<10} device: {result['device']}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

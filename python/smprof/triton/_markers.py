@@ -1,0 +1,178 @@
+"""The markers a @triton.jit kernel calls: Triton builtins that emit one
+inline-asm statement each (_marker_ptx.py has the PTX, and why).
+
+They run at compile time, in Triton's code generator (which passes
+`_semantic`), like `tl.load`. `prof` is the kernel's smprof argument: a
+pointer (sp.buffer()) keeps the markers, None removes them at compile
+time (Triton specialises a None argument into a constant). Names are
+compile-time strings; values are scalars of an integer type (a 64-bit one
+takes a second slot) or compile-time integers.
+"""
+
+from __future__ import annotations
+
+from triton.language import core as tl
+
+from smprof.triton import _marker_ptx as mp
+
+
+def _unwrap(x):
+    return x.value if isinstance(x, tl.constexpr) else x
+
+
+def _records(prof) -> bool:
+    prof = _unwrap(prof)
+    if prof is None:
+        return False
+    ty = getattr(prof, "type", None)
+    if not isinstance(prof, tl.tensor) or not isinstance(ty, tl.pointer_type):
+        raise TypeError(f"smprof: `prof` must be the kernel argument given sp.buffer() (or None), not {prof!r}")
+    return True
+
+
+def _name(name, what: str) -> str:
+    name = _unwrap(name)
+    if not isinstance(name, str):
+        raise TypeError(f"smprof: the name of {what} must be a compile-time string "
+                        f"(a literal or a tl.constexpr), not {name!r}")
+    return name
+
+
+def _value(v, what: str, _semantic):
+    """(mp.Value, asm args) for a value: a runtime scalar or a constant."""
+    v = _unwrap(v)
+    if isinstance(v, bool):
+        v = int(v)
+    if isinstance(v, int):
+        if not -(1 << 63) <= v < (1 << 64):
+            raise ValueError(f"smprof: {what} {v} does not fit 64 bits")
+        return mp.Value(constant=v, wide=not -(1 << 31) <= v < (1 << 32)), []
+    if not isinstance(v, tl.tensor):
+        raise TypeError(f"smprof: {what} must be an integer scalar or a compile-time int, not {v!r}")
+    if v.type.is_block():
+        raise TypeError(f"smprof: {what} must be a scalar, not a block of shape {v.shape} "
+                        "(reduce it first, e.g. tl.sum or tl.max)")
+    sca = v.dtype
+    if sca.is_ptr():
+        return mp.Value(operand="$1", wide=True), [v.to(tl.int64, bitcast=False, _semantic=_semantic)]
+    if not sca.is_int() and not sca.is_bool():
+        raise TypeError(f"smprof: {what} must be an integer, not {sca} (values are integers; scale "
+                        "a float, e.g. (x * 1000).to(tl.int32))")
+    if sca.primitive_bitwidth == 64:
+        return mp.Value(operand="$1", wide=True), [v]
+    if sca.primitive_bitwidth < 32 or sca.is_bool():
+        v = v.to(tl.int32, _semantic=_semantic)
+    return mp.Value(operand="$1"), [v]
+
+
+def _emit(kind: int, flags: int, name: str, value: mp.Value, args, _semantic) -> None:
+    asm = mp.marker(kind, flags, name, value)
+    if value.operand is None:
+        constraints = "=r"
+    else:
+        constraints = "=r," + ("l" if value.wide else "r")
+    tl.inline_asm_elementwise(asm, constraints, args, dtype=tl.int32, is_pure=False, pack=1, _semantic=_semantic)
+
+
+def _mark(prof, kind: int, name, what: str, _semantic, value=None, arg=None, counter=False) -> None:
+    if not _records(prof):
+        return
+    text = _name(name, what)
+    value = _unwrap(value)
+    arg = _unwrap(arg)
+    if value is not None and arg is not None:
+        raise TypeError(f"smprof: {what} takes value= or arg=, not both (arg formats the name)")
+    flags = 0
+    if arg is not None:
+        v, args = _value(arg, "arg", _semantic)
+        if v.wide:
+            raise TypeError("smprof: arg= is a 32-bit integer (it fills a %d in the name)")
+        flags = mp.FLAG_NAME_VALUE
+    elif value is not None:
+        v, args = _value(value, "value", _semantic)
+        flags = mp.FLAG_HAS_VALUE | (mp.FLAG_COUNTER if counter else 0)
+    else:
+        v, args = mp.Value(), []
+    _emit(kind, flags, text, v, args, _semantic)
+
+
+@tl.builtin
+def begin(prof, name, arg=None, _semantic=None):
+    """Opens the range `name` for this warp (closed by end(prof, name))."""
+    _mark(prof, mp.KIND_BEGIN, name, "begin", _semantic, arg=arg)
+
+
+@tl.builtin
+def end(prof, name, value=None, arg=None, _semantic=None):
+    """Closes the latest open range `name`; `value` is shown with it."""
+    _mark(prof, mp.KIND_END, name, "end", _semantic, value=value, arg=arg)
+
+
+@tl.builtin
+def instant(prof, name, value=None, arg=None, _semantic=None):
+    """A point in time, with an optional integer `value`."""
+    _mark(prof, mp.KIND_INSTANT, name, "instant", _semantic, value=value, arg=arg)
+
+
+@tl.builtin
+def counter(prof, name, value, _semantic=None):
+    """A sample of the counter `name` (a counter track per warp)."""
+    if _unwrap(value) is None:
+        raise TypeError("smprof: counter(prof, name, value) needs a value")
+    _mark(prof, mp.KIND_INSTANT, name, "counter", _semantic, value=value, counter=True)
+
+
+@tl.builtin
+def phase(prof, name, arg=None, _semantic=None):
+    """Ends the warp's open phase (if any) and starts phase `name`."""
+    _mark(prof, mp.KIND_PHASE, name, "phase", _semantic, arg=arg)
+
+
+@tl.builtin
+def phase_end(prof, _semantic=None):
+    """Ends the warp's open phase."""
+    _mark(prof, mp.KIND_PHASE_END, "", "phase_end", _semantic)
+
+
+def _async(prof, kind: int, name, token, what: str, _semantic) -> None:
+    if not _records(prof):
+        return
+    text = _name(name, what)
+    v, args = _value(token, "token", _semantic)
+    if v.wide:
+        raise TypeError(f"smprof: the token of {what} is a 32-bit integer")
+    _emit(kind, 0, text, v, args, _semantic)
+
+
+@tl.builtin
+def async_begin(prof, name, token, _semantic=None):
+    """Opens span `name` with `token`; any warp of the block may close it."""
+    _async(prof, mp.KIND_ASYNC_BEGIN, name, token, "async_begin", _semantic)
+
+
+@tl.builtin
+def async_end(prof, name, token, _semantic=None):
+    """Closes the span `name` opened with `token` in this block."""
+    _async(prof, mp.KIND_ASYNC_END, name, token, "async_end", _semantic)
+
+
+class range:  # noqa: A001 - the name users write: `with sp.range(prof, "mma"):`
+    """`with sp.range(prof, "mma"):` - begin on entry, end on exit.
+
+    Triton runs a `with` statement at compile time and passes `_semantic` to
+    the context manager's constructor.
+    """
+
+    def __init__(self, prof, name, arg=None, _semantic=None):
+        self.prof = prof
+        self.name = name
+        self.arg = arg
+        self.semantic = _semantic
+
+    def __enter__(self):
+        begin(self.prof, self.name, arg=self.arg, _semantic=self.semantic)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        end(self.prof, self.name, arg=self.arg, _semantic=self.semantic)
+        return False

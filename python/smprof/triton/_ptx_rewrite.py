@@ -1,0 +1,194 @@
+"""Makes a Triton module with smprof markers look like a CUDA C++ module
+that includes smprof's header: the injector then finds it, lights and darkens
+it, and reads its names exactly as it does for CUDA C++ (no injector change).
+
+Runs on the PTX text Triton produces (installed as a wrapper of the "ptx"
+compile stage by _hook.py), before ptxas. For a module whose PTX holds
+markers (_marker_ptx.py) it:
+
+  * declares the two module globals the injector looks up by name:
+    g_arena<2> (a 64-byte wire::ArenaRef in .const, zero until the injector
+    publishes the arena) and g_name_base<2> (here the module's name table:
+    byte 0 unused, then every marker name NUL-terminated, no cap);
+  * replaces each name token by the name's offset in that table;
+  * puts the prologue (the warp's recording state in function-scope
+    registers) at the top of every kernel with markers;
+  * numbers every marker occurrence, so that the labels of copies Triton
+    made of one marker (unrolled, pipelined loops) stay distinct, moves the
+    markers' cold stubs behind the kernel's last instruction and adds the
+    kernel's one claim routine there (_marker_ptx.claim_routine), which the
+    stubs jump to and which returns to the marker by an indexed branch.
+
+A module without markers comes back unchanged. Markers in a non-inlined
+function (a separate PTX .func) are refused: they could not see the kernel's
+registers. Pure text processing: tested on the CPU (python/tests).
+"""
+
+from __future__ import annotations
+
+import re
+
+from smprof.triton import _marker_ptx as mp
+
+
+class RewriteError(Exception):
+    """The module's markers cannot be laid out (the message says why)."""
+
+
+_NAME_RE = re.compile(re.escape(mp.NAME_COMMENT) + r" ([0-9a-f]{8}) ([0-9a-f]*)")
+_TOKEN_RE = re.compile(re.escape(mp.PREFIX) + r"n([0-9a-f]{8})\b")
+_FUNC_RE = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+|\.extern\s+)*\.(entry|func)\b[^(]*?([A-Za-z_$][\w$]*)\s*\(")
+
+
+def has_markers(ptx: str) -> bool:
+    return mp.MARKER_BEGIN.split(" SMPROF2_ID")[0] in ptx
+
+
+def _names(ptx: str) -> dict[int, bytes]:
+    """hash -> name bytes, from the markers' name comments (checked)."""
+    names: dict[int, bytes] = {}
+    for m in _NAME_RE.finditer(ptx):
+        h = int(m.group(1), 16)
+        data = bytes.fromhex(m.group(2))
+        if mp.fnv1a32(data) != h:
+            raise RewriteError(f"marker name {data!r}: its hash {h:08x} does not match (corrupted PTX?)")
+        if b"\0" in data:
+            raise RewriteError(f"marker name {data!r} contains a NUL byte")
+        other = names.setdefault(h, data)
+        if other != data:
+            raise RewriteError(
+                f"marker names {other.decode('utf-8', 'replace')!r} and {data.decode('utf-8', 'replace')!r} "
+                f"have the same 32-bit hash {h:08x}: rename one of them")
+    return names
+
+
+def name_table(names: dict[int, bytes]) -> tuple[bytes, dict[int, int]]:
+    """The table's bytes and each name's offset (names in order of first use)."""
+    table = bytearray(b"\0")
+    offsets = {}
+    for h, data in names.items():
+        offsets[h] = len(table)
+        table += data + b"\0"
+    return bytes(table), offsets
+
+
+def _depth_change(line: str) -> int:
+    code = line.split("//", 1)[0]
+    return code.count("{") - code.count("}")
+
+
+def _functions(lines: list[str]) -> list[tuple[str, str, int, int]]:
+    """(kind, name, index of the body's '{' line, index of its '}' line)."""
+    found = []
+    i = 0
+    while i < len(lines):
+        m = _FUNC_RE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        kind, name = m.group(1), m.group(2)
+        j = i
+        while j < len(lines) and lines[j].split("//", 1)[0].strip() != "{":
+            if lines[j].rstrip().endswith(";"):  # a declaration (prototype), no body
+                break
+            j += 1
+        if j >= len(lines) or lines[j].split("//", 1)[0].strip() != "{":
+            i = j + 1
+            continue
+        depth = 0
+        k = j
+        while k < len(lines):
+            depth += _depth_change(lines[k])
+            if depth == 0:
+                break
+            k += 1
+        if depth != 0:
+            raise RewriteError(f"function {name}: its body does not end (unbalanced braces)")
+        found.append((kind, name, j, k))
+        i = k + 1
+    return found
+
+
+def _rewrite_body(body: list[str], next_id: int) -> tuple[list[str], list[str], int]:
+    """Numbers the markers of one function body, takes their cold stubs
+    out and adds the kernel's claim routine after them. Returns (body, lines
+    for the function's end, next free id)."""
+    out: list[str] = []
+    cold: list[str] = []
+    returns: list[str] = []
+    marker_id = None
+    in_cold = False
+    begin = mp.MARKER_BEGIN.split(" SMPROF2_ID")[0]
+    for line in body:
+        text = line.strip()
+        if text.startswith(begin):
+            marker_id = next_id
+            next_id += 1
+            returns.append(f"{mp.PREFIX}L{marker_id}_back")
+        if marker_id is not None:
+            line = line.replace("SMPROF2_IDX", str(len(returns) - 1)).replace("SMPROF2_ID", str(marker_id))
+        if text == mp.COLD_BEGIN:
+            in_cold = True
+        (cold if in_cold else out).append(line)
+        if text == mp.COLD_END:
+            in_cold = False
+        if text == mp.MARKER_END:
+            marker_id = None
+    if in_cold:
+        raise RewriteError("a marker's cold stub does not end (truncated asm?)")
+    return out, cold + mp.claim_routine(returns), next_id
+
+
+def rewrite(ptx: str) -> str:
+    """The module with smprof's globals, prologues and names laid out."""
+    if not has_markers(ptx):
+        return ptx
+    names = _names(ptx)
+    table, offsets = name_table(names)
+
+    def token(m: re.Match) -> str:
+        h = int(m.group(1), 16)
+        if h not in offsets:
+            raise RewriteError(f"marker name token {m.group(0)} has no name declaration")
+        return str(offsets[h])
+
+    lines = _TOKEN_RE.sub(token, ptx).split("\n")
+    functions = _functions(lines)
+    marker_start = mp.MARKER_BEGIN.split(" SMPROF2_ID")[0]
+    out: list[str] = []
+    at = 0
+    next_id = 0
+    for kind, name, open_i, close_i in functions:
+        body = lines[open_i + 1:close_i]
+        if not any(marker_start in b for b in body):
+            continue
+        if kind != "entry":
+            raise RewriteError(
+                f"function {name} has smprof markers but is not inlined into its kernel: "
+                "remove noinline=True from its @triton.jit (markers need the kernel's registers)")
+        body, cold, next_id = _rewrite_body(body, next_id)
+        out += lines[at:open_i + 1]
+        out += mp.prologue()
+        out += body
+        out.append("// smprof2: the markers' cold stubs and the claim routine")
+        out += cold
+        out.append(lines[close_i])
+        at = close_i + 1
+    out += lines[at:]
+    if next_id == 0:
+        raise RewriteError("smprof markers found outside any kernel body")
+    return _add_globals("\n".join(out), table)
+
+
+def _add_globals(ptx: str, table: bytes) -> str:
+    decl = [
+        "",
+        "// smprof2: what the injector looks up (include/smprof/wire.h, detail/record.cuh)",
+        f".visible .const .align 8 .b8 {mp.ARENA_SYMBOL}[64];",
+        f".visible .global .align 8 .b8 {mp.NAME_BASE_SYMBOL}[{len(table)}] = {{{', '.join(str(b) for b in table)}}};",
+        "",
+    ]
+    m = re.search(r"^\s*\.address_size\s+\d+\s*$", ptx, re.MULTILINE)
+    if m is None:
+        raise RewriteError("the PTX has no .address_size line to put smprof's globals after")
+    return ptx[:m.end()] + "\n" + "\n".join(decl) + ptx[m.end():]
