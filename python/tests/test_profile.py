@@ -11,6 +11,7 @@ Run by ctest (python.unit), which sets SMPROF_BUILD_DIR; outside it the tests
 that need smprof-run skip, saying so.
 """
 
+import importlib
 import json
 import os
 import subprocess
@@ -21,11 +22,13 @@ import time
 import unittest
 from unittest import mock
 
-import smprof.profile as P
+# The module, even once smprof/__init__.py binds smprof.profile to the class
+# (then `import smprof.profile as P` would give the class).
+P = importlib.import_module("smprof.profile")
 
 _HEADER = """
-import json, os, sys, warnings
-import smprof.profile as P
+import importlib, json, os, sys, warnings
+P = importlib.import_module("smprof.profile")
 warnings.simplefilter("always")
 def env_of(*names):
     return {n: os.environ.get(n) for n in names}
