@@ -105,7 +105,11 @@ ServeEnd WaitForCaller(int input, pid_t caller, const volatile sig_atomic_t& pen
     if (exited >= 0 ? fds[1].revents != 0 : !StillRunning(caller, parent)) break;
   }
   if (exited >= 0) close(exited);
+  // A signal that came with the end of the input is still pending: a ppoll
+  // that returns ready descriptors restores the mask without delivering it.
+  // Unblocking delivers it, before pthread_sigmask returns; then it counts.
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (!end.stopped && end.signal == 0) end.signal = pending_signal;
   return end;
 }
 

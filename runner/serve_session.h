@@ -55,7 +55,8 @@ struct ServeEnd {
 // Waits until `input` holds a line "stop", reaches its end (or fails), the
 // process `caller` exits, or `pending_signal` becomes non-zero. The signals
 // in `signals` are blocked except while waiting, so one that sets
-// `pending_signal` is never missed.
+// `pending_signal` is never missed; one that came with the end of the input
+// or the caller's exit is reported too.
 ServeEnd WaitForCaller(int input, pid_t caller, const volatile sig_atomic_t& pending_signal, const sigset_t& signals);
 
 // The command line of process `pid` (/proc/PID/cmdline); empty if it is gone
