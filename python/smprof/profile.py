@@ -178,6 +178,7 @@ class profile:
         if isinstance(extra_args, str):
             raise TypeError("extra_args: expected a list of arguments, got a string (write ['--buffer-mb', '256'])")
         self._args += [str(a) for a in extra_args]
+        self._pid = 0  # the process that entered the block
         self._proc: Optional[subprocess.Popen] = None
         self._saved_env: Dict[str, Optional[str]] = {}
         self._injector = None
@@ -213,6 +214,7 @@ class profile:
         return self
 
     def _start(self) -> None:
+        self._pid = os.getpid()
         command = [tool_path("smprof-run"), "--serve", "--serve-pid", str(os.getpid())] + self._args
         self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         try:
@@ -299,6 +301,12 @@ class profile:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         global _active, _ended
+        if os.getpid() != self._pid:
+            # A child forked in the block leaves it: the session (and the pipe
+            # to smprof-run it inherited) is its parent's; only its environment
+            # is its own.
+            self._restore_environment()
+            return False
         try:
             if self._injector is not None:
                 try:

@@ -217,6 +217,27 @@ class ProfileEndToEnd(unittest.TestCase):
         self.assertLess(c.result["seconds"], 6, "the end waited for the forked child")
         self.assertTrue(os.path.isfile(self.out))
 
+    def test_a_forked_child_leaving_the_block_does_not_end_the_session(self):
+        c = _child(
+            f"""
+            import time
+            with P.profile({self.out!r}, quiet=True) as run:
+                pid = os.fork()
+                if pid != 0:
+                    child = os.WEXITSTATUS(os.waitpid(pid, 0)[1])
+                    time.sleep(0.5)  # smprof-run would be gone by now had the child said stop
+                    still_serving = run._proc.poll() is None
+            if pid == 0:
+                os._exit(0 if os.environ.get("SMPROF_RUN_ID") is None else 9)
+            report(still_serving=still_serving, finished=run.finished, child=child)
+            """,
+            self.dir.name,
+        )
+        self.assertEqual(c.code, 0, c)
+        self.assertTrue(c.result["still_serving"])
+        self.assertTrue(c.result["finished"])
+        self.assertEqual(c.result["child"], 0, "the child's environment was not restored")
+
     def test_a_caller_that_dies_in_the_block_still_gets_its_trace(self):
         trace = os.path.join(self.dir.name, "dead.json")
         c = _child(f"P.profile({trace!r}, quiet=True).__enter__()\nos._exit(7)", self.dir.name)
