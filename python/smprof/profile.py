@@ -215,7 +215,7 @@ class profile:
 
     def _start(self) -> None:
         self._pid = os.getpid()
-        command = [tool_path("smprof-run"), "--serve", "--serve-pid", str(os.getpid())] + self._args
+        command = [tool_path("smprof-run"), "--serve", "--serve-pid", str(self._pid)] + self._args
         self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         try:
             env = self._wait_ready()
@@ -234,7 +234,7 @@ class profile:
             proc.kill()
             proc.wait()
             raise ProfileError(
-                f"smprof-run --serve was not ready within {READY_TIMEOUT_S:.0f} s and was stopped; rerun with "
+                f"smprof-run --serve was not ready within {READY_TIMEOUT_S:g} s and was stopped; rerun with "
                 "extra_args=['--log-level', 'debug'] to see why"
             ) from None
         if line is None:
@@ -342,7 +342,7 @@ class profile:
             proc.kill()
             proc.wait()
             error = (
-                f"smprof-run did not finish the trace within {FINISH_TIMEOUT_S:.0f} s and was stopped; "
+                f"smprof-run did not finish the trace within {FINISH_TIMEOUT_S:g} s and was stopped; "
                 f"what it wrote is in {self.output} or {self.output}.partial"
             )
             if raise_errors:
