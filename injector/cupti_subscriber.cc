@@ -306,12 +306,19 @@ bool Subscribe(Profiler* profiler, std::string* holder_out) {
 
 void StopCallbacks() { g_stopped.store(true); }
 
+std::atomic<bool> g_records_enabled{false};
+
 void EnableKernelRecords() {
-  static std::atomic<bool> enabled{false};
-  if (enabled.exchange(true)) return;
+  if (g_records_enabled.exchange(true)) return;
   OwnCalls guard;
   CheckCupti(cuptiActivityRegisterCallbacks(OnBufferRequested, OnBufferCompleted), "cuptiActivityRegisterCallbacks");
   CheckCupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable(CONCURRENT_KERNEL)");
+}
+
+void DisableKernelRecords() {
+  if (!g_records_enabled.load()) return;
+  OwnCalls guard;
+  CheckCupti(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityDisable(CONCURRENT_KERNEL)");
 }
 
 }  // namespace smprof::injector

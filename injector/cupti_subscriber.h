@@ -28,5 +28,8 @@ void StopCallbacks();
 // Starts CUPTI's kernel records (idempotent). Deferred to the first context
 // that records: every kernel launch of the process pays for them.
 void EnableKernelRecords();
+// Stops CUPTI's kernel records if they were started, for good (a process
+// that goes on after its profiling session).
+void DisableKernelRecords();
 
 }  // namespace smprof::injector

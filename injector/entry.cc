@@ -1,5 +1,10 @@
 // Entry points of libsmprof_inject.so: the only exported symbols (exports.map).
 //
+// A process that profiles itself (smprof.profile() in Python, under
+// smprof-run --serve) loads the library, sets the variables smprof-run gave
+// it and calls InitializeInjection(), then smprof_inject_stop() to end the
+// session (startup.h: one per process).
+//
 // CUDA_INJECTION64_PATH: the driver dlopens the library during cuInit and
 // calls InitializeInjection.
 // LD_PRELOAD (smprof-run --preload): the constructor runs in every process of
@@ -18,6 +23,14 @@
 extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
   smprof::injector::Start();
   return 1;  // never fail the application's cuInit
+}
+
+// Ends the session: the last harvest of every context, shipped (it waits,
+// boundedly, for kernels still recording), then later launches are ignored.
+// Returns 1 if profiling was active and is now stopped, 0 otherwise (never
+// started, or stopped already).
+extern "C" __attribute__((visibility("default"))) int smprof_inject_stop(void) {
+  return smprof::injector::Stop() ? 1 : 0;
 }
 
 namespace {

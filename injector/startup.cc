@@ -147,16 +147,20 @@ bool StartOnce() {
   return true;
 }
 
-void ShutdownOnce() {
+bool ShutdownOnce() {
   Injector* in = g_injector;
   static std::atomic<bool> once{false};
-  if (in == nullptr || getpid() != in->pid || once.exchange(true)) return;
+  if (in == nullptr || getpid() != in->pid || once.exchange(true)) return false;
   OwnCalls guard;
   // Other threads' launches still take the gate during this last harvest;
   // only afterwards does the profiler stop looking at callbacks.
   in->profiler->Shutdown();
   StopCallbacks();
+  // Nothing is freed: a kernel still writing (its module lit by a launch on
+  // another thread during the harvest) writes into an arena that stays
+  // allocated for the life of the process, and is never read again.
   in->producer->Detach();
+  return true;
 }
 
 }  // namespace
@@ -174,12 +178,24 @@ bool Start() {
   return false;
 }
 
-void Shutdown() {
+bool Shutdown() {
   try {
-    ShutdownOnce();
+    return ShutdownOnce();
   } catch (...) {
     Log().error("the last harvest failed with an internal error; events since the previous one are lost");
   }
+  return true;  // the session ended, if badly
+}
+
+bool Stop() {
+  if (!Shutdown()) return false;
+  try {
+    DisableKernelRecords();
+  } catch (...) {
+    Log().error("stopping CUPTI's kernel records failed with an internal error");
+  }
+  Log().info("profiling stopped (pid {}); this process cannot start profiling again", getpid());
+  return true;
 }
 
 }  // namespace smprof::injector

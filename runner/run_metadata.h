@@ -29,13 +29,24 @@ struct RunContext {
   std::string output;                                              // the trace path asked for
   Environment environment;                                         // smprof-run's environment
   std::vector<std::pair<std::string, std::string>> app_variables;  // set for the program
+  // --serve: the process served and its command line (what "command" records).
+  int64_t caller_pid = 0;
+  std::vector<std::string> caller_command;
 };
 
 // {"command", "smprof_run", "cwd", "host", "start_time" (ISO 8601 UTC),
 //  "start_unix_ns", "smprof_version", "smprof_revision", "run_id", "output",
 //  "settings": {VAR: {"value", "source"}}, "options": {...},
 //  "environment": {...}, "program_environment": {...}}
+// With --serve, "command" is the caller's command line, "caller_pid" its pid,
+// and "program_environment" holds what the caller was told to set.
 nlohmann::json RunMetadata(const RunOptions& options, const RunContext& context);
+
+// How a --serve run ended: {"status": "stopped"} (the caller said "stop"),
+// {"status": "caller_gone"} (stdin ended or the caller exited without it), or
+// {"status": "signal", "signal": N, "signal_name": "SIGTERM"} (smprof-run was
+// told to stop).
+nlohmann::json ServeExitMetadata(bool stopped, int signal);
 
 // How the program ended, from its wait status: {"status": "exited",
 // "code": N} or {"status": "killed", "signal": N, "signal_name": "...",

@@ -30,6 +30,16 @@ constexpr OptionSpec kOwnOptions[] = {
      "also preload the injector into every process (by default the\n"
      "driver loads it at cuInit through CUDA_INJECTION64_PATH)"},
     {'q', "quiet", false, nullptr, "print no summary"},
+    {0, "serve", false, nullptr,
+     "no program: start the collector, print the line\n"
+     "{\"ready\": true, \"env\": {...}} to stdout (what the caller\n"
+     "sets to load the injector itself), wait until stdin ends,\n"
+     "a line \"stop\" comes or the caller exits, then end the run\n"
+     "as after a program (smprof.profile() in Python uses it)"},
+    {0, "serve-pid", true, "PID",
+     "with --serve: the process served, whose command line the\n"
+     "trace records and whose exit ends the run (default: the\n"
+     "parent of smprof-run)"},
     {'h', "help", false, nullptr, "print this help"},
     {0, "version", false, nullptr, "print the version"},
 };
@@ -67,6 +77,30 @@ std::string OptionLabel(char short_name, const char* long_name, const char* valu
   left += std::string("--") + long_name;
   if (value_name != nullptr) left += std::string(" ") + value_name;
   return left;
+}
+
+bool ParseServePid(const std::string& text, int64_t* pid) {
+  if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos) return false;
+  *pid = std::stoll(text);
+  return *pid > 0;
+}
+
+// --serve runs no program, and the options that only concern one do not apply.
+ParseOutcome CheckServeOptions(const RunOptions& options, std::string* error) {
+  if (!options.serve) {
+    *error = "--serve-pid needs --serve: write smprof-run --serve --serve-pid PID [options]";
+    return ParseOutcome::kError;
+  }
+  if (!options.program.empty()) {
+    *error = "--serve runs no program, but '" + options.program[0] +
+             "' was given: drop it (the caller loads the injector itself), or drop --serve to run it";
+    return ParseOutcome::kError;
+  }
+  if (options.preload) {
+    *error = "--preload does not apply to --serve (the caller loads the injector itself): drop --preload";
+    return ParseOutcome::kError;
+  }
+  return ParseOutcome::kServe;
 }
 
 }  // namespace
@@ -150,6 +184,13 @@ ParseOutcome ParseRunOptions(const std::vector<std::string>& args, const Environ
       options->preload = true;
     } else if (name == "quiet") {
       options->quiet = true;
+    } else if (name == "serve") {
+      options->serve = true;
+    } else if (name == "serve-pid") {
+      if (!ParseServePid(value, &options->serve_pid)) {
+        *error = shown + " needs a process id (a positive integer), got '" + value + "'";
+        return ParseOutcome::kError;
+      }
     }
   }
   options->program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
@@ -171,6 +212,7 @@ ParseOutcome ParseRunOptions(const std::vector<std::string>& args, const Environ
     options->sources[spec.id] = source;
   }
 
+  if (options->serve || options->serve_pid != 0) return CheckServeOptions(*options, error);
   if (options->program.empty()) {
     *error = "no program given: write smprof-run [options] [--] program [args...]";
     return ParseOutcome::kUsage;
@@ -180,6 +222,7 @@ ParseOutcome ParseRunOptions(const std::vector<std::string>& args, const Environ
 
 std::string UsageText() {
   return "usage: smprof-run [options] [--] program [args...]\n"
+         "       smprof-run --serve [--serve-pid PID] [options]\n"
          "Try 'smprof-run --help' for the options.\n";
 }
 
@@ -187,6 +230,7 @@ std::string VersionText() { return std::string("smprof-run ") + BuildVersion() +
 
 std::string HelpText() {
   std::string help = R"(usage: smprof-run [options] [--] program [args...]
+       smprof-run --serve [--serve-pid PID] [options]
 
 Runs the program with smprof injected and writes one Perfetto trace of the
 regions its CUDA kernels mark and of the launch calls and harvests on its
@@ -202,6 +246,18 @@ a run that is killed leaves PATH.partial, readable as it is. smprof-run never
 overwrites a file without --force: an existing PATH stops it before the
 program starts, and a file created at PATH during the run makes the trace land
 at PATH-2 (the summary names it).
+
+With --serve there is no program: the caller profiles itself (Python:
+`with smprof.profile("t.pftrace"): ...`). smprof-run checks the output and
+starts the collector as for a program, prints the JSON line
+{"ready": true, "env": {...}} to stdout, and waits. The caller sets those
+variables in its own environment, loads the injector (SMPROF_INJECTOR) and
+calls its InitializeInjection(); to end, it calls smprof_inject_stop() and
+writes "stop" to smprof-run's stdin (or closes it; the caller's exit ends the
+run too). smprof-run then finishes the trace, prints the summary to stderr,
+writes the JSON line {"done": true, "trace": PATH, ...} to stdout and exits 0
+(1 if the collector failed). Errors before the ready line exit 2 or 1 as
+above, without it.
 
 Options (an option overrides the environment variable named with it):
 )";
@@ -262,17 +318,24 @@ std::vector<std::pair<std::string, std::string>> SettingVariables(const RunOptio
   return vars;
 }
 
-std::vector<std::pair<std::string, std::string>> AppEnvironment(const RunOptions& options, const std::string& run_id,
-                                                                const Helpers& helpers, const std::string& ld_preload) {
+std::vector<std::pair<std::string, std::string>> InjectorEnvironment(const RunOptions& options,
+                                                                     const std::string& run_id,
+                                                                     const std::string& injector) {
   std::vector<std::pair<std::string, std::string>> vars;
   vars.emplace_back(kEnvRunId, run_id);
-  vars.emplace_back(kEnvInjector, helpers.injector);
+  vars.emplace_back(kEnvInjector, injector);
+  for (auto& var : SettingVariables(options)) vars.push_back(std::move(var));
+  return vars;
+}
+
+std::vector<std::pair<std::string, std::string>> AppEnvironment(const RunOptions& options, const std::string& run_id,
+                                                                const Helpers& helpers, const std::string& ld_preload) {
+  std::vector<std::pair<std::string, std::string>> vars = InjectorEnvironment(options, run_id, helpers.injector);
   vars.emplace_back("CUDA_INJECTION64_PATH", helpers.injector);
   std::string preload = helpers.preload;
   if (options.preload) preload += ":" + helpers.injector;
   if (!ld_preload.empty()) preload += ":" + ld_preload;
   vars.emplace_back("LD_PRELOAD", preload);
-  for (auto& var : SettingVariables(options)) vars.push_back(std::move(var));
   return vars;
 }
 

@@ -31,10 +31,16 @@ struct RunOptions {
   // default are absent, and are not passed to the application.
   std::map<Setting, std::string> sources;
   std::vector<std::string> program;  // program and its arguments
+  // --serve: no program; smprof-run serves the run to its caller, a process
+  // that loads the injector itself (smprof.profile() in Python), until its
+  // standard input ends (see runner/serve_session.h).
+  bool serve = false;
+  int64_t serve_pid = 0;  // --serve-pid: the process served (0: smprof-run's parent)
 };
 
 enum class ParseOutcome {
   kRun,      // options and program are valid
+  kServe,    // options are valid and --serve was given (no program)
   kHelp,     // print HelpText() to stdout, exit 0
   kVersion,  // print VersionText() to stdout, exit 0
   kError,    // print "smprof-run: <error>" (and for kUsage the usage), exit 2
@@ -59,7 +65,16 @@ std::string DefaultOutputPath(const std::string& program, int64_t now_unix_secon
 // options.sources, as SettingText writes it.
 std::vector<std::pair<std::string, std::string>> SettingVariables(const RunOptions& options);
 
-// The variables to set in the application's environment. `ld_preload` is the
+// The variables a process that loads the injector itself needs (--serve):
+// SMPROF_RUN_ID, SMPROF_INJECTOR (`injector`) and SettingVariables(). Not
+// CUDA_INJECTION64_PATH nor LD_PRELOAD: those make the driver and the dynamic
+// linker load smprof, which only a program started by smprof-run needs.
+std::vector<std::pair<std::string, std::string>> InjectorEnvironment(const RunOptions& options,
+                                                                     const std::string& run_id,
+                                                                     const std::string& injector);
+
+// The variables to set in the application's environment: InjectorEnvironment()
+// and the two that load smprof. `ld_preload` is the
 // application's current LD_PRELOAD (empty if unset). The preload shim goes
 // first in LD_PRELOAD (and with --preload the injector after it);
 // CUDA_INJECTION64_PATH names the injector, which the driver loads at cuInit.

@@ -44,6 +44,12 @@
 // reaping it (WNOWAIT), and its pid is cleared with the signals blocked
 // before it is reaped, so the handler never signals a reused pid.
 //
+// --serve: no program. The process that started smprof-run (or --serve-pid)
+// loads the injector itself; smprof-run does what it does for a program up
+// to starting it, hands the caller the variables through its stdout, waits
+// for the caller to finish (runner/serve_session.h), then ends the run as
+// after a program's exit.
+//
 // A collector that had to be killed (or died) leaves <output>.partial, maybe
 // cut inside an event: smprof-run cuts it after the last whole one, closes
 // the array and says where it is.
@@ -83,6 +89,7 @@
 #include "runner/install_layout.h"
 #include "runner/run_metadata.h"
 #include "runner/run_options.h"
+#include "runner/serve_session.h"
 
 extern char** environ;
 
@@ -249,8 +256,10 @@ struct Collector {
 
 // Starts the collector and waits for "ready\n". Returns false after printing
 // why (the collector prints its own error to our stderr).
+// With --serve (`serving`) the collector's stdout is our stderr: our stdout
+// is the caller's pipe, whose end must come when we end.
 bool StartCollector(const std::string& path, const std::string& run_id, const std::string& output, bool force,
-                    int summary_fd, const Settings& settings, Collector* collector) {
+                    int summary_fd, const Settings& settings, bool serving, Collector* collector) {
   int ready[2];
   int control[2];
   if (pipe2(ready, O_CLOEXEC) != 0 || pipe2(control, O_CLOEXEC) != 0) {
@@ -274,6 +283,7 @@ bool StartCollector(const std::string& path, const std::string& run_id, const st
       dup2(null_fd, STDIN_FILENO);
       if (null_fd != STDIN_FILENO) close(null_fd);
     }
+    if (serving) dup2(STDERR_FILENO, STDOUT_FILENO);
     for (int fd : {ready[1], control[0], summary_fd}) fcntl(fd, F_SETFD, 0);
     std::vector<std::string> args = {path,
                                      "--run-id",
@@ -758,6 +768,123 @@ std::string Hostname() {
   return gethostname(host, sizeof(host) - 1) == 0 ? std::string(host) : std::string();
 }
 
+// Checks the trace path before anything starts. Prints why and returns false
+// if the trace cannot go there.
+bool CheckOutput(const std::string& output, bool force) {
+  if (!IsDirectory(Dirname(output))) {
+    Error("cannot write the trace to " + output + ": directory " + Dirname(output) +
+          " does not exist; create it or choose another --output");
+    return false;
+  }
+  if (IsDirectory(output)) {
+    Error(output + " is a directory: give --output a file name");
+    return false;
+  }
+  if (!force && Exists(output) && !IsStreamPath(output)) {
+    Error(output + " already exists: choose another --output, or pass --force to overwrite it");
+    return false;
+  }
+  return true;
+}
+
+// From here on: Ctrl-C is the program's business (with --serve, the
+// caller's); forward the others, except those ignored when we started
+// (nohup), which stay ignored.
+void InstallSignalHandlers() {
+  RecordIgnoredSignals();
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa {};
+  sa.sa_handler = ForwardSignal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : kForwardedSignals) {
+    if (!g_ignored_at_start[sig]) sigaction(sig, &sa, nullptr);
+  }
+}
+
+// Runs the program, tells the collector how it ended, stops the collector and
+// prints the summary. Returns smprof-run's exit status.
+int RunAndReport(const RunOptions& options, const std::vector<std::pair<std::string, std::string>>& vars,
+                 const std::string& output, int summary_fd, Collector* collector) {
+  int exit_code = kExitCollectorFailed;
+  const ProgramResult program = RunProgram(options, vars);
+  switch (program.kind) {
+    case ProgramResult::kNotStarted:
+      // Nothing ran, so nothing was collected: the error line and no trace.
+      Error("cannot run '" + options.program[0] + "': " + std::strerror(program.exec_error));
+      exit_code = program.exec_error == ENOENT ? kExitNotFound : kExitNotExecutable;
+      SendControl(collector, {{"exit", {{"status", "not_started"}, {"error", std::strerror(program.exec_error)}}}});
+      if (StopCollector(collector, output)) {
+        const std::optional<CollectorSummary> summary = ReadSummary(summary_fd);
+        if (summary && summary->processes == 0) {
+          for (const std::string& file : {summary->trace, summary->stats_json, summary->stats_csv}) {
+            if (!file.empty()) unlink(file.c_str());
+          }
+        }
+      }
+      break;
+    case ProgramResult::kStopped:
+      exit_code = 128 + g_pending_signal;  // asked to stop before the program started
+      SendControl(collector, {{"exit", {{"status", "not_started"}, {"signal", static_cast<int>(g_pending_signal)}}}});
+      StopCollector(collector, output);
+      break;
+    case ProgramResult::kForkFailed:
+      StopCollector(collector, output);
+      break;
+    case ProgramResult::kRan: {
+      exit_code = ExitCodeOf(program.status);
+      SendControl(collector, {{"exit", ExitMetadata(program.status)}});
+      const size_t left = WaitForDescendants(collector, kDescendantTimeout);
+      if (left != 0) {
+        std::fprintf(stderr,
+                     "smprof: %zu process(es) of the run still running; events they record from now "
+                     "on are not in the trace\n",
+                     left);
+      }
+      StopCollector(collector, output);
+      PrintSummary(ReadSummary(summary_fd), output, options);
+      break;
+    }
+  }
+  return exit_code;
+}
+
+// --serve (serve_session.h): tells the caller what to set, waits until it is
+// done, then finishes the run as after a program and tells the caller where
+// the trace is. Returns 0, 1 if the collector failed, 128+N if signal N
+// ended the serving.
+int Serve(const RunOptions& options, const std::vector<std::pair<std::string, std::string>>& vars,
+          const std::string& output, int summary_fd, pid_t caller, Collector* collector) {
+  ServeEnd end;
+  if (WriteAll(STDOUT_FILENO, ReadyLine(vars))) {
+    sigset_t forwarded;
+    sigemptyset(&forwarded);
+    for (int sig : kForwardedSignals) sigaddset(&forwarded, sig);
+    end = WaitForCaller(STDIN_FILENO, caller, g_pending_signal, forwarded);
+  } else {
+    Error(std::string("cannot write the ready line to stdout (") + std::strerror(errno) +
+          "): the caller of smprof-run --serve must read its stdout");
+  }
+  SendControl(collector, {{"exit", ServeExitMetadata(end.stopped, end.signal)}});
+  const bool stopped = StopCollector(collector, output);
+  const std::optional<CollectorSummary> summary = ReadSummary(summary_fd);
+  PrintSummary(summary, output, options);
+  ServeResult result;
+  result.ok = stopped && summary.has_value();
+  result.trace = summary && !summary->trace.empty() ? Absolute(summary->trace) : output;
+  if (summary) {
+    result.stats_json = summary->stats_json.empty() ? "" : Absolute(summary->stats_json);
+    result.stats_csv = summary->stats_csv.empty() ? "" : Absolute(summary->stats_csv);
+    result.launches = summary->launches;
+    result.events = summary->events;
+    result.lost_events = summary->lost_total;
+  }
+  WriteAll(STDOUT_FILENO, DoneLine(result));  // a caller that is gone does not read it
+  if (end.signal != 0) return 128 + end.signal;
+  return result.ok ? 0 : kExitCollectorFailed;
+}
+
 int Main(int argc, char** argv) {
   const uint64_t start_ns = RealtimeNs();
   const std::vector<std::string> args(argv + 1, argv + argc);
@@ -779,55 +906,59 @@ int Main(int argc, char** argv) {
       Error(error);
       return kExitUsage;
     case ParseOutcome::kRun:
+    case ParseOutcome::kServe:
       break;
   }
 
   const std::string self_dir = SelfDirectory();
   Helpers helpers;
   std::string collector_path;
+  // --serve needs no preload shim: the caller loads the injector itself.
   if (!FindHelper(env, kEnvInjector, InjectorCandidates(self_dir), "the injector libsmprof_inject.so",
                   &helpers.injector, &error) ||
-      !FindHelper(env, kEnvPreload, PreloadCandidates(self_dir), "the preload shim libsmprof_preload.so",
-                  &helpers.preload, &error) ||
+      (!options.serve && !FindHelper(env, kEnvPreload, PreloadCandidates(self_dir),
+                                     "the preload shim libsmprof_preload.so", &helpers.preload, &error)) ||
       !FindHelper(env, kEnvCollector, CollectorCandidates(self_dir), "the collector smprof-collector", &collector_path,
                   &error)) {
     Error(error);
     return kExitUsage;
   }
 
+  // The process served, and what it runs: the "program" of a --serve run.
+  pid_t caller = 0;
+  if (options.serve) caller = options.serve_pid != 0 ? static_cast<pid_t>(options.serve_pid) : getppid();
+  if (options.serve && kill(caller, 0) != 0 && errno == ESRCH) {
+    Error("--serve-pid " + std::to_string(caller) + ": no such process; give the pid of the process to serve");
+    return kExitUsage;
+  }
+  const std::vector<std::string> caller_command = options.serve ? CommandLineOf(caller) : std::vector<std::string>();
+
   // Another tool already injects into this run (it started smprof-run):
-  // smprof's injection would make it fail, so smprof steps aside.
+  // smprof's injection would make it fail, so smprof steps aside. A --serve
+  // caller's injector finds that tool itself and tells the trace.
   auto variable = [&](const char* name) {
     auto it = env.find(name);
     return it == env.end() ? std::string() : it->second;
   };
   const std::string injection = variable("CUDA_INJECTION64_PATH");
   const std::string preload = variable("LD_PRELOAD");
-  std::string_view evidence;
-  const std::string_view tool = cuda_tools::InjectingTool(injection, preload, environ, helpers.injector, &evidence);
-  if (!tool.empty()) {
-    std::fprintf(stderr,
-                 "smprof: %.*s injects into this run (%.*s): smprof steps aside; the program runs unprofiled and "
-                 "no trace is written\n",
-                 static_cast<int>(tool.size()), tool.data(), static_cast<int>(evidence.size()), evidence.data());
-    return ExecUnprofiled(options);
+  if (!options.serve) {
+    std::string_view evidence;  // may point into `injection` or `preload`
+    const std::string_view tool = cuda_tools::InjectingTool(injection, preload, environ, helpers.injector, &evidence);
+    if (!tool.empty()) {
+      std::fprintf(stderr,
+                   "smprof: %.*s injects into this run (%.*s): smprof steps aside; the program runs unprofiled and "
+                   "no trace is written\n",
+                   static_cast<int>(tool.size()), tool.data(), static_cast<int>(evidence.size()), evidence.data());
+      return ExecUnprofiled(options);
+    }
   }
 
-  const std::string output = Absolute(
-      options.output.empty() ? DefaultOutputPath(options.program[0], std::time(nullptr), getpid()) : options.output);
-  if (!IsDirectory(Dirname(output))) {
-    Error("cannot write the trace to " + output + ": directory " + Dirname(output) +
-          " does not exist; create it or choose another --output");
-    return kExitUsage;
-  }
-  if (IsDirectory(output)) {
-    Error(output + " is a directory: give --output a file name");
-    return kExitUsage;
-  }
-  if (!options.force && Exists(output) && !IsStreamPath(output)) {
-    Error(output + " already exists: choose another --output, or pass --force to overwrite it");
-    return kExitUsage;
-  }
+  const std::string name_from =
+      options.serve ? (caller_command.empty() ? "caller" : caller_command[0]) : options.program[0];
+  const std::string output =
+      Absolute(options.output.empty() ? DefaultOutputPath(name_from, std::time(nullptr), getpid()) : options.output);
+  if (!CheckOutput(output, options.force)) return kExitUsage;
 
   // The summary comes back in an anonymous file: nothing to clean up, ever.
   const int summary_fd = memfd_create("smprof-summary", MFD_CLOEXEC);
@@ -836,27 +967,18 @@ int Main(int argc, char** argv) {
     return kExitCollectorFailed;
   }
 
-  // From here on: Ctrl-C is the program's business; forward the others,
-  // except those ignored when we started (nohup), which stay ignored.
-  RecordIgnoredSignals();
-  std::signal(SIGINT, SIG_IGN);
-  std::signal(SIGPIPE, SIG_IGN);
-  struct sigaction sa {};
-  sa.sa_handler = ForwardSignal;
-  sa.sa_flags = SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : kForwardedSignals) {
-    if (!g_ignored_at_start[sig]) sigaction(sig, &sa, nullptr);
-  }
+  InstallSignalHandlers();
   // Processes the program leaves behind become our children, so we can wait
   // for them (and their events) before stopping the collector.
-  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  if (!options.serve) prctl(PR_SET_CHILD_SUBREAPER, 1);
 
   const std::string run_id = MakeRunId();
   Collector collector;
   int exit_code = kExitCollectorFailed;
-  if (StartCollector(collector_path, run_id, output, options.force, summary_fd, options.settings, &collector)) {
-    const auto vars = AppEnvironment(options, run_id, helpers, preload);
+  if (StartCollector(collector_path, run_id, output, options.force, summary_fd, options.settings, options.serve,
+                     &collector)) {
+    const auto vars = options.serve ? InjectorEnvironment(options, run_id, helpers.injector)
+                                    : AppEnvironment(options, run_id, helpers, preload);
     RunContext context;
     context.argv.assign(argv, argv + argc);
     context.cwd = CurrentDirectory();
@@ -866,48 +988,11 @@ int Main(int argc, char** argv) {
     context.output = output;
     context.environment = env;
     context.app_variables = vars;
+    context.caller_pid = caller;
+    context.caller_command = caller_command;
     SendControl(&collector, {{"run", RunMetadata(options, context)}});
-
-    const ProgramResult program = RunProgram(options, vars);
-    switch (program.kind) {
-      case ProgramResult::kNotStarted:
-        // Nothing ran, so nothing was collected: the error line and no trace.
-        Error("cannot run '" + options.program[0] + "': " + std::strerror(program.exec_error));
-        exit_code = program.exec_error == ENOENT ? kExitNotFound : kExitNotExecutable;
-        SendControl(&collector, {{"exit", {{"status", "not_started"}, {"error", std::strerror(program.exec_error)}}}});
-        if (StopCollector(&collector, output)) {
-          const std::optional<CollectorSummary> summary = ReadSummary(summary_fd);
-          if (summary && summary->processes == 0) {
-            for (const std::string& file : {summary->trace, summary->stats_json, summary->stats_csv}) {
-              if (!file.empty()) unlink(file.c_str());
-            }
-          }
-        }
-        break;
-      case ProgramResult::kStopped:
-        exit_code = 128 + g_pending_signal;  // asked to stop before the program started
-        SendControl(&collector,
-                    {{"exit", {{"status", "not_started"}, {"signal", static_cast<int>(g_pending_signal)}}}});
-        StopCollector(&collector, output);
-        break;
-      case ProgramResult::kForkFailed:
-        StopCollector(&collector, output);
-        break;
-      case ProgramResult::kRan: {
-        exit_code = ExitCodeOf(program.status);
-        SendControl(&collector, {{"exit", ExitMetadata(program.status)}});
-        const size_t left = WaitForDescendants(&collector, kDescendantTimeout);
-        if (left != 0) {
-          std::fprintf(stderr,
-                       "smprof: %zu process(es) of the run still running; events they record from now "
-                       "on are not in the trace\n",
-                       left);
-        }
-        StopCollector(&collector, output);
-        PrintSummary(ReadSummary(summary_fd), output, options);
-        break;
-      }
-    }
+    exit_code = options.serve ? Serve(options, vars, output, summary_fd, caller, &collector)
+                              : RunAndReport(options, vars, output, summary_fd, &collector);
   }
   transport::RemoveRunSegments(run_id);
   close(summary_fd);

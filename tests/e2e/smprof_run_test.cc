@@ -3,12 +3,15 @@
 // is named and placed, the summary lines and hints, the run metadata, signal
 // handling, processes that outlive the program, a collector that dies
 // mid-write, smprof-run itself killed, stepping aside for other CUDA tools,
-// and that nothing (shared memory, temporary files) is left behind.
+// --serve (the test process plays the caller that profiles itself), and that
+// nothing (shared memory, temporary files) is left behind.
 //
 // This binary doubles as a program for smprof-run: with SMPROF_RUN_TEST_HELPER
 // set it plays a producer (see RunHelper) instead of running the tests.
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -40,9 +43,10 @@ namespace {
 
 constexpr uint64_t kT0 = 5000000000ull;
 
-// Sends `messages` as a producer of the run in SMPROF_RUN_ID; false on failure.
-bool SendAsProducer(const std::vector<smprof::testing::Bytes>& messages) {
-  const char* run_id = std::getenv("SMPROF_RUN_ID");
+// Sends `messages` as a producer of run `run_id` (by default the one in
+// SMPROF_RUN_ID); false on failure.
+bool SendAsProducer(const std::vector<smprof::testing::Bytes>& messages,
+                    const char* run_id = std::getenv("SMPROF_RUN_ID")) {
   if (run_id == nullptr) return false;
   smprof::transport::ProducerOptions options;
   options.ring_bytes = 1u << 20;
@@ -223,6 +227,59 @@ class SmprofRunTest : public testing::Test {
     EXPECT_GT(pid, 0);
     if (pid <= 0) return {};
     return Collect(pid, smprof::testing::WaitProcess(pid, kRunTimeout));
+  }
+
+  // smprof-run --serve with pipes for its stdin and stdout, as a caller holds them.
+  struct Serving {
+    pid_t pid = -1;
+    int to_stdin = -1;     // the write end of its stdin
+    int from_stdout = -1;  // the read end of its stdout
+  };
+  Serving StartServing(const std::vector<std::string>& args,
+                       const std::vector<std::pair<std::string, std::string>>& env = {}) {
+    int in[2];
+    int out[2];
+    Serving s;
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
+      ADD_FAILURE() << "pipe2 failed";
+      return s;
+    }
+    smprof::testing::ProcessSpec spec = Spec(args, env, {});
+    spec.stdin_fd = in[0];
+    spec.stdout_fd = out[1];
+    s.pid = smprof::testing::StartProcess(spec);
+    close(in[0]);
+    close(out[1]);
+    s.to_stdin = in[1];
+    s.from_stdout = out[0];
+    EXPECT_GT(s.pid, 0);
+    return s;
+  }
+
+  // Closes the caller's ends and waits for smprof-run.
+  RunResult FinishServing(Serving* s) {
+    if (s->to_stdin >= 0) close(s->to_stdin);
+    if (s->from_stdout >= 0) close(s->from_stdout);
+    s->to_stdin = s->from_stdout = -1;
+    if (s->pid <= 0) return {};
+    return Collect(s->pid, smprof::testing::WaitProcess(s->pid, kRunTimeout));
+  }
+
+  // One line (newline included) from `fd`; what came before the end of the
+  // stream or `timeout` otherwise.
+  static std::string ReadLine(int fd, std::chrono::seconds timeout = std::chrono::seconds(30)) {
+    std::string line;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (line.empty() || line.back() != '\n') {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd p{fd, POLLIN, 0};
+      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+      char c = 0;
+      if (read(fd, &c, 1) != 1) break;
+      line.push_back(c);
+    }
+    return line;
   }
 
   // The trace files (*.json) smprof-run left in work_.
@@ -803,6 +860,146 @@ TEST_F(SmprofRunTest, UnwritableOutputDirectoryIsRejected) {
   RunResult r = Run({"-o", "/nonexistent/dir/t.json", "/bin/sh", "-c", "exit 0"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(Contains(r.err, "does not exist")) << r.err;
+}
+
+// --- --serve -----------------------------------------------------------------
+
+// The run metadata (the "smprof run" instant's args) and the summary (the last
+// event's args) of a JSON trace.
+std::pair<nlohmann::json, nlohmann::json> RunAndSummary(const nlohmann::json& trace) {
+  nlohmann::json run;
+  for (const auto& e : trace) {
+    if (e.value("name", "") == "smprof run" && e.value("ph", "") == "i") run = e["args"];
+  }
+  return {run, trace.empty() ? nlohmann::json() : trace.back()["args"]};
+}
+
+// The caller (this test process, smprof-run's parent) gets the variables of
+// the run, ships to it as its injector would, says "stop", and gets the trace.
+TEST_F(SmprofRunTest, ServeHandsTheCallerTheRunAndFinishesItOnStop) {
+  const fs::path trace = dir_ / "serve.json";
+  Serving s = StartServing({"--serve", "-o", trace.string(), "-k", "gemm*"}, {{"SMPROF_BUFFER_MB", "16"}});
+  const std::string ready_text = ReadLine(s.from_stdout);
+  const nlohmann::json ready = nlohmann::json::parse(ready_text, nullptr, false);
+  ASSERT_TRUE(ready.is_object()) << ready_text;
+  EXPECT_EQ(ready_text.rfind("{\"ready\":true,", 0), 0u) << ready_text;
+  const nlohmann::json& env = ready["env"];
+  const std::string run_id = env.value("SMPROF_RUN_ID", "");
+  EXPECT_FALSE(run_id.empty()) << ready_text;
+  EXPECT_TRUE(fs::exists(env.value("SMPROF_INJECTOR", ""))) << ready_text;
+  EXPECT_EQ(env.value("SMPROF_KERNELS", ""), "gemm*");
+  EXPECT_EQ(env.value("SMPROF_BUFFER_MB", ""), "16");
+  EXPECT_FALSE(env.contains("CUDA_INJECTION64_PATH")) << ready_text;
+  EXPECT_FALSE(env.contains("LD_PRELOAD")) << ready_text;
+  EXPECT_EQ(env.size(), 4u) << ready_text;
+
+  const uint32_t self = static_cast<uint32_t>(getpid());
+  namespace t = smprof::testing;
+  ASSERT_TRUE(SendAsProducer(
+      {t::Process(self, kT0, "caller"), t::Name(1, "served"), t::Launch(1, kT0 + 1000, kT0 + 100000, "void kgemm()"),
+       t::Warp(1, 0, 0, 0,
+               {t::Ev(kT0 + 2000, 1, smprof::wire::kEventBegin), t::Ev(kT0 + 3000, 1, smprof::wire::kEventEnd),
+                t::Ev(kT0 + 3500, 1, smprof::wire::kEventInstant)}),
+       t::Harvest(kT0 + 200000, smprof::wire::kHarvestSync, 0)},
+      run_id.c_str()));
+  ASSERT_EQ(write(s.to_stdin, "stop\n", 5), 5);
+  const std::string done_text = ReadLine(s.from_stdout);
+  RunResult r = FinishServing(&s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json done = nlohmann::json::parse(done_text, nullptr, false);
+  ASSERT_TRUE(done.is_object()) << done_text;
+  EXPECT_EQ(done["done"], true);
+  EXPECT_EQ(done["ok"], true);
+  EXPECT_EQ(done["trace"], trace.string());
+  EXPECT_EQ(done["stats_json"], trace.string() + ".stats.json");
+  EXPECT_EQ(done["launches"], 1);
+  EXPECT_EQ(done["events"], 3);
+  EXPECT_TRUE(Contains(r.err, "smprof: profiled 1 launches, 3 events from 1 process(es); lost 0 events")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "smprof: trace: " + trace.string())) << r.err;
+  EXPECT_TRUE(r.leftover_segments.empty());
+
+  const auto [run, summary] = RunAndSummary(ParseTrace(trace));
+  std::vector<std::string> cmdline;
+  std::stringstream own(ReadFile("/proc/self/cmdline"));
+  for (std::string arg; std::getline(own, arg, '\0');) cmdline.push_back(arg);
+  EXPECT_EQ(run["command"], nlohmann::json(cmdline)) << run.dump();
+  EXPECT_EQ(run["caller_pid"], getpid());
+  EXPECT_EQ(run["options"]["serve"], true);
+  EXPECT_EQ(run["program_environment"]["SMPROF_RUN_ID"], run_id);
+  EXPECT_EQ(summary["exit"], nlohmann::json::parse(R"({"status": "stopped"})"));
+}
+
+// The end of stdin without "stop", or the caller's exit while its pipe stays
+// open (a process it forked holds it): the caller is gone, the run ends.
+TEST_F(SmprofRunTest, ServeEndsWhenTheCallerIsGone) {
+  Serving s = StartServing({"--serve", "-q", "-o", (dir_ / "eof.json").string()});
+  EXPECT_FALSE(ReadLine(s.from_stdout).empty());
+  close(s.to_stdin);
+  s.to_stdin = -1;
+  const std::string done = ReadLine(s.from_stdout);
+  RunResult r = FinishServing(&s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(nlohmann::json::parse(done, nullptr, false).value("ok", false)) << done;
+  EXPECT_EQ(RunAndSummary(ParseTrace(dir_ / "eof.json")).second["exit"],
+            nlohmann::json::parse(R"({"status": "caller_gone"})"));
+
+  const pid_t caller = fork();
+  ASSERT_GE(caller, 0);
+  if (caller == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    _exit(0);
+  }
+  s = StartServing({"--serve", "--serve-pid", std::to_string(caller), "-o", (dir_ / "exit.json").string()});
+  EXPECT_FALSE(ReadLine(s.from_stdout).empty());
+  int status = 0;
+  EXPECT_EQ(waitpid(caller, &status, 0), caller);
+  const std::string exit_done = ReadLine(s.from_stdout);  // stdin still open
+  r = FinishServing(&s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(nlohmann::json::parse(exit_done, nullptr, false).value("ok", false)) << exit_done;
+  const auto [run, summary] = RunAndSummary(ParseTrace(dir_ / "exit.json"));
+  EXPECT_EQ(run["caller_pid"], caller);
+  EXPECT_EQ(summary["exit"], nlohmann::json::parse(R"({"status": "caller_gone"})"));
+  EXPECT_TRUE(Contains(r.err, "smprof: profiled 0 launches")) << r.err;
+}
+
+TEST_F(SmprofRunTest, ServeEndsOnSigterm) {
+  Serving s = StartServing({"--serve", "-q", "-o", (dir_ / "term.json").string()});
+  EXPECT_FALSE(ReadLine(s.from_stdout).empty());
+  kill(s.pid, SIGTERM);
+  RunResult r = FinishServing(&s);
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  EXPECT_EQ(RunAndSummary(ParseTrace(dir_ / "term.json")).second["exit"],
+            nlohmann::json::parse(R"({"status": "signal", "signal": 15, "signal_name": "SIGTERM"})"));
+  EXPECT_TRUE(r.leftover_segments.empty());
+}
+
+// What stops a run before its program starts stops --serve before the ready
+// line: the caller reads the end of stdout and the exit status.
+TEST_F(SmprofRunTest, ServeErrorsComeBeforeTheReadyLine) {
+  const fs::path trace = work_ / "t.pftrace";
+  std::ofstream(trace) << "precious";
+  RunResult r = Run({"--serve", "-o", trace.string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(Contains(r.err, trace.string() + " already exists: choose another --output, or pass --force")) << r.err;
+  EXPECT_EQ(ReadFile(trace), "precious");
+
+  r = Run({"--serve", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(Contains(r.err, "--serve runs no program, but '/bin/true' was given")) << r.err;
+
+  r = Run({"--serve", "--serve-pid", "999999999"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(Contains(r.err, "--serve-pid 999999999: no such process")) << r.err;
+
+  r = Run({"--serve", "-o", (dir_ / "c.json").string()}, {{"SMPROF_COLLECTOR", "/nonexistent/smprof-collector"}});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(Contains(r.err, "SMPROF_COLLECTOR")) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "c.json"));
 }
 
 }  // namespace

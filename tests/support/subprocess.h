@@ -32,6 +32,8 @@ struct ProcessSpec {
   std::string cwd;                                       // "" = the test's
   std::string stdout_path;                               // "" = inherited
   std::string stderr_path;                               // "" = inherited
+  int stdin_fd = -1;                                     // >= 0: the child's stdin (e.g. a pipe's end)
+  int stdout_fd = -1;                                    // >= 0: the child's stdout, instead of stdout_path
 };
 
 // In a forked child: every catchable signal to its default, empty mask, then
@@ -58,8 +60,12 @@ inline pid_t StartProcess(const ProcessSpec& spec) {
   if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) _exit(200);
   for (const std::string& name : spec.unset_env) unsetenv(name.c_str());
   for (const auto& [name, value] : spec.env) setenv(name.c_str(), value.c_str(), 1);
-  for (const auto& [path, fd] :
-       {std::make_pair(spec.stdout_path, STDOUT_FILENO), std::make_pair(spec.stderr_path, STDERR_FILENO)}) {
+  for (const auto& [from, fd] :
+       {std::make_pair(spec.stdin_fd, STDIN_FILENO), std::make_pair(spec.stdout_fd, STDOUT_FILENO)}) {
+    if (from >= 0 && dup2(from, fd) < 0) _exit(201);
+  }
+  for (const auto& [path, fd] : {std::make_pair(spec.stdout_fd >= 0 ? std::string() : spec.stdout_path, STDOUT_FILENO),
+                                 std::make_pair(spec.stderr_path, STDERR_FILENO)}) {
     if (path.empty()) continue;
     const int out = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (out < 0 || dup2(out, fd) < 0) _exit(201);

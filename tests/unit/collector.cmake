@@ -54,7 +54,9 @@ smprof_add_test(async_matcher_test
 
 # The Python package's CPU tests (python/tests), on a run written through the
 # collector's real sinks (tests/support/write_stats_run.cc) and read back with
-# the built `smprof`.
+# the built `smprof`, and smprof.profile() under the built smprof-run --serve
+# (with the CUDA toolkit's stub libcuda.so, where it has one, the injector is
+# loaded and started in the test's process).
 add_executable(smprof_test_stats_run ${CMAKE_CURRENT_LIST_DIR}/../support/write_stats_run.cc)
 target_include_directories(smprof_test_stats_run PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(smprof_test_stats_run PRIVATE smprof::collector)
@@ -63,7 +65,11 @@ find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
   add_test(NAME python.unit
     COMMAND ${Python3_EXECUTABLE} -m unittest discover -v -s ${PROJECT_SOURCE_DIR}/python/tests -t ${PROJECT_SOURCE_DIR}/python)
-  set_tests_properties(python.unit PROPERTIES LABELS unit
-    ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;SMPROF_BUILD_DIR=${PROJECT_BINARY_DIR};SMPROF_TEST_STATS_RUN=$<TARGET_FILE:smprof_test_stats_run>")
+  set(_python_env "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;SMPROF_BUILD_DIR=${PROJECT_BINARY_DIR}"
+    "SMPROF_TEST_STATS_RUN=$<TARGET_FILE:smprof_test_stats_run>")
+  if(EXISTS "${CUDAToolkit_LIBRARY_DIR}/stubs/libcuda.so")
+    list(APPEND _python_env "SMPROF_TEST_CUDA_STUB=${CUDAToolkit_LIBRARY_DIR}/stubs/libcuda.so")
+  endif()
+  set_tests_properties(python.unit PROPERTIES LABELS unit ENVIRONMENT "${_python_env}")
   set_property(TEST python.unit APPEND PROPERTY DEPENDS smprof_test_stats_run)
 endif()

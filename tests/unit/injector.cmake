@@ -6,7 +6,8 @@ smprof_add_test(injector_core_test
   LABELS unit)
 
 # libsmprof_inject.so is a guest in the application: it exports its entry
-# point only and needs no shared spdlog, fmt or Boost at run time.
+# points only (InitializeInjection, smprof_inject_stop) and needs no shared
+# spdlog, fmt or Boost at run time.
 add_test(NAME injector.exports_only_its_entry_point
   COMMAND ${CMAKE_COMMAND} -DLIBRARY=$<TARGET_FILE:smprof_inject>
           -P ${CMAKE_CURRENT_LIST_DIR}/check_injector_exports.cmake)

@@ -105,13 +105,58 @@ TEST(RunOptionsTest, HelpAndVersion) {
   EXPECT_EQ(p.options.program, (Args{"./app", "--help"}));
 }
 
+// --serve: no program; the settings and output as for a run.
+TEST(RunOptionsTest, Serve) {
+  Parsed p = Parse({"--serve", "-o", "t.pftrace", "-k", "matmul*", "--warps", "0-3", "--force", "-q"},
+                   {{"SMPROF_BUFFER_MB", "16"}});
+  ASSERT_EQ(p.outcome, ParseOutcome::kServe) << p.error;
+  EXPECT_TRUE(p.options.serve);
+  EXPECT_EQ(p.options.serve_pid, 0);
+  EXPECT_TRUE(p.options.program.empty());
+  EXPECT_EQ(p.options.output, "t.pftrace");
+  EXPECT_TRUE(p.options.force);
+  EXPECT_TRUE(p.options.quiet);
+  EXPECT_EQ(p.options.settings.kernels_spec, "matmul*");
+  EXPECT_EQ(p.options.settings.buffer_mb, 16u);
+
+  p = Parse({"-o", "t.pftrace", "--serve", "--serve-pid", "4242", "--"});
+  ASSERT_EQ(p.outcome, ParseOutcome::kServe) << p.error;
+  EXPECT_EQ(p.options.serve_pid, 4242);
+  EXPECT_EQ(Parse({"--serve-pid=7", "--serve"}).options.serve_pid, 7);
+  EXPECT_EQ(Parse({"--serve"}).outcome, ParseOutcome::kServe);
+  // A bad setting stops it as it stops a run.
+  p = Parse({"--serve", "--kernels", "gemm["});
+  EXPECT_EQ(p.outcome, ParseOutcome::kError);
+  EXPECT_NE(p.error.find("--kernels"), std::string::npos) << p.error;
+}
+
+TEST(RunOptionsTest, ServeRefusesWhatDoesNotApply) {
+  Parsed p = Parse({"--serve", "./app", "x"});
+  EXPECT_EQ(p.outcome, ParseOutcome::kError);
+  EXPECT_NE(p.error.find("--serve runs no program, but './app' was given"), std::string::npos) << p.error;
+  p = Parse({"--serve", "--", "./app"});
+  EXPECT_EQ(p.outcome, ParseOutcome::kError);
+  p = Parse({"--serve", "--preload"});
+  EXPECT_EQ(p.outcome, ParseOutcome::kError);
+  EXPECT_NE(p.error.find("--preload does not apply to --serve"), std::string::npos) << p.error;
+  p = Parse({"--serve-pid", "12", "./app"});
+  EXPECT_EQ(p.outcome, ParseOutcome::kError);
+  EXPECT_NE(p.error.find("--serve-pid needs --serve"), std::string::npos) << p.error;
+  for (const char* bad : {"0", "-3", "abc", "12x", "", "1234567890"}) {
+    p = Parse({"--serve", "--serve-pid", bad});
+    EXPECT_EQ(p.outcome, ParseOutcome::kError) << bad;
+    EXPECT_NE(p.error.find("--serve-pid needs a process id (a positive integer)"), std::string::npos) << p.error;
+  }
+  EXPECT_NE(UsageText().find("smprof-run --serve"), std::string::npos);
+}
+
 // Each option is looked for as it appears in an option line ("  -o, --output
 // PATH"), so a short option cannot pass by being a substring of a long one.
 TEST(RunOptionsTest, HelpDocumentsEveryOptionAndVariable) {
   const std::string help = HelpText();
   const auto has_line = [&](const std::string& start) { return help.find("\n" + start) != std::string::npos; };
   for (const char* line : {"  -o, --output PATH ", "      --force ", "      --preload ", "  -q, --quiet ",
-                           "  -h, --help ", "      --version "}) {
+                           "      --serve ", "      --serve-pid PID ", "  -h, --help ", "      --version "}) {
     EXPECT_TRUE(has_line(line)) << "no help line starting \"" << line << "\"";
   }
   for (const SettingSpec& s : AllSettings()) {
@@ -399,6 +444,16 @@ TEST(RunOptionsTest, AppEnvironmentInjection) {
 
   vars = AppEnvironment(o, "r", helpers, "/y/other.so");
   EXPECT_EQ(find("LD_PRELOAD"), helpers.preload + ":/y/other.so");
+
+  // --serve's caller loads the injector itself: nothing that loads smprof.
+  vars = InjectorEnvironment(o, "123-abcdef01", helpers.injector);
+  EXPECT_EQ(vars.size(), 3u);
+  EXPECT_EQ(find("SMPROF_RUN_ID"), "123-abcdef01");
+  EXPECT_EQ(find("SMPROF_INJECTOR"), helpers.injector);
+  EXPECT_EQ(find("SMPROF_KERNELS"), "gemm");
+  EXPECT_EQ(find("CUDA_INJECTION64_PATH"), "<unset>");
+  EXPECT_EQ(find("LD_PRELOAD"), "<unset>");
+
   o.preload = true;
   vars = AppEnvironment(o, "r", helpers, "/y/other.so");
   EXPECT_EQ(find("LD_PRELOAD"), helpers.preload + ":" + helpers.injector + ":/y/other.so");

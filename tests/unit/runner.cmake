@@ -1,4 +1,5 @@
-# Unit tests of kernel names, the kernel and launch filters, smprof-run's options and its helper paths.
+# Unit tests of kernel names, the kernel and launch filters, smprof-run's options,
+# its helper paths and its --serve protocol.
 smprof_add_test(names_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/names_test.cc
   LIBS smprof::common LABELS unit)
 smprof_add_test(kernel_filter_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/kernel_filter_test.cc
@@ -18,3 +19,5 @@ smprof_add_test(settings_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/settings_test.cc
   LIBS smprof::common LABELS unit)
 smprof_add_test(cuda_tools_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_tools_test.cc
   LIBS smprof::common LABELS unit)
+smprof_add_test(serve_session_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/serve_session_test.cc
+  LIBS smprof_runner_lib Threads::Threads LABELS unit)
