@@ -491,6 +491,7 @@ void TraceBuilder::OnWarpEvents(Producer& p, const DecodedMessage& m) {
     std::copy(msg.block, msg.block + 3, w.record.block);
     w.record.warp = msg.warp;
     w.record.hw_warp = msg.hw_warp;
+    w.record.program = (msg.flags & wire::kWarpTritonProgram) != 0;
     for (trace::TraceSink* s : sinks_) s->OnWarp(l.record, w.record);
   }
   for (uint32_t i = 0; i < m.event_count; ++i) {

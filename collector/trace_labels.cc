@@ -34,10 +34,12 @@ std::string LaunchTitle(const trace::LaunchRecord& l) {
          " | grid" + Dim3(l.grid) + " block" + Dim3(l.block) + " | pid " + std::to_string(l.pid);
 }
 
+const char* BlockWord(const trace::WarpRecord& w) { return w.program ? "program" : "block"; }
+
 std::string WarpTitle(const trace::WarpRecord& w) {
   char label[96];
-  std::snprintf(label, sizeof(label), "SM %03u | block (%u,%u,%u) | warp %u", static_cast<unsigned>(w.sm), w.block[0],
-                w.block[1], w.block[2], static_cast<unsigned>(w.warp));
+  std::snprintf(label, sizeof(label), "SM %03u | %s (%u,%u,%u) | warp %u", static_cast<unsigned>(w.sm),
+                BlockWord(w), w.block[0], w.block[1], w.block[2], static_cast<unsigned>(w.warp));
   return label;
 }
 

@@ -12,8 +12,10 @@ namespace smprof::internal {
 
 // "#3 gemm | GPU 1 (cuda:0) | stream 7 | grid(8,1,1) block(256,1,1) | pid 42"
 std::string LaunchTitle(const trace::LaunchRecord& l);
-// "SM 012 | block (1,0,0) | warp 3"
+// "SM 012 | block (1,0,0) | warp 3"; "program (1,0,0)" for a Triton kernel's warp
 std::string WarpTitle(const trace::WarpRecord& w);
+// "program" for a Triton kernel's warp (its block is tl.program_id), else "block"
+const char* BlockWord(const trace::WarpRecord& w);
 // "GPU 0 | NVIDIA H100 | 0000:19:00.0 | GPU-..."
 std::string GpuTitle(const trace::GpuRecord& g);
 // "132 SMs, sm_90, SM clock 1980 MHz, %globaltimer step 32 ns"

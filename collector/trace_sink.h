@@ -102,6 +102,7 @@ struct WarpRecord {
   uint32_t block[3] = {0, 0, 0};
   uint16_t warp = 0;     // the warp's index in its block
   uint16_t hw_warp = 0;  // %warpid: its slot on the SM
+  bool program = false;  // a Triton kernel's: the block is its program (tl.program_id)
 };
 
 // A user value recorded with a marker (wire::kEventHasValue): the END's value

@@ -337,7 +337,11 @@ struct WarpEventsMsg {
   uint16_t warp;
   uint32_t count;    // WireEvent entries following this struct
   uint16_t hw_warp;  // %warpid: the warp's slot on the SM
-  uint16_t reserved;
+  uint16_t flags;    // WarpFlags (unknown bits are ignored)
+};
+
+enum WarpFlags : uint16_t {
+  kWarpTritonProgram = 1u << 0,  // recorded by a Triton kernel (kChunkFromTriton): the block is a program
 };
 
 enum HarvestReason : uint32_t {

@@ -150,6 +150,28 @@ int64_t SortIndex(const json& trace, const std::string& what, int pid, int tid =
 
 // --- tests ---------------------------------------------------------------------
 
+// A Triton kernel's warps name their block a program (tl.program_id); unknown
+// warp flag bits are ignored.
+TEST_P(CollectorTest, TritonWarpsNameTheirProgram) {
+  const transport::ProducerInfo a{0, 1000};
+  Send(a, Process(1000, kT0, "python3"));
+  Send(a, Name(1, "load"));
+  LaunchSpec ls;
+  ls.id = 7;
+  ls.kernel = "matmul";
+  Send(a, Launch(ls));
+  Send(a, Warp(7, 5, 3, 1, {B(2000, 1), E(3000, 1)}, wire::kWarpTritonProgram));
+  Send(a, Warp(7, 2, 0, 0, {B(2000, 1), E(3000, 1)}, 0x8000));
+  Send(a, Harvest(200000, wire::kHarvestSync, 0, 0));
+  collector_->HandleProducerEnd(a, /*clean=*/true);
+  CollectorSummary s;
+  const json t = FinishAndParse(&s);
+  EXPECT_EQ(s.events, 4u);
+  EXPECT_EQ(s.malformed_messages, 0u);
+  EXPECT_EQ(MetaName(t, "thread_name", 10, 2), "SM 005 | program (3,0,0) | warp 1");
+  EXPECT_EQ(MetaName(t, "thread_name", 10, 3), "SM 002 | block (0,0,0) | warp 0");
+}
+
 TEST_P(CollectorTest, OneLaunchTwoWarpsEverything) {
   const transport::ProducerInfo a{0, 1000};
   Send(a, Process(1000, kT0,

@@ -89,6 +89,7 @@ TEST(Shipper, FramesLaunchesNamesAndEvents) {
   EXPECT_EQ(e[2].time_ns, 12u);
   EXPECT_EQ(e[2].kind, uint32_t{wire::kEventInstant});
   EXPECT_EQ(warp.hw_warp, 41u);
+  EXPECT_EQ(warp.flags, 0u);
   EXPECT_EQ(s.counters().events, 3u);
 
   // Launch ids keep increasing across harvests; known names are not resent.
@@ -98,6 +99,21 @@ TEST(Shipper, FramesLaunchesNamesAndEvents) {
   EXPECT_EQ(sink.As<wire::LaunchMsg>(4).launch_id, 2u);
   EXPECT_TRUE(sink.As<wire::LaunchMsg>(4).flags & wire::kLaunchForcedDrain);
   EXPECT_EQ(sink.TypeAt(5), wire::kMsgWarpEvents);
+}
+
+// A chunk written by a Triton kernel's markers marks its warp's messages.
+TEST(Shipper, TritonChunksMarkTheirWarpsAPrograms) {
+  RecordingSink sink;
+  Shipper s(&sink);
+  WarpSegment seg;
+  seg.name_base = 0x1000;
+  seg.flags = wire::kChunkFromTriton;
+  const std::vector<Launch> launches = {MakeLaunch(&seg, 10, 1)};
+  s.SendLaunches(
+      launches, 0, [](uint64_t, uint64_t) { return std::string("load"); },
+      [](const std::string& n) { return n; });
+  ASSERT_EQ(sink.TypeAt(sink.messages.size() - 1), wire::kMsgWarpEvents);
+  EXPECT_EQ(sink.As<wire::WarpEventsMsg>(sink.messages.size() - 1).flags, uint16_t{wire::kWarpTritonProgram});
 }
 
 TEST(Shipper, HarvestCarriesLossesAndArenaFill) {
