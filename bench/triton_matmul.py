@@ -13,9 +13,14 @@ each process times its variant interleaved with MODE 0, so every ratio
 compares launches of one process on one GPU:
 
   plain      python: MODE 0 / prof=None (compiled out) / markers, no profiler
-  smprof     under smprof-run (every warp records; the trace is written)
-  smprof-w1  under smprof-run with SMPROF_WARPS=0,4 (one warp per warpgroup)
-  proton     proton.start(backend="instrumentation"), trace data
+  smprof     under smprof-run (every warp records; the trace is written;
+             SMPROF_BUFFER_MB=2048 and SMPROF_SHM_MB=1024 hold a batch)
+  smprof-w1  the same with SMPROF_WARPS=0,4 (one warp per warpgroup)
+  smprof-big, smprof-w1-big  the same with SMPROF_CHUNK_BYTES=16384 (fewer
+             chunk claims: a claim's atomic round trip stalls the warpgroup)
+  proton     proton.start(backend="instrumentation"), trace data (its
+             default mode: a 4% shared-memory ring per warp that keeps the
+             last events of each warp; it warns that the rest are dropped)
 
 Kernel time: 10 launches back to back between two CUDA events, behind
 cuBLAS matmuls (so the GPU never waits for the host), with Proton's launch hooks
@@ -198,10 +203,23 @@ def run_child(variant: str, args, smprof_run: str | None) -> dict | None:
             return None
         trace = os.path.join(tempfile.mkdtemp(prefix="smprof-bench-"), "matmul.pftrace")
         cmd = [smprof_run, "--quiet", "-o", trace, "--"] + cmd
-        if variant == "smprof-w1":
+        # Room for a batch of launches (2.1 M events, 34 MB each) between
+        # harvests, in the device buffer and in the shared-memory ring.
+        env.setdefault("SMPROF_BUFFER_MB", "2048")
+        env.setdefault("SMPROF_SHM_MB", "1024")
+        if "-w1" in variant:
             env["SMPROF_WARPS"] = "0,4"
-    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+        if variant.endswith("-big"):
+            env["SMPROF_CHUNK_BYTES"] = "16384"
+    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    errors = out.stderr.splitlines()
+    dropped = [line for line in errors if "events are dropped" in line]
+    if dropped:  # Proton's ring: one line per warp whose first events were overwritten
+        print(f"{variant}: {len(dropped)} warp-launches reported events dropped, e.g. {dropped[0].strip()}")
+    others = [line for line in errors if "events are dropped" not in line]
+    if out.returncode != 0 or not lines:
+        print("\n".join(others[-20:]), file=sys.stderr)
     if out.returncode != 0:
         print(f"{variant}: exit status {out.returncode} after its figures" if lines else "", file=sys.stderr)
     if not lines:
@@ -216,7 +234,7 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--burst", type=int, default=50)
     parser.add_argument("--smprof-run")
-    parser.add_argument("--variants", default="plain,smprof,smprof-w1,proton")
+    parser.add_argument("--variants", default="plain,smprof,smprof-w1,smprof-big,smprof-w1-big,proton")
     parser.add_argument("--dump", help="write each row's PTX and SASS into this directory")
     args = parser.parse_args()
     if args.child:

@@ -1605,4 +1605,139 @@ TEST(GpuScenarios, RecorderCalibrationFactsAreRecorded) {
               measured, nominal > 0 ? 100.0 * measured / nominal : 0.0, cost.dump().c_str());
 }
 
+// --- Triton (python/smprof/triton) ------------------------------------------
+
+// python3 with torch (CUDA) and triton, and smprof's package on its path
+// (SMPROF_PYTHON_DIR, else this source tree's python/).
+std::string PythonDir() {
+  const char* d = std::getenv("SMPROF_PYTHON_DIR");
+  return d ? d : SMPROF_SOURCE_DIR "/python";
+}
+std::string TritonPython() { return "env PYTHONPATH=" + PythonDir() + " python3"; }
+bool HaveTriton() {
+  return Succeeds(TritonPython() + " -c 'import torch, triton, smprof.triton; assert torch.cuda.is_available()'");
+}
+
+// tkern of apps/triton_app.py: grid 6 x 4 warps; per warp 3 "load" ranges
+// (END values 0, 1, 2), "store", "tile" (a 64-bit value: program << 32 | 7),
+// a "ctr" counter sample (program * 10), phases "step 0" and "step 1".
+void ExpectTkernLaunch(const LaunchGroup& g) {
+  EXPECT_EQ(g.Warps(), 6 * 4) << g.name;
+  for (const auto& [tid, t] : g.threads) {
+    if (!IsWarp(t)) continue;
+    EXPECT_NE(t.name.find("| program ("), std::string::npos) << t.name;
+    EXPECT_EQ(Count(t, "X", "load"), 3) << t.name;
+    EXPECT_EQ(Count(t, "X", "store"), 1) << t.name;
+    EXPECT_EQ(Count(t, "X", "step 0"), 1) << t.name;
+    EXPECT_EQ(Count(t, "X", "step 1"), 1) << t.name;
+    EXPECT_EQ(Count(t, "i", "tile"), 1) << t.name;
+    EXPECT_EQ(Count(t, "C", "ctr"), 1) << t.name;
+    const size_t at = t.name.find("program (");
+    const long program = at == std::string::npos ? -1 : std::stol(t.name.substr(at + 9));
+    std::vector<long> ends;
+    for (const json& e : t.events) {
+      const json args = e.value("args", json::object());
+      if (e.value("name", "") == "load" && args.contains("value")) ends.push_back(args["value"].get<long>());
+      if (e.value("name", "") == "tile") EXPECT_EQ(args.value("value", -1L), (program << 32) | 7) << t.name;
+    }
+    EXPECT_EQ(ends, (std::vector<long>{0, 1, 2})) << t.name;
+  }
+}
+
+TEST(GpuScenarios, TritonKernelOnTwoStreamsHasExactCountsPerLaunch) {
+  REQUIRE_GPU();
+  SKIP_UNLESS(HaveTriton(), "python3 with torch, triton and smprof's package");
+  const ProfiledRun run = ProfileApp("smprof_triton_app.py streams 3", "", TritonPython());
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_NE(run.stdout_text.find("ok"), std::string::npos) << run.stdout_text;
+  const auto groups = GroupsOf(run, "tkern");
+  ASSERT_EQ(groups.size(), 6u);
+  std::map<std::string, int> per_stream;
+  for (const LaunchGroup* g : groups) {
+    ExpectTkernLaunch(*g);
+    const size_t at = g->name.find("stream ");
+    ASSERT_NE(at, std::string::npos) << g->name;
+    ++per_stream[g->name.substr(at, g->name.find(' ', at + 7) - at)];
+  }
+  EXPECT_EQ(per_stream.size(), 2u);
+  for (const auto& [stream, n] : per_stream) EXPECT_EQ(n, 3) << stream;
+  EXPECT_EQ(run.summary_event.value("lost", json::object()).value("total", -1), 0) << run.summary_event.dump();
+}
+
+TEST(GpuScenarios, TritonKernelInACudaGraphHasExactCountsPerReplay) {
+  REQUIRE_GPU();
+  SKIP_UNLESS(HaveTriton(), "python3 with torch, triton and smprof's package");
+  const ProfiledRun run = ProfileApp("smprof_triton_app.py graph 4", "", TritonPython());
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_NE(run.stdout_text.find("ok"), std::string::npos) << run.stdout_text;
+  const auto groups = GroupsOf(run, "tkern");
+  ASSERT_EQ(groups.size(), 5u);  // the launch before the capture, then 4 replays
+  for (const LaunchGroup* g : groups) ExpectTkernLaunch(*g);
+}
+
+TEST(GpuScenarios, TritonAndCudaKernelsShareOneTraceAndTheKernelFilter) {
+  REQUIRE_GPU();
+  SKIP_UNLESS(HaveTriton(), "python3 with torch, triton and smprof's package");
+  const ProfiledRun run = ProfileApp("smprof_triton_app.py mixed", "", TritonPython());
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  const auto triton = GroupsOf(run, "tkern");
+  const auto cuda = GroupsOf(run, "driver_kernel");
+  ASSERT_EQ(triton.size(), 2u);
+  ASSERT_EQ(cuda.size(), 2u);
+  for (const LaunchGroup* g : triton) ExpectTkernLaunch(*g);
+  for (const LaunchGroup* g : cuda) {
+    EXPECT_EQ(g->Warps(), 2 * 2) << g->name;
+    for (const auto& [tid, t] : g->threads) {
+      if (!IsWarp(t)) continue;
+      EXPECT_EQ(Count(t, "i", "drv"), 5) << t.name;
+      EXPECT_NE(t.name.find("| block ("), std::string::npos) << t.name;
+    }
+  }
+  // The kernel filter selects the Triton kernel: the CUDA one records nothing.
+  const ProfiledRun filtered = ProfileApp("smprof_triton_app.py mixed", "--kernels tkern", TritonPython());
+  ASSERT_EQ(filtered.exit_code, 0) << filtered.stderr_text;
+  EXPECT_EQ(GroupsOf(filtered, "tkern").size(), 2u);
+  EXPECT_EQ(GroupsOf(filtered, "driver_kernel").size(), 0u);
+  EXPECT_EQ(filtered.summary_event.value("launches_not_selected", -1), 2) << filtered.summary_event.dump();
+  EXPECT_EQ(filtered.summary_event.value("filtered_events", -1), 0) << filtered.summary_event.dump();
+}
+
+TEST(GpuScenarios, TritonMarkersCompileOutWithoutABuffer) {
+  REQUIRE_GPU();
+  SKIP_UNLESS(HaveTriton(), "python3 with torch, triton and smprof's package");
+  const ProfiledRun run = ProfileApp("smprof_triton_app.py off", "", TritonPython());
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text << run.stdout_text;
+  EXPECT_NE(run.stdout_text.find("smprof globals in PTX: False"), std::string::npos) << run.stdout_text;
+  EXPECT_EQ(GroupsOf(run, "tkern").size(), 0u);
+}
+
+// smprof.profile() in a program not started under smprof-run: CUDA and the
+// kernel are loaded before the block; the two launches inside it are traced.
+TEST(GpuScenarios, PythonProfileBlockTracesTheLaunchesInsideIt) {
+  REQUIRE_GPU();
+  SKIP_UNLESS(HaveTriton(), "python3 with torch, triton and smprof's package");
+  char dir_template[] = "/tmp/smprof-profile-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  const std::string trace = dir + "/block.json";
+  const int code = Shell("env SMPROF_BUILD_DIR=" + BuildDir() + " " + TritonPython() + " " + BuildDir() +
+                             "/bin/smprof_triton_app.py profile " + trace,
+                         dir + "/out.txt", dir + "/err.txt");
+  const std::string out = Slurp(dir + "/out.txt");
+  ASSERT_EQ(code, 0) << Slurp(dir + "/err.txt") << out;
+  EXPECT_NE(out.find("ok"), std::string::npos) << out;
+  std::string text = Slurp(trace);
+  ASSERT_FALSE(text.empty()) << "no trace at " << trace;
+  int launches = 0;
+  int loads = 0;
+  for (const json& e : json::parse(text, nullptr, false)) {
+    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name" &&
+        e["args"].value("name", "").find("tkern") != std::string::npos) {
+      ++launches;
+    }
+    loads += e.value("ph", "") == "X" && e.value("name", "") == "load";
+  }
+  EXPECT_EQ(launches, 2);
+  EXPECT_EQ(loads, 2 * 6 * 4 * 3);
+}
+
 }  // namespace

@@ -11,16 +11,16 @@ through the user's code.
 
 The hot path of a recording warp: a clock read, one not-taken uniform
 branch on "the cursor is at a chunk boundary" (a predicate computed when the
-cursor last moved, so the branch waits for nothing: the markers' cost is
-latency in the warp's instruction stream, which on Hopper holds up the
-warpgroup's wgmma), two ALU ops to build the event, one predicated 16-byte
-store by lane 0, the cursor's add and the next boundary test. A warp
-that does not record (no smprof, a warp SMPROF_WARPS leaves out, a module the
-kernel filter darkened) takes one uniform branch over all of it. The cold
-path (claim a chunk, write its header; arena full; arena seen half
-published) is written between `smprof2-cold-begin/end` comments and moved by
-the rewriter behind the kernel's last instruction, so the hot path stays
-straight-line code.
+cursor last moved, so the branch waits for nothing), two ALU ops to build
+the event, one predicated 16-byte store by lane 0, the cursor's add and the
+next boundary test. A warp that does not record (no smprof, a warp
+SMPROF_WARPS leaves out, a module the kernel filter darkened) takes one
+uniform branch over all of it. The cold path (claim a chunk, write its
+header, store the event there; arena full; arena seen half published) is
+written between `smprof2-cold-begin/end` comments and moved by the rewriter
+behind the kernel's last instruction (ptxas lays it out where it likes; see
+docs/triton-design.md section 6 for what was measured, and why the claims,
+an atomic round trip that stalls the warpgroup, are most of the cost).
 
 Placeholders the rewriter fills in: SMPROF2_ID (a number unique per marker
 occurrence in the module: Triton may duplicate a marker when it unrolls or
@@ -112,8 +112,8 @@ def prologue() -> list[str]:
     p = PREFIX
     return [
         "// smprof2: the warp's recording state (python/smprof/triton)",
-        f".reg .pred {p}on, {p}l0, {p}st, {p}ok, {p}at_boundary, {p}q;",
-        f".reg .b32 {p}mask, {p}ret, {p}t0, {p}t1, {p}t2, {p}t3, {p}t4, {p}t5;",
+        f".reg .pred {p}on, {p}st, {p}at_boundary, {p}q;",
+        f".reg .b32 {p}mask, {p}t0, {p}t1, {p}t2, {p}t3, {p}t4, {p}t5;",
         f".reg .b64 {p}cur, {p}clk, {p}lo, {p}hi, {p}d0, {p}d1, {p}d2;",
         f"ld.const.u64 {p}d0, [{ARENA_SYMBOL}+{REF_ARENA}];",
         f"ld.const.u32 {p}t0, [{ARENA_SYMBOL}+{REF_WARP_MASK}];",
@@ -127,9 +127,7 @@ def prologue() -> list[str]:
         f"setp.ne.u64 {p}on, {p}d0, 0;",
         f"setp.ne.and.u32 {p}on, {p}t0, 0, {p}on;",
         f"mov.u32 {p}t3, %laneid;",
-        f"setp.eq.and.u32 {p}l0, {p}t3, 0, {p}on;",
-        f"mov.pred {p}st, {p}l0;",
-        f"setp.ne.and.u64 {p}ok, {p}d0, 0, {p}on;",
+        f"setp.eq.and.u32 {p}st, {p}t3, 0, {p}on;",
         f"shl.b32 {p}mask, 1, {p}t1;",
         f"sub.u32 {p}mask, {p}mask, 1;",
         f"mov.b64 {p}cur, {CURSOR_NEEDS_CHUNK:#x};",
@@ -139,37 +137,48 @@ def prologue() -> list[str]:
 
 
 def _boundary_test() -> list[str]:
-    """at_boundary := the cursor is at a chunk boundary, or the last claim
-    failed (the claim routine then counts the event), for the next marker.
-    Off the critical path: nothing waits for it until then."""
+    """at_boundary := the cursor is at a chunk boundary (or in a state), for
+    the next marker. Off the critical path: nothing waits for it until then."""
     p = PREFIX
     return [
         f"cvt.u32.u64 {p}t0, {p}cur;",
         f"and.b32 {p}t0, {p}t0, {p}mask;",
-        f"setp.eq.or.u32 {p}at_boundary, {p}t0, 0, !{p}ok;",
+        f"setp.eq.u32 {p}at_boundary, {p}t0, 0;",
     ]
 
 
-CLAIM_LABEL = f"{PREFIX}claim"
-TARGETS_LABEL = f"{PREFIX}returns"
-
-
-def _chunk_header(index: str) -> list[str]:
-    """Writes (lane 0: `l0`) the ChunkHeader of chunk `index` (a .b32
-    register) and leaves the chunk's address in d0. Needs d0 = chunk 0's
-    address."""
+def _cold_path(store: list[str]) -> list[str]:
+    """Claims a chunk and stores the event there (or counts a drop). The
+    store is repeated here rather than jumped back to, so the hot path is
+    one block that falls through to the marker's end."""
     p = PREFIX
     a = ARENA_SYMBOL
+    lid = f"{p}L" + "SMPROF2_ID"
     return [
+        COLD_BEGIN,
+        f"{lid}_cold:",
+        f"setp.eq.u64 {p}q, {p}cur, {CURSOR_ARENA_FULL:#x};",
+        f"@{p}q bra.uni {lid}_drop;",
+        f"ld.const.u64 {p}d0, [{a}+{REF_CHUNKS}];",
+        f"ld.const.u32 {p}t0, [{a}+{REF_NUM_CHUNKS}];",
+        f"setp.eq.u64 {p}q, {p}d0, 0;",
+        f"setp.eq.or.u32 {p}q, {p}t0, 0, {p}q;",
+        f"@{p}q bra.uni {lid}_unplaced;",
+        f"ld.const.u64 {p}d1, [{a}+{REF_ARENA}];",
+        f"mov.u32 {p}t1, 0;",
+        f"@{p}st atom.relaxed.gpu.global.add.u32 {p}t1, [{p}d1+{HDR_NEXT_CHUNK}], 1;",
+        f"redux.sync.max.u32 {p}t1, {p}t1, -1;",  # lane 0's claim, to every lane (uniform)
+        f"setp.ge.u32 {p}q, {p}t1, {p}t0;",
+        f"@{p}q bra.uni {lid}_full;",
         f"ld.const.u32 {p}t2, [{a}+{REF_CHUNK_SHIFT}];",
-        f"cvt.u64.u32 {p}d2, {index};",
+        f"cvt.u64.u32 {p}d2, {p}t1;",
         f"shl.b64 {p}d2, {p}d2, {p}t2;",
         f"add.u64 {p}d0, {p}d0, {p}d2;",
-        # %gridid, name base; block; SM, warp, magic, %warpid, flags; clock anchor.
+        # ChunkHeader: %gridid, name base; block; SM, warp, magic, %warpid, flags; clock anchor.
         f"mov.u64 {p}d1, %gridid;",
         f"mov.u64 {p}d2, {NAME_BASE_SYMBOL};",
         f"cvta.global.u64 {p}d2, {p}d2;",
-        f"@{p}l0 st.global.v2.u64 [{p}d0], {{{p}d1, {p}d2}};",
+        f"@{p}st st.global.v2.u64 [{p}d0], {{{p}d1, {p}d2}};",
         f"mov.u32 {p}t0, %ctaid.x;",
         f"mov.u32 {p}t1, %ctaid.y;",
         f"mov.u32 {p}t2, %ctaid.z;",
@@ -187,73 +196,25 @@ def _chunk_header(index: str) -> list[str]:
         f"and.b32 {p}t1, {p}t1, 255;",
         f"or.b32 {p}t1, {p}t1, {CHUNK_FROM_TRITON << 8:#x};",
         f"mov.b64 {p}d2, {{{p}t0, {p}t1}};",
-        f"@{p}l0 st.global.v2.u64 [{p}d0+16], {{{p}d1, {p}d2}};",
+        f"@{p}st st.global.v2.u64 [{p}d0+16], {{{p}d1, {p}d2}};",
         f"mov.u64 {p}d1, %clock64;",
         f"mov.u64 {p}d2, %globaltimer;",
-        f"@{p}l0 st.global.v2.u64 [{p}d0+32], {{{p}d1, {p}d2}};",
-    ]
-
-
-def claim_routine(returns: list[str]) -> list[str]:
-    """The kernel's one claim routine, which every marker's cold stub jumps
-    to with its index in `returns` (its resume label) in `ret`.
-
-    Takes a chunk, writes its header and points the cursor after it (ok;
-    st = lane 0); or counts the event as dropped (arena full: the cursor
-    keeps its "full" bit, and every later event is counted too) or unplaced
-    (the arena reference seen half published: the next marker tries
-    again), with ok and st false (every later marker comes back here);
-    then returns to the marker, which stores the event where st.
-
-    Claims are the markers' main cost: the atomic's round trip (about a
-    microsecond) stalls the warp, and on Hopper its warpgroup's wgmma with
-    it (a 4096^3 matmul with 4 markers per K iteration: 1.15x with the
-    default 1 KiB chunks, 1.015x for one warp per warpgroup with 64 KiB
-    chunks, one claim per warp). A version that claimed the next chunk
-    ahead to hide the round trip needed 128 registers instead of 116 and
-    ran slower (1.25x); docs/performance.md has the measurements. One copy
-    per kernel keeps the loops the markers sit in small: with a cold path
-    at every marker, ptxas laid the cold code out inside the loop, behind a
-    taken branch and convergence barriers at every marker.
-    """
-    p = PREFIX
-    a = ARENA_SYMBOL
-    back = f"brx.idx.uni {p}ret, {TARGETS_LABEL};"
-    return [
-        f"// smprof2: the claim routine ({len(returns)} markers)",
-        f"{TARGETS_LABEL}: .branchtargets {', '.join(returns)};",
-        f"{CLAIM_LABEL}:",
-        f"ld.const.u64 {p}d1, [{a}+{REF_ARENA}];",
-        # Full: the cursor's "full" bit (markers went on adding to it).
-        f"and.b64 {p}d2, {p}cur, {CURSOR_ARENA_FULL:#x};",
-        f"setp.ne.u64 {p}q, {p}d2, 0;",
-        f"@{p}q bra.uni {p}drop;",
-        f"ld.const.u64 {p}d0, [{a}+{REF_CHUNKS}];",
-        f"ld.const.u32 {p}t0, [{a}+{REF_NUM_CHUNKS}];",
-        f"setp.eq.u64 {p}q, {p}d0, 0;",
-        f"setp.eq.or.u32 {p}q, {p}t0, 0, {p}q;",
-        f"@{p}q bra.uni {p}unplaced;",
-        f"mov.u32 {p}t1, 0;",
-        f"@{p}l0 atom.relaxed.gpu.global.add.u32 {p}t1, [{p}d1+{HDR_NEXT_CHUNK}], 1;",
-        f"redux.sync.max.u32 {p}t1, {p}t1, -1;",  # lane 0's claim, to every lane (uniform)
-        f"setp.ge.u32 {p}q, {p}t1, {p}t0;",
-        f"@{p}q bra.uni {p}full;",
-        *_chunk_header(f"{p}t1"),
+        f"@{p}st st.global.v2.u64 [{p}d0+32], {{{p}d1, {p}d2}};",
         f"add.u64 {p}cur, {p}d0, {CHUNK_HEADER_BYTES};",
-        f"setp.ne.u64 {p}ok, {p}cur, 0;",
-        f"mov.pred {p}st, {p}l0;",
-        back,
-        f"{p}full:",
+        *store,
+        f"bra.uni {lid}_done;",
+        f"{lid}_full:",
         f"mov.b64 {p}cur, {CURSOR_ARENA_FULL:#x};",
-        f"{p}drop:",
-        f"@{p}l0 red.relaxed.gpu.global.add.u64 [{p}d1+{HDR_DROPPED}], 1;",
-        f"bra.uni {p}failed;",
-        f"{p}unplaced:",
-        f"@{p}l0 red.relaxed.gpu.global.add.u64 [{p}d1+{HDR_UNPLACED}], 1;",
-        f"{p}failed:",  # the event is not stored; the next marker comes back here
-        f"setp.eq.u64 {p}ok, {p}d1, 0;",  # false
-        f"mov.pred {p}st, {p}ok;",
-        back,
+        f"setp.ne.u64 {p}at_boundary, {p}cur, 0;",
+        f"{lid}_drop:",
+        f"ld.const.u64 {p}d1, [{a}+{REF_ARENA}];",
+        f"@{p}st red.relaxed.gpu.global.add.u64 [{p}d1+{HDR_DROPPED}], 1;",
+        f"bra.uni {lid}_done;",
+        f"{lid}_unplaced:",
+        f"ld.const.u64 {p}d1, [{a}+{REF_ARENA}];",
+        f"@{p}st red.relaxed.gpu.global.add.u64 [{p}d1+{HDR_UNPLACED}], 1;",
+        f"bra.uni {lid}_done;",
+        COLD_END,
     ]
 
 
@@ -272,40 +233,13 @@ def _value_words(value: Value) -> tuple[list[str], str, str]:
     return [], value.operand, ""
 
 
-def marker(kind: int, flags: int, name: str, value: Value = Value()) -> str:
-    """The asm text of one marker: `kind` | `flags` (wire.h), name, value.
-
-    Operand $0 is a dummy 32-bit output (Triton's inline asm has a result);
-    a runtime value is $1. Its cold stub (between COLD_BEGIN/END) sets the
-    marker's resume index (SMPROF2_IDX, filled in by the rewriter) and
-    jumps to the kernel's claim routine.
-    """
-    if not 1 <= kind < KIND_VALUE_HIGH:
-        raise ValueError(f"marker kind {kind} is not an event kind")
+def _store(kind_flags: int, name: str, value: Value, late: bool) -> list[str]:
+    """Stamps (a BEGIN: here, after the marker's own work), stores the event
+    at the cursor (lane 0), advances the cursor, tests the next boundary."""
     p = PREFIX
-    lid = f"{p}L" + "SMPROF2_ID"
     slots = 2 if value.wide else 1
-    kind_flags = kind | flags | (FLAG_WIDE_VALUE if value.wide else 0)
-    late = kind == KIND_BEGIN  # a BEGIN is stamped after the marker's own work
     pre, vlo, vhi = _value_words(value)
-    lines = [MARKER_BEGIN, name_comment(name), f"@!{p}on bra.uni {lid}_done;"]
-    if not late:
-        lines.append(f"mov.u64 {p}clk, %clock64;")
-    if slots == 1:
-        # `at_boundary` was computed when the cursor last moved, so the
-        # branch waits for nothing.
-        lines.append(f"@{p}at_boundary bra.uni {lid}_cold;")
-    else:  # a wide value's pair never straddles a chunk boundary: one slot left is not enough
-        lines += [
-            f"cvt.u32.u64 {p}t0, {p}cur;",
-            f"add.u32 {p}t1, {p}t0, {EVENT_BYTES};",
-            f"and.b32 {p}t1, {p}t1, {p}mask;",
-            f"setp.eq.or.u32 {p}q, {p}t1, 0, {p}at_boundary;",
-            f"@{p}q bra.uni {lid}_cold;",
-        ]
-    lines.append(f"{lid}_back:")
-    if late:
-        lines.append(f"mov.u64 {p}clk, %clock64;")
+    lines = [f"mov.u64 {p}clk, %clock64;"] if late else []
     lines += pre
     lines += [
         f"mov.b64 {{{p}t0, {p}t1}}, {p}clk;",
@@ -328,15 +262,44 @@ def marker(kind: int, flags: int, name: str, value: Value = Value()) -> str:
             f"@{p}st st.global.v2.u64 [{p}cur+{EVENT_BYTES}], {{{p}lo, {p}hi}};",
         ]
     lines.append(f"add.u64 {p}cur, {p}cur, {EVENT_BYTES * slots};")
-    lines += _boundary_test()
-    lines += [
-        f"{lid}_done:",
-        "mov.u32 $0, 0;",
-        COLD_BEGIN,
-        f"{lid}_cold:",
-        f"mov.u32 {p}ret, SMPROF2_IDX;",
-        f"bra.uni {CLAIM_LABEL};",
-        COLD_END,
-        MARKER_END,
-    ]
+    return lines + _boundary_test()
+
+
+def marker(kind: int, flags: int, name: str, value: Value = Value()) -> str:
+    """The asm text of one marker: `kind` | `flags` (wire.h), name, value.
+
+    Operand $0 is a dummy 32-bit output (Triton's inline asm has a result);
+    a runtime value is $1.
+    """
+    if not 1 <= kind < KIND_VALUE_HIGH:
+        raise ValueError(f"marker kind {kind} is not an event kind")
+    p = PREFIX
+    lid = f"{p}L" + "SMPROF2_ID"
+    slots = 2 if value.wide else 1
+    kind_flags = kind | flags | (FLAG_WIDE_VALUE if value.wide else 0)
+    late = kind == KIND_BEGIN  # a BEGIN is stamped after the marker's own work
+    # `on` derives from constant memory and a warp reduction (redux.sync),
+    # which ptxas can tell is the same in every lane: its branch needs no
+    # convergence barrier (BSSY/BSYNC, seen in the SASS). The boundary
+    # branch still gets one: ptxas cannot tell that the cursor is uniform.
+    lines = [MARKER_BEGIN, name_comment(name), f"@!{p}on bra.uni {lid}_done;"]
+    if not late:
+        lines.append(f"mov.u64 {p}clk, %clock64;")
+    if slots == 1:
+        # `at_boundary` was computed when the cursor last moved, so the
+        # branch waits for nothing.
+        lines.append(f"@{p}at_boundary bra.uni {lid}_cold;")
+    else:  # a wide value's pair never straddles a chunk boundary: one slot left is not enough
+        lines += [
+            f"cvt.u32.u64 {p}t0, {p}cur;",
+            f"add.u32 {p}t1, {p}t0, {EVENT_BYTES};",
+            f"and.b32 {p}t1, {p}t1, {p}mask;",
+            f"setp.eq.or.u32 {p}q, {p}t1, 0, {p}at_boundary;",
+            f"@{p}q bra.uni {lid}_cold;",
+        ]
+    store = _store(kind_flags, name, value, late)
+    lines += store
+    lines += [f"{lid}_done:", "mov.u32 $0, 0;"]
+    lines += _cold_path(store)
+    lines.append(MARKER_END)
     return "\n".join(lines)

@@ -14,10 +14,8 @@ markers (_marker_ptx.py) it:
   * puts the prologue (the warp's recording state in function-scope
     registers) at the top of every kernel with markers;
   * numbers every marker occurrence, so that the labels of copies Triton
-    made of one marker (unrolled, pipelined loops) stay distinct, moves the
-    markers' cold stubs behind the kernel's last instruction and adds the
-    kernel's one claim routine there (_marker_ptx.claim_routine), which the
-    stubs jump to and which returns to the marker by an indexed branch.
+    made of one marker (unrolled, pipelined loops) stay distinct, and moves
+    the markers' cold paths behind the kernel's last instruction.
 
 A module without markers comes back unchanged. Markers in a non-inlined
 function (a separate PTX .func) are refused: they could not see the kernel's
@@ -110,12 +108,10 @@ def _functions(lines: list[str]) -> list[tuple[str, str, int, int]]:
 
 
 def _rewrite_body(body: list[str], next_id: int) -> tuple[list[str], list[str], int]:
-    """Numbers the markers of one function body, takes their cold stubs
-    out and adds the kernel's claim routine after them. Returns (body, lines
-    for the function's end, next free id)."""
+    """Numbers the markers of one function body and takes their cold paths
+    out. Returns (body, cold lines for the function's end, next free id)."""
     out: list[str] = []
     cold: list[str] = []
-    returns: list[str] = []
     marker_id = None
     in_cold = False
     begin = mp.MARKER_BEGIN.split(" SMPROF2_ID")[0]
@@ -124,9 +120,8 @@ def _rewrite_body(body: list[str], next_id: int) -> tuple[list[str], list[str], 
         if text.startswith(begin):
             marker_id = next_id
             next_id += 1
-            returns.append(f"{mp.PREFIX}L{marker_id}_back")
         if marker_id is not None:
-            line = line.replace("SMPROF2_IDX", str(len(returns) - 1)).replace("SMPROF2_ID", str(marker_id))
+            line = line.replace("SMPROF2_ID", str(marker_id))
         if text == mp.COLD_BEGIN:
             in_cold = True
         (cold if in_cold else out).append(line)
@@ -135,8 +130,8 @@ def _rewrite_body(body: list[str], next_id: int) -> tuple[list[str], list[str], 
         if text == mp.MARKER_END:
             marker_id = None
     if in_cold:
-        raise RewriteError("a marker's cold stub does not end (truncated asm?)")
-    return out, cold + mp.claim_routine(returns), next_id
+        raise RewriteError("a marker's cold path does not end (truncated asm?)")
+    return out, cold, next_id
 
 
 def rewrite(ptx: str) -> str:
@@ -170,7 +165,7 @@ def rewrite(ptx: str) -> str:
         out += lines[at:open_i + 1]
         out += mp.prologue()
         out += body
-        out.append("// smprof2: the markers' cold stubs and the claim routine")
+        out.append("// smprof2: the markers' cold paths")
         out += cold
         out.append(lines[close_i])
         at = close_i + 1
