@@ -38,8 +38,8 @@ const char* BlockWord(const trace::WarpRecord& w) { return w.program ? "program"
 
 std::string WarpTitle(const trace::WarpRecord& w) {
   char label[96];
-  std::snprintf(label, sizeof(label), "SM %03u | %s (%u,%u,%u) | warp %u", static_cast<unsigned>(w.sm),
-                BlockWord(w), w.block[0], w.block[1], w.block[2], static_cast<unsigned>(w.warp));
+  std::snprintf(label, sizeof(label), "SM %03u | %s (%u,%u,%u) | warp %u", static_cast<unsigned>(w.sm), BlockWord(w),
+                w.block[0], w.block[1], w.block[2], static_cast<unsigned>(w.warp));
   return label;
 }
 

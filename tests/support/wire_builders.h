@@ -74,8 +74,8 @@ inline wire::WireEvent Ev(uint64_t time_ns, uint32_t name_id, uint32_t kind, uin
 }
 
 // The events of warp `warp` of block (bx, 0, 0) on SM `sm` (`flags`: wire::WarpFlags).
-inline Bytes Warp(uint64_t launch, uint16_t sm, uint32_t bx, uint16_t warp,
-                  const std::vector<wire::WireEvent>& events, uint16_t flags = 0) {
+inline Bytes Warp(uint64_t launch, uint16_t sm, uint32_t bx, uint16_t warp, const std::vector<wire::WireEvent>& events,
+                  uint16_t flags = 0) {
   wire::WarpEventsMsg m{};
   m.flags = flags;
   m.launch_id = launch;

@@ -110,8 +110,7 @@ TEST(Shipper, TritonChunksMarkTheirWarpsAPrograms) {
   seg.flags = wire::kChunkFromTriton;
   const std::vector<Launch> launches = {MakeLaunch(&seg, 10, 1)};
   s.SendLaunches(
-      launches, 0, [](uint64_t, uint64_t) { return std::string("load"); },
-      [](const std::string& n) { return n; });
+      launches, 0, [](uint64_t, uint64_t) { return std::string("load"); }, [](const std::string& n) { return n; });
   ASSERT_EQ(sink.TypeAt(sink.messages.size() - 1), wire::kMsgWarpEvents);
   EXPECT_EQ(sink.As<wire::WarpEventsMsg>(sink.messages.size() - 1).flags, uint16_t{wire::kWarpTritonProgram});
 }
