@@ -70,7 +70,8 @@ CURSOR_NEEDS_CHUNK = 1 << 63
 CURSOR_ARENA_FULL = 1 << 62
 
 PREFIX = "smprof2_"  # every register, label and token the markers use
-MARKER_BEGIN = "// smprof2-marker-begin SMPROF2_ID"
+MARKER_TAG = "// smprof2-marker-begin"  # opens every marker's text
+MARKER_BEGIN = MARKER_TAG + " SMPROF2_ID"
 MARKER_END = "// smprof2-marker-end"
 COLD_BEGIN = "// smprof2-cold-begin"
 COLD_END = "// smprof2-cold-end"

@@ -39,7 +39,7 @@ _FUNC_RE = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+|\.extern\s+)*\.(entry|func
 
 
 def has_markers(ptx: str) -> bool:
-    return mp.MARKER_BEGIN.split(" SMPROF2_ID")[0] in ptx
+    return mp.MARKER_TAG in ptx
 
 
 def _names(ptx: str) -> dict[int, bytes]:
@@ -114,10 +114,9 @@ def _rewrite_body(body: list[str], next_id: int) -> tuple[list[str], list[str], 
     cold: list[str] = []
     marker_id = None
     in_cold = False
-    begin = mp.MARKER_BEGIN.split(" SMPROF2_ID")[0]
     for line in body:
         text = line.strip()
-        if text.startswith(begin):
+        if text.startswith(mp.MARKER_TAG):
             marker_id = next_id
             next_id += 1
         if marker_id is not None:
@@ -149,13 +148,12 @@ def rewrite(ptx: str) -> str:
 
     lines = _TOKEN_RE.sub(token, ptx).split("\n")
     functions = _functions(lines)
-    marker_start = mp.MARKER_BEGIN.split(" SMPROF2_ID")[0]
     out: list[str] = []
     at = 0
     next_id = 0
     for kind, name, open_i, close_i in functions:
         body = lines[open_i + 1:close_i]
-        if not any(marker_start in b for b in body):
+        if not any(mp.MARKER_TAG in b for b in body):
             continue
         if kind != "entry":
             raise RewriteError(
