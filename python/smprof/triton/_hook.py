@@ -1,13 +1,15 @@
 """Puts the PTX rewriter (_ptx_rewrite.py) into Triton's compiler.
 
 Triton 3.x calls `knobs.runtime.add_stages_inspection_hook` in two ways:
-with no arguments at every launch, for a (key, hash) pair it adds to the
-kernel's cache key, and with (backend, stages, options, language,
-capability) when it builds a compile pipeline, to let it change the stages.
-smprof wraps the "ptx" stage, so what is cached (the PTX, then the cubin)
-already holds the globals and prologue; and it adds its format version to
-the cache key, so kernels compiled by another smprof version are not
-reused. A hook installed before smprof's is kept and called (both keys
+with no arguments, for a (key, hash) pair, and with (backend, stages,
+options, language, capability) when it builds a compile pipeline, to let it
+change the stages. Of the pair, the launch path puts the *hash* into the
+in-memory cache key, and `triton.compile` appends the *key* to the on-disk
+cache key (~/.triton/cache; Triton 3.6), so both must change with the code
+that writes the PTX: otherwise a kernel compiled by another smprof version
+(another prologue or marker layout) would be loaded from disk. smprof wraps
+the "ptx" stage, so what is cached (the PTX, then the cubin) already holds
+the globals and prologue. A hook installed before smprof's is kept and called (both keys
 count); smprof's is installed once.
 """
 
@@ -43,13 +45,14 @@ def install() -> bool:
     if getattr(previous, "_smprof", False):
         return True
     own_hash = _source_hash()
+    own_key = f"{_KEY}-{own_hash[:32]}"
 
     def hook(backend=None, stages=None, options=None, language=None, capability=None):
-        if stages is None:  # the launch-time call: our part of the cache key
+        if stages is None:  # our part of the cache keys (in memory: the hash; on disk: the key)
             if previous is None:
-                return _KEY, own_hash
+                return own_key, own_hash
             key, other = previous()
-            return f"{key}+{_KEY}", hashlib.sha256(f"{other}:{own_hash}".encode()).hexdigest()
+            return f"{key}+{own_key}", hashlib.sha256(f"{other}:{own_hash}".encode()).hexdigest()
         if previous is not None:
             previous(backend, stages, options, language, capability)
         if "ptx" in stages:
