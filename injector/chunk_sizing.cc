@@ -26,6 +26,12 @@ int Grow(const std::function<double(int)>& chunks_at, int from, int max_class, d
 
 }  // namespace
 
+void ClaimRates::Rescale(int chunk_class, double rate) {
+  const double was = at(chunk_class);
+  if (was <= 0) return set_all(rate);  // nothing claimed before: no shape to keep
+  for (int c = 0; c < kChunkClasses; ++c) set(c, at(c) * rate / was);
+}
+
 uint64_t ClaimTally::SlotsOf(uint32_t chunk_bytes) {
   return chunk_bytes / sizeof(wire::Event) - wire::kChunkHeaderSlots;
 }

@@ -32,7 +32,11 @@
 // ceil(e / slots(c0)) at c0 (a warp writes to a second chunk when a diverged
 // marker goes to its shared-memory cursor). Unknown kernels count one chunk
 // per launched warp at every size: the first launch of a kernel of many small
-// warps already gets small chunks.
+// warps already gets small chunks. A read-back, before its warps are
+// decoded, sees only the chunks claimed at the generation's size: it rescales
+// the kernel's rates at every size by what it saw, keeping their shape (set
+// at one size alone, a dense kernel's level would make the sizes above, still
+// at one chunk per warp, look a cheap place to grow to).
 #pragma once
 
 #include <array>
@@ -64,6 +68,9 @@ class ClaimRates {
   void set_all(double rate) {
     for (auto& r : per_warp_) r.store(static_cast<float>(rate), std::memory_order_relaxed);
   }
+  // `rate` seen at `chunk_class` alone (a read-back): every class scaled
+  // alike, so the others keep the shape the last tally taught.
+  void Rescale(int chunk_class, double rate);
 
  private:
   std::array<std::atomic<float>, kChunkClasses> per_warp_;

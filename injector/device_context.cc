@@ -507,7 +507,7 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   if (used == 0) {  // nothing claimed: none of these kernels records (for now)
     for (ClaimRates* rates : cycle_kernels_) rates->set_all(0);
   } else if (!cycle_mixed_ && cycle_kernels_.size() == 1 && cycle_warps_ > 0) {
-    cycle_kernels_[0]->set(chunk_class(), static_cast<double>(used) / static_cast<double>(cycle_warps_));
+    cycle_kernels_[0]->Rescale(chunk_class(), static_cast<double>(used) / static_cast<double>(cycle_warps_));
   }
   cycle_kernels_.clear();
   cycle_mixed_ = false;

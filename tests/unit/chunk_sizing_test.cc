@@ -54,6 +54,29 @@ TEST(ChunkSizingTest, ChunksBeyondWhatTheEventsNeedCountAtEverySize) {
   EXPECT_DOUBLE_EQ(rates.at(k4K), 2.0);
 }
 
+TEST(ChunkSizingTest, AReadBackRescalesEverySizeKeepingTheShape) {
+  ClaimRates rates;
+  TeachWarpsWriting(256, &rates);  // 5, 3, 2, 1 chunks at 1, 2, 4, 8 KiB
+  rates.Rescale(k8K, 2.0);         // twice the events now
+  EXPECT_DOUBLE_EQ(rates.at(k1K), 10.0);
+  EXPECT_DOUBLE_EQ(rates.at(k2K), 6.0);
+  EXPECT_DOUBLE_EQ(rates.at(k8K), 2.0);
+  rates.set_all(0);  // it recorded nothing: no shape to keep
+  rates.Rescale(k1K, 3.0);
+  EXPECT_DOUBLE_EQ(rates.at(k256), 3.0);
+  EXPECT_DOUBLE_EQ(rates.at(k64K), 3.0);
+}
+
+// Before its warps are decoded, a dense kernel is known only by the 5
+// chunks per warp its read-back counted at 1 KiB: the sizes above must not
+// look like one chunk per warp.
+TEST(ChunkSizingTest, ALevelSeenAtOneSizeDoesNotMakeTheOthersLookCheaper) {
+  ClaimRates rates;
+  rates.Rescale(k1K, 5.0);
+  const auto chunks_at = [&](int c) { return 8.0 * rates.at(c); };
+  EXPECT_EQ(ChooseChunkClass(chunks_at, k1K, k64K, 48.0 * 1024 * 1024), k1K);
+}
+
 TEST(ChunkSizingTest, TheLargestSizeUpToTheStartThatFitsIsChosen) {
   // 2048 warps, one chunk each, 768 KiB under the mark: 256 bytes (512 KiB).
   const auto one_per_warp = [](int) { return 2048.0; };
