@@ -75,7 +75,7 @@ namespace smprof::injector {
 
 struct ArenaOptions {
   uint64_t buffer_bytes = 64u << 20;
-  uint32_t chunk_bytes = 1024;  // the largest chunk size (chunk_sizing.h)
+  uint32_t chunk_bytes = 65536;  // the largest chunk size (chunk_sizing.h)
   uint32_t warp_mask = 0xffffffffu;
   uint32_t high_water_percent = 75;
 };

@@ -640,7 +640,9 @@ TEST_F(ProfilerTest, WaitingEventsAndALaterModuleAtTheSameAddressKeepTheirOwnNam
 // Read-backs not fetched yet each hold a slice of the staging area (as large
 // as the arena); one that finds no slice free copies to the host directly.
 TEST_F(ProfilerTest, ReadBacksWaitingForTheirFetchShareTheStagingArea) {
-  Start(MakeSettings(), /*harvest_threads=*/1);  // a 1 MB arena: 1023 chunks of 1 KiB
+  // A 1 MB arena: 960 chunks of 1 KiB (its chunks start 64 KiB in, aligned
+  // to the largest size).
+  Start(MakeSettings(), /*harvest_threads=*/1);
   const std::thread::id app = std::this_thread::get_id();
   gpu.HoldStringReads(true);
   Gemm(s1);
