@@ -56,9 +56,11 @@ const std::vector<SettingSpec> kSettings = {
      "free: every event kept) or drop (never hold it longer than the copy:\n"
      "the events stay in the device buffer, what no longer fits is dropped\n"
      "there and counted)"},
-    {Setting::kChunkBytes, "SMPROF_CHUNK_BYTES", nullptr, 0, "N", "1024",
-     "largest device chunk size in bytes, a power of two 256-65536; a launch\n"
-     "whose warps would not fit in chunks this large gets smaller ones"},
+    {Setting::kChunkBytes, "SMPROF_CHUNK_BYTES", nullptr, 0, "N", "65536",
+     "largest device chunk size in bytes, a power of two 256-65536. Chunks\n"
+     "start at 1024 (or this, if smaller), smaller for launches that would\n"
+     "not fit; they double for warps of many events (each chunk claim stalls\n"
+     "its warp) while a doubling saves a quarter of the claims and fits"},
     {Setting::kHighWater, "SMPROF_HIGH_WATER", nullptr, 0, "N", "75",
      "percent of the device buffer, 10-95, at which a drain is forced"},
 };

@@ -80,7 +80,7 @@ struct Settings {
   LaunchFilter launches;      // which launches of the selected kernels (launch_filter.h)
   CaptureRange capture_range = CaptureRange::kNone;
   uint32_t buffer_mb = 64;
-  uint32_t chunk_bytes = 1024;
+  uint32_t chunk_bytes = 65536;      // the largest device chunk size
   std::string warps_spec;            // as written; empty: every warp
   uint32_t warp_mask = 0xffffffffu;  // bit w: warp w of each block records
   uint32_t high_water_percent = 75;

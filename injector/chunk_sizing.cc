@@ -9,7 +9,28 @@ namespace {
 
 uint64_t ChunksFor(uint64_t events, uint64_t slots) { return (events + slots - 1) / slots; }
 
+// From `from`, which fits: each claim stalls its warp, so double while that
+// saves a quarter of the claims and still fits. A kernel that claims nothing
+// has nothing to save.
+int Grow(const std::function<double(int)>& chunks_at, int from, int max_class, double limit_bytes) {
+  int c = from;
+  double chunks = chunks_at(c);
+  while (c < max_class && chunks > 0) {
+    const double next = chunks_at(c + 1);
+    if (next > kGrowthClaims * chunks || next * ChunkBytesOf(c + 1) > limit_bytes) break;
+    ++c;
+    chunks = next;
+  }
+  return c;
+}
+
 }  // namespace
+
+void ClaimRates::Rescale(int chunk_class, double rate) {
+  const double was = at(chunk_class);
+  if (was <= 0) return set_all(rate);  // nothing claimed before: no shape to keep
+  for (int c = 0; c < kChunkClasses; ++c) set(c, at(c) * rate / was);
+}
 
 uint64_t ClaimTally::SlotsOf(uint32_t chunk_bytes) {
   return chunk_bytes / sizeof(wire::Event) - wire::kChunkHeaderSlots;
@@ -28,12 +49,13 @@ void ClaimTally::Teach(uint64_t launched_warps, ClaimRates* rates) const {
   }
 }
 
-int ChooseChunkClass(const std::function<double(int)>& chunks_at, int max_class, double limit_bytes) {
-  int fewest = max_class;
+int ChooseChunkClass(const std::function<double(int)>& chunks_at, int start_class, int max_class, double limit_bytes) {
+  const int start = std::min(start_class, max_class);
+  int fewest = start;
   double fewest_bytes = -1;
-  for (int c = max_class; c >= 0; --c) {
+  for (int c = start; c >= 0; --c) {
     const double bytes = chunks_at(c) * ChunkBytesOf(c);
-    if (bytes <= limit_bytes) return c;
+    if (bytes <= limit_bytes) return c == start ? Grow(chunks_at, c, max_class, limit_bytes) : c;
     if (fewest_bytes < 0 || bytes < fewest_bytes) {
       fewest = c;
       fewest_bytes = bytes;

@@ -1,16 +1,30 @@
 // Chunk sizing: how many chunks a kernel's warps claim, at every chunk size,
 // and which chunk size the arena uses until the next read-back.
 //
-// Every recording warp takes whole chunks, so with one fixed size a kernel
-// of many warps that each write a few events fills the arena with empty
-// slots (2048 warps x 2 events took 2 MiB of 1 KiB chunks for 64 KiB of
-// events). So the size is chosen per *generation* of the arena (the launches
-// between two read-backs), at its first recording launch: the largest size
-// up to SMPROF_CHUNK_BYTES at which that launch's projected chunks fit under
-// the high-water mark. Later launches of the generation use the same size
-// (chunks of one generation are all alike: the recorder tells a full chunk
-// by its cursor reaching a multiple of the size); a launch that would not fit
-// forces a drain first and then sizes the next generation.
+// Every recording warp takes whole chunks, and each chunk is claimed with a
+// global atomic whose round trip stalls the warp (on Hopper its warpgroup's
+// wgmma with it). So the size pulls two ways: many warps that each write a
+// few events fill the arena with empty slots at a large size (2048 warps x 2
+// events took 2 MiB of 1 KiB chunks for 64 KiB of events), and warps that
+// write many events claim again and again at a small one (256 events: 5
+// claims of 1 KiB chunks per launch, one of 8 KiB; measured on an H100, a
+// marked Triton matmul went from 1.166x to 1.136x of its unmarked time).
+//
+// The size is chosen per *generation* of the arena (the launches between two
+// read-backs), at its first recording launch, from that launch's projected
+// chunks at every size:
+//   1. From the start size (kStartChunkShift, 1 KiB; SMPROF_CHUNK_BYTES when
+//      smaller) down: the largest size at which they fit under the
+//      high-water mark; when none fits, the size needing the fewest bytes.
+//   2. Only when the start size fit, grow: double while the next size is at
+//      most SMPROF_CHUNK_BYTES, still fits, and cuts the chunks to at most
+//      3/4 (a doubling must save a quarter of the claims). Unknown kernels
+//      (one chunk per warp at every size) and warps whose events already fit
+//      one chunk stay where they are, so the slots wasted stay bounded.
+// Later launches of the generation use the same size (chunks of one
+// generation are all alike: the recorder tells a full chunk by its cursor
+// reaching a multiple of the size); a launch that would not fit forces a
+// drain first and then sizes the next generation.
 //
 // What a kernel claims is learned per kernel at every size class at once
 // from its decoded warps: a warp with e events in k chunks of size c0 needs
@@ -18,7 +32,11 @@
 // ceil(e / slots(c0)) at c0 (a warp writes to a second chunk when a diverged
 // marker goes to its shared-memory cursor). Unknown kernels count one chunk
 // per launched warp at every size: the first launch of a kernel of many small
-// warps already gets small chunks.
+// warps already gets small chunks. A read-back, before its warps are
+// decoded, sees only the chunks claimed at the generation's size: it rescales
+// the kernel's rates at every size by what it saw, keeping their shape (set
+// at one size alone, a dense kernel's level would make the sizes above, still
+// at one chunk per warp, look a cheap place to grow to).
 #pragma once
 
 #include <array>
@@ -30,7 +48,10 @@ namespace smprof::injector {
 
 inline constexpr uint32_t kMinChunkShift = 8;   // 256 bytes
 inline constexpr uint32_t kMaxChunkShift = 16;  // 64 KiB
+inline constexpr uint32_t kStartChunkShift = 10;  // 1 KiB: where a generation's sizing starts
 inline constexpr int kChunkClasses = kMaxChunkShift - kMinChunkShift + 1;
+// A doubling of the chunk size is taken only when it cuts claims to this.
+inline constexpr double kGrowthClaims = 0.75;
 
 inline constexpr int ChunkClassOf(uint32_t chunk_shift) { return static_cast<int>(chunk_shift - kMinChunkShift); }
 inline constexpr uint32_t ChunkBytesOf(int chunk_class) { return 1u << (kMinChunkShift + chunk_class); }
@@ -47,6 +68,9 @@ class ClaimRates {
   void set_all(double rate) {
     for (auto& r : per_warp_) r.store(static_cast<float>(rate), std::memory_order_relaxed);
   }
+  // `rate` seen at `chunk_class` alone (a read-back): every class scaled
+  // alike, so the others keep the shape the last tally taught.
+  void Rescale(int chunk_class, double rate);
 
  private:
   std::array<std::atomic<float>, kChunkClasses> per_warp_;
@@ -69,9 +93,12 @@ class ClaimTally {
   std::array<uint64_t, kChunkClasses> chunks_{};
 };
 
-// The chunk class for a generation: the largest class up to `max_class` at
-// which `chunks_at(class)` chunks of that size fit in `limit_bytes`; when
-// none fits, the class that needs the fewest bytes.
-int ChooseChunkClass(const std::function<double(int)>& chunks_at, int max_class, double limit_bytes);
+// The chunk class for a generation, where `chunks_at(class)` chunks of that
+// size must fit in `limit_bytes`: the largest class up to `start_class` (or
+// `max_class` when smaller) that fits, or when none fits the class needing
+// the fewest bytes; then, when the start class fit, each larger class up to
+// `max_class` that fits and needs at most kGrowthClaims of the chunks of the
+// class before it.
+int ChooseChunkClass(const std::function<double(int)>& chunks_at, int start_class, int max_class, double limit_bytes);
 
 }  // namespace smprof::injector

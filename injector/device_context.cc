@@ -77,7 +77,8 @@ bool DeviceContext::SetUp() {
     return false;
   }
   // Chunks are aligned to their size: the recorder tells a full chunk by its
-  // cursor reaching a multiple of chunk_bytes.
+  // cursor reaching a multiple of it. Aligned to the largest size, the region
+  // suits every size a generation may take; the header tells the largest.
   const uint64_t chunks_offset = (arena_ + sizeof(wire::ArenaHeader) + chunk - 1) / chunk * chunk - arena_;
   const uint64_t num_chunks = std::min<uint64_t>((bytes - chunks_offset) / chunk, 0x7fffffffu);
   wire::ArenaHeader header{};
@@ -97,12 +98,10 @@ bool DeviceContext::SetUp() {
   }
   ref_.arena = arena_;
   ref_.chunks = arena_ + chunks_offset;
-  ref_.num_chunks = header.num_chunks;
-  ref_.chunk_shift = static_cast<uint32_t>(__builtin_ctzll(chunk));
   chunk_region_bytes_ = bytes - chunks_offset;
-  max_chunk_class_ = ChunkClassOf(ref_.chunk_shift);
-  num_chunks_.store(ref_.num_chunks, std::memory_order_relaxed);
-  chunk_class_.store(max_chunk_class_, std::memory_order_relaxed);
+  max_chunk_class_ = ChunkClassOf(static_cast<uint32_t>(__builtin_ctzll(chunk)));
+  start_chunk_class_ = std::min(ChunkClassOf(kStartChunkShift), max_chunk_class_);
+  UseChunkClass(start_chunk_class_);
   ref_.warp_mask = options_.warp_mask;
   ref_.epoch = 1;
   if (!gpu_.SetUpDevice(&facts_)) {
@@ -119,8 +118,8 @@ bool DeviceContext::SetUp() {
         "while the application waits",
         facts_.info.ordinal, chunk_region_bytes_ >> 20);
   }
-  Log().info("GPU {} ({}): {} MB arena, {} chunks of {} bytes", facts_.info.ordinal, facts_.info.name, bytes >> 20,
-             num_chunks, chunk);
+  Log().info("GPU {} ({}): {} MB arena, chunks of {} bytes, up to {} for warps of many events", facts_.info.ordinal,
+             facts_.info.name, bytes >> 20, ChunkBytesOf(start_chunk_class_), chunk);
   return true;
 }
 
@@ -338,16 +337,20 @@ void DeviceContext::SizeChunks(const std::function<double(int)>& chunks_at) {
   if (sized_) return;
   sized_ = true;
   const double limit = static_cast<double>(chunk_region_bytes_) * options_.high_water_percent / 100.0;
-  const int chosen = ChooseChunkClass(chunks_at, max_chunk_class_, limit);
+  const int chosen = ChooseChunkClass(chunks_at, start_chunk_class_, max_chunk_class_, limit);
   if (chosen == chunk_class()) return;
   // Nothing is lit and nothing records (a new generation): every module gets
   // the new size with its next light.
-  ref_.chunk_shift = kMinChunkShift + static_cast<uint32_t>(chosen);
-  ref_.num_chunks = static_cast<uint32_t>(std::min<uint64_t>(chunk_region_bytes_ >> ref_.chunk_shift, 0x7fffffffu));
-  num_chunks_.store(ref_.num_chunks, std::memory_order_relaxed);
-  chunk_class_.store(chosen, std::memory_order_relaxed);
+  UseChunkClass(chosen);
   for (auto& [module, m] : modules_) m->written = false;
   Log().debug("GPU {}: chunks of {} bytes until the next harvest", facts_.info.ordinal, ChunkBytesOf(chosen));
+}
+
+void DeviceContext::UseChunkClass(int chunk_class) {
+  ref_.chunk_shift = kMinChunkShift + static_cast<uint32_t>(chunk_class);
+  ref_.num_chunks = static_cast<uint32_t>(std::min<uint64_t>(chunk_region_bytes_ >> ref_.chunk_shift, 0x7fffffffu));
+  num_chunks_.store(ref_.num_chunks, std::memory_order_relaxed);
+  chunk_class_.store(chunk_class, std::memory_order_relaxed);
 }
 
 // One thread at a time samples the claim counter, at most every 100 us and
@@ -504,7 +507,7 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   if (used == 0) {  // nothing claimed: none of these kernels records (for now)
     for (ClaimRates* rates : cycle_kernels_) rates->set_all(0);
   } else if (!cycle_mixed_ && cycle_kernels_.size() == 1 && cycle_warps_ > 0) {
-    cycle_kernels_[0]->set(chunk_class(), static_cast<double>(used) / static_cast<double>(cycle_warps_));
+    cycle_kernels_[0]->Rescale(chunk_class(), static_cast<double>(used) / static_cast<double>(cycle_warps_));
   }
   cycle_kernels_.clear();
   cycle_mixed_ = false;

@@ -75,7 +75,7 @@ namespace smprof::injector {
 
 struct ArenaOptions {
   uint64_t buffer_bytes = 64u << 20;
-  uint32_t chunk_bytes = 1024;  // the largest chunk size (chunk_sizing.h)
+  uint32_t chunk_bytes = 65536;  // the largest chunk size (chunk_sizing.h)
   uint32_t warp_mask = 0xffffffffu;
   uint32_t high_water_percent = 75;
 };
@@ -221,6 +221,9 @@ class DeviceContext {
   // by a large enough buffer if it is smaller) on `stream`, and waits.
   bool CopyFromStaging(uint64_t offset, size_t bytes, GpuStream stream, HostBuffer* into);
   void AddBusy(GpuStream stream, bool per_thread, uint64_t thread);  // mu_ held
+  // The generation's chunks are of `chunk_class` (ref_ and its mirrors);
+  // in SetUp, or mu_ held with nothing lit.
+  void UseChunkClass(int chunk_class);
   bool WriteArenaWord(Module* m, bool lit, GpuStream stream);
 
   Gpu& gpu_;
@@ -235,6 +238,7 @@ class DeviceContext {
   wire::ArenaRef ref_{};      // what modules get; `arena` is written last, and only when lit
   uint64_t chunk_region_bytes_ = 0;  // from ref_.chunks to the arena's end
   int max_chunk_class_ = 0;          // options_.chunk_bytes
+  int start_chunk_class_ = 0;        // kStartChunkShift, or max_chunk_class_ when smaller
   std::atomic<uint32_t> num_chunks_{0};  // ref_'s, for readers without a lock
   std::atomic<int> chunk_class_{0};
   GpuStream stream_ = nullptr;  // private, non-blocking

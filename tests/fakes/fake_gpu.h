@@ -186,6 +186,11 @@ class FakeGpu final : public Gpu {
   uint64_t events_written() const { return events_written_.load(); }
   uint64_t kernels_that_recorded() const { return kernels_recorded_.load(); }
   uint64_t kernels_run() const { return kernels_run_.load(); }
+  // The chunk size each recording kernel found, in launch order.
+  std::vector<uint32_t> chunk_sizes_recorded() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return chunk_sizes_;
+  }
 
   // --- Gpu -----------------------------------------------------------------
   uint64_t Now() override { return clock_.fetch_add(1000) + 1000; }
@@ -489,6 +494,7 @@ class FakeGpu final : public Gpu {
       if (ref.arena != 0) {
         recorded = true;
         const uint32_t chunk_bytes = 1u << ref.chunk_shift;
+        chunk_sizes_.push_back(chunk_bytes);
         const uint32_t per_chunk = (chunk_bytes - sizeof(wire::ChunkHeader)) / sizeof(wire::Event);
         for (uint32_t w = 0; w < warps; ++w) {
           uint32_t slot = per_chunk;
@@ -572,6 +578,7 @@ class FakeGpu final : public Gpu {
   std::atomic<uint64_t> next_grid_{1};
   std::atomic<uint64_t> events_written_{0};
   std::atomic<uint64_t> kernels_recorded_{0};
+  std::vector<uint32_t> chunk_sizes_;  // mu_
   std::atomic<uint64_t> kernels_run_{0};
   uint64_t string_reads_ = 0;
   std::condition_variable held_cv_;

@@ -25,7 +25,7 @@ TEST(InjectorConfig, Defaults) {
   EXPECT_TRUE(errors.empty());
   EXPECT_EQ(c.buffer_bytes(), 64ull << 20);
   EXPECT_EQ(c.shm_bytes(), 32ull << 20);
-  EXPECT_EQ(c.settings.chunk_bytes, 1024u);
+  EXPECT_EQ(c.settings.chunk_bytes, 65536u);
   EXPECT_EQ(c.settings.warp_mask, 0xffffffffu);
   EXPECT_TRUE(c.kernels_valid);
   EXPECT_TRUE(c.settings.kernels.selects_all());
@@ -62,7 +62,7 @@ TEST(InjectorConfig, BadValuesKeepDefaultsWithOneErrorEach) {
   EXPECT_EQ(errors[0].rfind("SMPROF_BUFFER_MB: ", 0), 0u) << errors[0];
   EXPECT_NE(errors[0].find("; using 64"), std::string::npos) << errors[0];
   EXPECT_EQ(c.buffer_bytes(), 64ull << 20);
-  EXPECT_EQ(c.settings.chunk_bytes, 1024u);
+  EXPECT_EQ(c.settings.chunk_bytes, 65536u);
   EXPECT_EQ(c.settings.warp_mask, 0xffffffffu);
   EXPECT_EQ(c.settings.high_water_percent, 75u);
 }

@@ -394,6 +394,43 @@ TEST_F(ProfilerTest, ManySmallWarpsFitTheArena) {
   EXPECT_EQ(sink.stats.forced_drains, 0u);
 }
 
+// Warps of 256 events each: the first generation takes 1 KiB chunks (5 claims
+// a warp). Its read-back counts 5 chunks a warp at 1 KiB alone, which must
+// not make 2 KiB look like one; once the harvest has decoded the warps and
+// taught every size, the next generation takes 8 KiB chunks (one claim).
+TEST_F(ProfilerTest, DenseWarpsGetLargerChunksOnceAHarvestTaughtTheirClaims) {
+  Start(MakeSettings(), /*harvest_threads=*/1);
+  gpu.HoldStringReads(true);
+  Gemm(s1, 8, /*ranges=*/128);
+  Sync();  // read back; the harvest thread then waits reading names, before it teaches
+  ASSERT_TRUE(gpu.WaitUntil([&] { return gpu.held_string_reads_locked() > 0; }, std::chrono::seconds(10)));
+  Gemm(s1, 8, 128);
+  Sync();
+  gpu.HoldStringReads(false);
+  sink.WaitForHarvests(2);
+  Gemm(s1, 8, 128);
+  Sync();
+  Finish();
+  EXPECT_EQ(gpu.chunk_sizes_recorded(), (std::vector<uint32_t>{1024, 1024, 8192}));
+  EXPECT_EQ(sink.events["gemm(float*)"], 3u * 8 * 256);
+  EXPECT_EQ(sink.stats.events_dropped_device, 0u);
+}
+
+// SMPROF_CHUNK_BYTES=1024: the same warps keep 1 KiB chunks.
+TEST_F(ProfilerTest, DenseWarpsNeverGrowPastTheLargestChunkSize) {
+  Settings settings = MakeSettings();
+  settings.chunk_bytes = 1024;
+  Start(settings);
+  Gemm(s1, 8, /*ranges=*/128);
+  Sync();
+  sink.WaitForHarvests(1);
+  Gemm(s1, 8, 128);
+  Sync();
+  Finish();
+  EXPECT_EQ(gpu.chunk_sizes_recorded(), (std::vector<uint32_t>{1024, 1024}));
+  EXPECT_EQ(sink.events["gemm(float*)"], 2u * 8 * 256);
+}
+
 // Back-to-back replays of a graph whose node fills a third of the arena:
 // each replay projects its node's chunks, so drains come before overflows.
 TEST_F(ProfilerTest, GraphReplaysProjectTheirNodesAndNeverOverflow) {
@@ -640,7 +677,9 @@ TEST_F(ProfilerTest, WaitingEventsAndALaterModuleAtTheSameAddressKeepTheirOwnNam
 // Read-backs not fetched yet each hold a slice of the staging area (as large
 // as the arena); one that finds no slice free copies to the host directly.
 TEST_F(ProfilerTest, ReadBacksWaitingForTheirFetchShareTheStagingArea) {
-  Start(MakeSettings(), /*harvest_threads=*/1);  // a 1 MB arena: 1023 chunks of 1 KiB
+  // A 1 MB arena: 960 chunks of 1 KiB (its chunks start 64 KiB in, aligned
+  // to the largest size).
+  Start(MakeSettings(), /*harvest_threads=*/1);
   const std::thread::id app = std::this_thread::get_id();
   gpu.HoldStringReads(true);
   Gemm(s1);
