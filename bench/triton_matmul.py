@@ -14,10 +14,12 @@ compares launches of one process on one GPU:
 
   plain      python: MODE 0 / prof=None (compiled out) / markers, no profiler
   smprof     under smprof-run (every warp records; the trace is written;
-             SMPROF_BUFFER_MB=2048 and SMPROF_SHM_MB=1024 hold a batch)
-  smprof-w1  the same with SMPROF_WARPS=0,4 (one warp per warpgroup)
-  smprof-big, smprof-w1-big  the same with SMPROF_CHUNK_BYTES=16384 (fewer
-             chunk claims: a claim's atomic round trip stalls the warpgroup)
+             SMPROF_BUFFER_MB=2048 and SMPROF_SHM_MB=1024 hold a batch); after
+             the first harvest the injector gives this kernel's warps 8 KiB
+             chunks (one claim per warp and launch)
+  smprof-1k  the same with SMPROF_CHUNK_BYTES=1024, the former fixed size
+             (5 claims per warp: a claim's atomic round trip stalls the warp)
+  smprof-w1  the same as smprof with SMPROF_WARPS=0,4 (one warp per warpgroup)
   proton     proton.start(backend="instrumentation"), trace data (its
              default mode: a 4% shared-memory ring per warp that keeps the
              last events of each warp; it warns that the rest are dropped)
@@ -197,6 +199,9 @@ def run_child(variant: str, args, smprof_run: str | None) -> dict | None:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", variant, "--iters", str(args.iters), "--burst",
            str(args.burst)] + (["--dump", os.path.abspath(args.dump)] if args.dump else [])
     env = dict(os.environ)
+    # Every process compiles its kernels afresh: nothing from another
+    # variant or an earlier smprof version can come out of Triton's cache.
+    env["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="smprof-bench-triton-")
     if variant.startswith("smprof"):
         if smprof_run is None:
             print(f"{variant}: skipped (smprof-run not found)", file=sys.stderr)
@@ -209,8 +214,8 @@ def run_child(variant: str, args, smprof_run: str | None) -> dict | None:
         env.setdefault("SMPROF_SHM_MB", "1024")
         if "-w1" in variant:
             env["SMPROF_WARPS"] = "0,4"
-        if variant.endswith("-big"):
-            env["SMPROF_CHUNK_BYTES"] = "16384"
+        if variant.endswith("-1k"):  # chunks of 1 KiB at most: every warp claims 5 per launch
+            env["SMPROF_CHUNK_BYTES"] = "1024"
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     errors = out.stderr.splitlines()
@@ -234,7 +239,7 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--burst", type=int, default=50)
     parser.add_argument("--smprof-run")
-    parser.add_argument("--variants", default="plain,smprof,smprof-w1,smprof-big,smprof-w1-big,proton")
+    parser.add_argument("--variants", default="smprof,smprof-1k,smprof-w1,proton,plain")
     parser.add_argument("--dump", help="write each row's PTX and SASS into this directory")
     args = parser.parse_args()
     if args.child:

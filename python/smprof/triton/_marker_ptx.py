@@ -12,7 +12,7 @@ through the user's code.
 The hot path of a recording warp: a clock read, one not-taken uniform
 branch on "the cursor is at a chunk boundary" (a predicate computed when the
 cursor last moved, so the branch waits for nothing), two ALU ops to build
-the event, one predicated 16-byte store by lane 0, the cursor's add and the
+the event, the cursor's add, one predicated 16-byte store by lane 0 and the
 next boundary test. A warp that does not record (no smprof, a warp
 SMPROF_WARPS leaves out, a module the kernel filter darkened) takes one
 uniform branch over all of it. The cold path (claim a chunk, write its
@@ -249,7 +249,10 @@ def _store(kind_flags: int, name: str, value: Value, late: bool) -> list[str]:
         f"mov.b64 {p}lo, {{{p}t0, {p}t1}};",
         f"mov.b32 {p}t4, {name_token(name)};",
         f"mov.b64 {p}hi, {{{p}t4, {vlo}}};",
-        f"@{p}st st.global.v2.u64 [{p}cur], {{{p}lo, {p}hi}};",
+        # The cursor moves first and the store addresses back from it: the
+        # store then needs no copy of the old cursor (two moves fewer).
+        f"add.u64 {p}cur, {p}cur, {EVENT_BYTES * slots};",
+        f"@{p}st st.global.v2.u64 [{p}cur+{-EVENT_BYTES * slots}], {{{p}lo, {p}hi}};",
     ]
     if slots == 2:
         # The continuation slot: the event's clock, kind VALUE_HIGH, no name,
@@ -260,9 +263,8 @@ def _store(kind_flags: int, name: str, value: Value, late: bool) -> list[str]:
             f"mov.b64 {p}lo, {{{p}t0, {p}t1}};",
             f"mov.b32 {p}t4, 0;",
             f"mov.b64 {p}hi, {{{p}t4, {vhi}}};",
-            f"@{p}st st.global.v2.u64 [{p}cur+{EVENT_BYTES}], {{{p}lo, {p}hi}};",
+            f"@{p}st st.global.v2.u64 [{p}cur+{-EVENT_BYTES}], {{{p}lo, {p}hi}};",
         ]
-    lines.append(f"add.u64 {p}cur, {p}cur, {EVENT_BYTES * slots};")
     return lines + _boundary_test()
 
 
