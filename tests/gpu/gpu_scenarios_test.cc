@@ -116,6 +116,39 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
+// Reads the JSON trace at `trace` into `run`'s process names, launch groups
+// and summary (a trace cut short is closed first; none reads as empty).
+void ParseTrace(const std::string& trace, ProfiledRun* run) {
+  std::string text = Slurp(trace);
+  if (text.empty()) text = "[]";  // a run smprof stepped aside from writes no trace
+  while (!text.empty() && (text.back() == '\n' || text.back() == ',')) text.pop_back();
+  if (!text.empty() && text.back() != ']') text += "]";
+  const json events = json::parse(text, nullptr, false);
+  EXPECT_TRUE(events.is_array()) << "trace " << trace << " does not parse";
+  if (!events.is_array()) return;
+  std::map<int64_t, std::string> process_names;
+  for (const json& e : events) {
+    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name") {
+      process_names[e["pid"].get<int64_t>()] = e["args"]["name"].get<std::string>();
+    }
+  }
+  for (const auto& [pid, name] : process_names) {
+    if (!name.empty() && name[0] == '#') run->launches[pid].name = name;
+  }
+  run->process_names = process_names;
+  for (const json& e : events) {
+    if (!e.contains("pid") || !e.contains("tid")) continue;
+    const int64_t pid = e["pid"].get<int64_t>();
+    const std::string ph = e.value("ph", "");
+    if (ph == "i" && e.value("name", "").find("summary") != std::string::npos) run->summary_event = e["args"];
+    auto it = run->launches.find(pid);
+    if (it == run->launches.end()) continue;
+    Thread& t = it->second.threads[e["tid"].get<int64_t>()];
+    if (ph == "M" && e.value("name", "") == "thread_name") t.name = e["args"]["name"].get<std::string>();
+    if (ph == "X" || ph == "i" || ph == "C" || ph == "b" || ph == "e" || ph == "s" || ph == "f") t.events.push_back(e);
+  }
+}
+
 // Runs `[outer] smprof-run <args> -- [app_prefix] <app>` (`app`: a program of
 // the build's bin/ and its arguments) and parses the trace.
 ProfiledRun ProfileApp(const std::string& app, const std::string& args = "", const std::string& app_prefix = "",
@@ -130,34 +163,7 @@ ProfiledRun ProfileApp(const std::string& app, const std::string& args = "", con
   run.exit_code = Shell(cmd, dir + "/stdout.txt", err);
   run.stderr_text = Slurp(err);
   run.stdout_text = Slurp(dir + "/stdout.txt");
-  std::string text = Slurp(trace);
-  if (text.empty()) text = "[]";  // a run smprof stepped aside from writes no trace
-  while (!text.empty() && (text.back() == '\n' || text.back() == ',')) text.pop_back();
-  if (!text.empty() && text.back() != ']') text += "]";
-  const json events = json::parse(text, nullptr, false);
-  EXPECT_TRUE(events.is_array()) << "trace " << trace << " does not parse";
-  if (!events.is_array()) return run;
-  std::map<int64_t, std::string> process_names;
-  for (const json& e : events) {
-    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name") {
-      process_names[e["pid"].get<int64_t>()] = e["args"]["name"].get<std::string>();
-    }
-  }
-  for (const auto& [pid, name] : process_names) {
-    if (!name.empty() && name[0] == '#') run.launches[pid].name = name;
-  }
-  run.process_names = process_names;
-  for (const json& e : events) {
-    if (!e.contains("pid") || !e.contains("tid")) continue;
-    const int64_t pid = e["pid"].get<int64_t>();
-    const std::string ph = e.value("ph", "");
-    if (ph == "i" && e.value("name", "").find("summary") != std::string::npos) run.summary_event = e["args"];
-    auto it = run.launches.find(pid);
-    if (it == run.launches.end()) continue;
-    Thread& t = it->second.threads[e["tid"].get<int64_t>()];
-    if (ph == "M" && e.value("name", "") == "thread_name") t.name = e["args"]["name"].get<std::string>();
-    if (ph == "X" || ph == "i" || ph == "C" || ph == "b" || ph == "e" || ph == "s" || ph == "f") t.events.push_back(e);
-  }
+  ParseTrace(trace, &run);
   return run;
 }
 
@@ -1638,7 +1644,9 @@ void ExpectTkernLaunch(const LaunchGroup& g) {
     for (const json& e : t.events) {
       const json args = e.value("args", json::object());
       if (e.value("name", "") == "load" && args.contains("value")) ends.push_back(args["value"].get<long>());
-      if (e.value("name", "") == "tile") EXPECT_EQ(args.value("value", -1L), (program << 32) | 7) << t.name;
+      if (e.value("name", "") == "tile") {
+        EXPECT_EQ(args.value("value", -1L), (program << 32) | 7) << t.name;
+      }
     }
     EXPECT_EQ(ends, (std::vector<long>{0, 1, 2})) << t.name;
   }
@@ -1725,16 +1733,16 @@ TEST(GpuScenarios, PythonProfileBlockTracesTheLaunchesInsideIt) {
   const std::string out = Slurp(dir + "/out.txt");
   ASSERT_EQ(code, 0) << Slurp(dir + "/err.txt") << out;
   EXPECT_NE(out.find("ok"), std::string::npos) << out;
-  std::string text = Slurp(trace);
-  ASSERT_FALSE(text.empty()) << "no trace at " << trace;
+  ASSERT_FALSE(Slurp(trace).empty()) << "no trace at " << trace;
+  ProfiledRun run;
+  ParseTrace(trace, &run);
   int launches = 0;
   int loads = 0;
-  for (const json& e : json::parse(text, nullptr, false)) {
-    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name" &&
-        e["args"].value("name", "").find("tkern") != std::string::npos) {
-      ++launches;
+  for (const auto& [pid, group] : run.launches) {
+    launches += group.name.find("tkern") != std::string::npos;
+    for (const auto& [tid, thread] : group.threads) {
+      for (const json& e : thread.events) loads += e.value("ph", "") == "X" && e.value("name", "") == "load";
     }
-    loads += e.value("ph", "") == "X" && e.value("name", "") == "load";
   }
   EXPECT_EQ(launches, 2);
   EXPECT_EQ(loads, 2 * 6 * 4 * 3);

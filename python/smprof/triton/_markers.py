@@ -65,6 +65,15 @@ def _value(v, what: str, _semantic):
     return mp.Value(operand="$1"), [v]
 
 
+def _value32(v, what: str, why: str, _semantic):
+    """_value() for the operands that fill a 32-bit slot (a name's %d, a
+    token); `why` ends the error for a 64-bit one."""
+    value, args = _value(v, what, _semantic)
+    if value.wide:
+        raise TypeError(f"smprof: {what} is a 32-bit integer ({why})")
+    return value, args
+
+
 def _emit(kind: int, flags: int, name: str, value: mp.Value, args, _semantic) -> None:
     asm = mp.marker(kind, flags, name, value)
     if value.operand is None:
@@ -84,9 +93,7 @@ def _mark(prof, kind: int, name, what: str, _semantic, value=None, arg=None, cou
         raise TypeError(f"smprof: {what} takes value= or arg=, not both (arg formats the name)")
     flags = 0
     if arg is not None:
-        v, args = _value(arg, "arg", _semantic)
-        if v.wide:
-            raise TypeError("smprof: arg= is a 32-bit integer (it fills a %d in the name)")
+        v, args = _value32(arg, "arg=", "it fills a %d in the name", _semantic)
         flags = mp.FLAG_NAME_VALUE
     elif value is not None:
         v, args = _value(value, "value", _semantic)
@@ -138,9 +145,7 @@ def _async(prof, kind: int, name, token, what: str, _semantic) -> None:
     if not _records(prof):
         return
     text = _name(name, what)
-    v, args = _value(token, "token", _semantic)
-    if v.wide:
-        raise TypeError(f"smprof: the token of {what} is a 32-bit integer")
+    v, args = _value32(token, f"the token of {what}", "a span's token", _semantic)
     _emit(kind, 0, text, v, args, _semantic)
 
 
