@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -199,9 +200,6 @@ def run_child(variant: str, args, smprof_run: str | None) -> dict | None:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", variant, "--iters", str(args.iters), "--burst",
            str(args.burst)] + (["--dump", os.path.abspath(args.dump)] if args.dump else [])
     env = dict(os.environ)
-    # Every process compiles its kernels afresh: nothing from another
-    # variant or an earlier smprof version can come out of Triton's cache.
-    env["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="smprof-bench-triton-")
     if variant.startswith("smprof"):
         if smprof_run is None:
             print(f"{variant}: skipped (smprof-run not found)", file=sys.stderr)
@@ -216,7 +214,13 @@ def run_child(variant: str, args, smprof_run: str | None) -> dict | None:
             env["SMPROF_WARPS"] = "0,4"
         if variant.endswith("-1k"):  # chunks of 1 KiB at most: every warp claims 5 per launch
             env["SMPROF_CHUNK_BYTES"] = "1024"
-    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Every process compiles its kernels afresh: nothing from another
+    # variant or an earlier smprof version can come out of Triton's cache.
+    env["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="smprof-bench-triton-")
+    try:
+        out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        shutil.rmtree(env["TRITON_CACHE_DIR"], ignore_errors=True)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     errors = out.stderr.splitlines()
     dropped = [line for line in errors if "events are dropped" in line]
