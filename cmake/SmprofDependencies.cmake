@@ -44,10 +44,9 @@ if(SMPROF_BUILD_TESTS)
   endif()
 endif()
 
-# spdlog and fmt are compiled into each binary from headers, so nothing smprof
-# ships needs libspdlog.so or libfmt.so at run time (the GPU machines have neither).
-add_library(smprof_logging INTERFACE)
-target_link_libraries(smprof_logging INTERFACE spdlog::spdlog_header_only fmt::fmt-header-only)
+# spdlog and fmt are compiled from their headers into smprof_logging, a static
+# library (common/CMakeLists.txt), so nothing smprof ships needs libspdlog.so or
+# libfmt.so at run time (the GPU machines have neither).
 add_library(smprof_boost INTERFACE)
 if(TARGET Boost::headers)
   target_link_libraries(smprof_boost INTERFACE Boost::headers)

@@ -1,7 +1,5 @@
 #include "collector/collector.h"
 
-#include <spdlog/spdlog.h>
-
 #include <cctype>
 #include <thread>
 
@@ -10,6 +8,7 @@
 #include "collector/stats_report.h"
 #include "collector/trace_placement.h"
 #include "collector/trace_writer.h"
+#include "common/logging.h"
 
 namespace smprof {
 

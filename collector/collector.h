@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -32,6 +31,7 @@
 #include "collector/stats_sink.h"
 #include "collector/trace_builder.h"
 #include "collector/trace_sink.h"
+#include "common/json.h"
 #include "common/transport.h"
 
 namespace spdlog {

@@ -15,8 +15,9 @@
 
 #include <cstdint>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include "common/json.h"
 
 namespace smprof {
 

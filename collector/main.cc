@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -20,6 +19,7 @@
 
 #include "collector/collector.h"
 #include "collector/perfetto_sink.h"
+#include "common/logging.h"
 #include "common/settings.h"
 #include "common/transport.h"
 #include "common/transport_layout.h"

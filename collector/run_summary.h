@@ -7,8 +7,9 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include "common/json.h"
 
 namespace smprof {
 

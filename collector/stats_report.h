@@ -18,12 +18,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "collector/run_stats.h"
+#include "common/json.h"
 
 namespace smprof::stats {
 

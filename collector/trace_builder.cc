@@ -1,7 +1,5 @@
 #include "collector/trace_builder.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -15,6 +13,7 @@
 #include "collector/async_matcher.h"
 #include "collector/name_format.h"
 #include "collector/trace_labels.h"
+#include "common/logging.h"
 #include "common/names.h"
 
 namespace smprof {

@@ -50,7 +50,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -61,6 +60,7 @@
 #include "collector/range_matcher.h"
 #include "collector/run_summary.h"
 #include "collector/trace_sink.h"
+#include "common/json.h"
 #include "common/transport.h"
 
 namespace spdlog {

@@ -27,10 +27,10 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
+#include "common/json.h"
 #include "smprof/wire.h"
 
 namespace smprof {

@@ -8,10 +8,10 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
-#include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "collector/proto_reader.h"
+#include "common/json.h"
 
 namespace smprof {
 namespace {

@@ -2,9 +2,9 @@
 // application may use spdlog too). Messages go to stderr prefixed "smprof:".
 #pragma once
 
-#include <spdlog/logger.h>
-
 #include <string>
+
+#include "common/logging.h"
 
 namespace smprof::injector {
 

@@ -11,11 +11,11 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/json.h"
 #include "runner/run_options.h"
 
 namespace smprof::runner {

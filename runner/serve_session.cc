@@ -10,7 +10,8 @@
 #include <ctime>
 #include <fstream>
 #include <iterator>
-#include <nlohmann/json.hpp>
+
+#include "common/json.h"
 
 namespace smprof::runner {
 namespace {

@@ -13,13 +13,13 @@
 
 #include <cstdio>
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "collector/stats_report.h"
 #include "collector/trace_placement.h"
 #include "collector/trace_statistics.h"
+#include "common/json.h"
 #include "common/settings.h"
 
 namespace {

@@ -72,7 +72,6 @@
 #include <ctime>
 #include <fstream>
 #include <initializer_list>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -85,6 +84,7 @@
 #include "collector/trace_repair.h"
 #include "collector/trace_writer.h"
 #include "common/cuda_tools.h"
+#include "common/json.h"
 #include "common/transport.h"
 #include "runner/install_layout.h"
 #include "runner/run_metadata.h"

@@ -1,7 +1,7 @@
 # The real smprof-collector binary fed through the real shared-memory transport.
 smprof_add_test(collector_e2e_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/collector_e2e_test.cc
-  LIBS smprof::common smprof::collector nlohmann_json::nlohmann_json
+  LIBS smprof::common smprof::collector smprof_json
   LABELS e2e)
 add_dependencies(collector_e2e_test smprof-collector smprof)
 

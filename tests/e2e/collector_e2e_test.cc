@@ -15,13 +15,13 @@
 #include <fstream>
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "collector/trace_placement.h"
+#include "common/json.h"
 #include "common/transport.h"
 #include "smprof/wire.h"
 #include "tests/support/subprocess.h"

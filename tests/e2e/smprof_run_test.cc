@@ -23,7 +23,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -32,6 +31,7 @@
 
 #include "collector/perfetto_check.h"
 #include "collector/trace_placement.h"
+#include "common/json.h"
 #include "common/transport.h"
 #include "smprof/wire.h"
 #include "tests/support/subprocess.h"

@@ -21,7 +21,6 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -29,6 +28,7 @@
 #include <vector>
 
 #include "collector/perfetto_check.h"
+#include "common/json.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/trace_processor.h"
 

@@ -5,11 +5,11 @@ smprof_add_test(message_decoder_test
   LABELS unit)
 smprof_add_test(trace_writer_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/trace_writer_test.cc
-  LIBS smprof::collector nlohmann_json::nlohmann_json
+  LIBS smprof::collector smprof_json
   LABELS unit)
 smprof_add_test(collector_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/collector_test.cc
-  LIBS smprof::collector nlohmann_json::nlohmann_json
+  LIBS smprof::collector smprof_json
   LABELS unit)
 smprof_add_test(control_channel_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/control_channel_test.cc
@@ -25,7 +25,7 @@ smprof_add_test(perfetto_check_test
   LABELS unit)
 smprof_add_test(run_stats_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/run_stats_test.cc
-  LIBS smprof::collector nlohmann_json::nlohmann_json
+  LIBS smprof::collector smprof_json
   LABELS unit)
 smprof_add_test(perfetto_sink_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/perfetto_sink_test.cc
@@ -41,7 +41,7 @@ smprof_add_test(trace_repair_test
   LABELS unit)
 smprof_add_test(async_sink_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/async_sink_test.cc
-  LIBS smprof::collector nlohmann_json::nlohmann_json
+  LIBS smprof::collector smprof_json
   LABELS unit)
 smprof_add_test(name_format_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/name_format_test.cc

@@ -10,7 +10,6 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <sstream>
@@ -22,6 +21,7 @@
 #include "collector/trace_builder.h"
 #include "collector/trace_labels.h"
 #include "collector/trace_placement.h"
+#include "common/json.h"
 #include "tests/support/wire_builders.h"
 
 namespace smprof {

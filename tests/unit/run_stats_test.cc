@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "collector/run_summary.h"
 #include "collector/stats_report.h"
 #include "collector/stats_sink.h"
+#include "common/json.h"
 
 namespace smprof::stats {
 namespace {

@@ -10,8 +10,9 @@
 
 #include <chrono>
 #include <csignal>
-#include <nlohmann/json.hpp>
 #include <thread>
+
+#include "common/json.h"
 
 namespace smprof::runner {
 namespace {

@@ -15,13 +15,13 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "collector/json_sink.h"
 #include "collector/run_summary.h"
+#include "common/json.h"
 #include "tests/support/sink_runs.h"
 
 namespace smprof {
