@@ -82,6 +82,51 @@ bool WellFormedEvent(uint32_t kind_flags) {
 
 }  // namespace internal
 
+namespace {
+
+// The events of a kChunkCompact chunk. Clocks are 32 bits: the first event
+// is read relative to the anchor (it may precede it: a marker reads the clock
+// before it claims the chunk), each later one forward from its predecessor.
+void DecodeCompactEvents(const uint8_t* base, uint32_t chunk_bytes, WarpSegment* segment, DecodeStats* stats) {
+  const uint32_t capacity = chunk_bytes / sizeof(wire::CompactEvent);
+  uint64_t clock = segment->anchor_clock;
+  bool first = true;
+  for (uint32_t i = wire::kCompactHeaderSlots; i < capacity; ++i) {
+    wire::CompactEvent e;
+    std::memcpy(&e, base + static_cast<uint64_t>(i) * sizeof(e), sizeof(e));
+    if (e.tag == 0) {
+      if (e.clock_lo != 0) ++stats->malformed_events;
+      continue;  // unused slot
+    }
+    const uint32_t kind_flags = e.tag & (wire::kEventKindMask | wire::kEventFlagsMask);
+    const bool value_follows = (e.tag & wire::kCompactValueFollows) != 0;
+    const bool has_value = (kind_flags & (wire::kEventHasValue | wire::kEventNameValue)) != 0 ||
+                           (kind_flags & wire::kEventKindMask) == wire::kEventAsyncBegin ||
+                           (kind_flags & wire::kEventKindMask) == wire::kEventAsyncEnd;
+    if (!internal::WellFormedEvent(kind_flags) || value_follows != has_value ||
+        (value_follows && i + 1 >= capacity)) {
+      ++stats->malformed_events;
+      continue;
+    }
+    const uint32_t delta = e.clock_lo - static_cast<uint32_t>(clock);
+    clock += first ? static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(delta))) : delta;
+    first = false;
+    DecodedEvent d;
+    d.clock = clock;
+    d.name_offset = static_cast<int32_t>((e.tag & ~wire::kCompactValueFollows) >> wire::kCompactNameShift);
+    d.info = kind_flags;
+    if (value_follows) {
+      wire::CompactEvent v;
+      std::memcpy(&v, base + static_cast<uint64_t>(++i) * sizeof(v), sizeof(v));
+      d.value = v.clock_lo;
+      if ((kind_flags & wire::kEventWideValue) != 0) d.value_high = v.tag;
+    }
+    segment->events.push_back(d);
+  }
+}
+
+}  // namespace
+
 void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes, std::vector<WarpSegment>* out,
                   DecodeStats* stats) {
   const uint32_t capacity = chunk_bytes / sizeof(wire::Event);
@@ -106,6 +151,12 @@ void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_byt
     segment.flags = header.flags;
     segment.anchor_clock = header.anchor_clock;
     segment.anchor_time_ns = header.anchor_time_ns;
+    if ((header.flags & wire::kChunkCompact) != 0) {
+      DecodeCompactEvents(base, chunk_bytes, &segment, stats);
+      stats->events += segment.events.size();
+      if (!segment.events.empty()) out->push_back(std::move(segment));
+      continue;
+    }
     segment.events.reserve(capacity - wire::kChunkHeaderSlots);
     for (uint32_t i = wire::kChunkHeaderSlots; i < capacity; ++i) {
       wire::Event e;

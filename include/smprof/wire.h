@@ -96,6 +96,7 @@ enum ChunkFlags : uint8_t {
                                // profiling context, or reached while the warp was diverged)
   kChunkFromTriton = 1u << 1,  // written by a Triton kernel's markers (python/smprof/triton): the
                                // block is the Triton program (%ctaid = tl.program_id)
+  kChunkCompact = 1u << 2,     // its slots after the header are 8-byte CompactEvents
 };
 
 // First three event slots of every chunk: who owns it, and a clock anchor.
@@ -116,6 +117,20 @@ struct ChunkHeader {
 };
 
 inline constexpr uint32_t kChunkHeaderSlots = sizeof(ChunkHeader) / sizeof(Event);
+
+// An event in a kChunkCompact chunk (the Triton markers: one 64-bit store of
+// two registers, where an Event takes four and a 64-bit clock). The clock is
+// %clock, bits 0-31 of %clock64: the reader unwraps it against the chunk's
+// anchor and the warp's previous event, so two consecutive events of a warp
+// must be less than 2^32 cycles (about 2 s) apart.
+struct CompactEvent {
+  uint32_t clock_lo;
+  uint32_t tag;  // kind | flags | name offset << 8 | kCompactValueFollows; 0 marks an unused slot
+};
+inline constexpr uint32_t kCompactNameShift = 8;
+inline constexpr uint32_t kCompactNameLimit = 1u << 23;     // name offsets 0 .. 2^23 - 1
+inline constexpr uint32_t kCompactValueFollows = 1u << 31;  // the next slot is the value (bits 0-31, 32-63)
+inline constexpr uint32_t kCompactHeaderSlots = sizeof(ChunkHeader) / sizeof(CompactEvent);
 
 // A warp's cursor, in static shared memory (one per warp of the block).
 // Shared memory is not cleared between blocks, so a cursor is trusted only

@@ -78,16 +78,16 @@ $L__BB0_1:
 
 
 EVERY_MARKER = [
-    (mp.KIND_BEGIN, 0, "load", mp.Value(), None),
+    (mp.KIND_BEGIN, 0, "load", None, None),
     (mp.KIND_END, mp.FLAG_HAS_VALUE, "load", mp.Value(operand="$1"), "%r1"),
     (mp.KIND_INSTANT, mp.FLAG_HAS_VALUE, "tile", mp.Value(operand="$1", wide=True), "%rd1"),
     (mp.KIND_INSTANT, mp.FLAG_HAS_VALUE | mp.FLAG_COUNTER, "inflight", mp.Value(constant=5), None),
     (mp.KIND_INSTANT, mp.FLAG_HAS_VALUE, "big", mp.Value(constant=1 << 40, wide=True), None),
     (mp.KIND_PHASE, mp.FLAG_NAME_VALUE, "stage %d", mp.Value(operand="$1"), "%r1"),
-    (mp.KIND_PHASE_END, 0, "", mp.Value(), None),
+    (mp.KIND_PHASE_END, 0, "", None, None),
     (mp.KIND_ASYNC_BEGIN, 0, "copy", mp.Value(operand="$1"), "%r1"),
     (mp.KIND_ASYNC_END, 0, "copy", mp.Value(constant=3), None),
-    (mp.KIND_BEGIN, 0, "load", mp.Value(), None),
+    (mp.KIND_BEGIN, 0, "load", None, None),
 ]
 
 
@@ -104,8 +104,8 @@ class NamesAndConstants(unittest.TestCase):
         self.assertEqual(mp.fnv1a32(b"a"), 0xE40C292C)
         self.assertEqual(mp.fnv1a32(b"foobar"), 0xBF9CF968)
 
-    def test_a_name_token_and_comment_carry_the_utf8_text(self):
-        self.assertEqual(mp.name_token("load"), "smprof2_n%08x" % mp.fnv1a32(b"load"))
+    def test_a_tag_token_and_name_comment_carry_the_name(self):
+        self.assertEqual(mp.tag_token("load", 0x80000011), "smprof2_g%08xx80000011" % mp.fnv1a32(b"load"))
         comment = mp.name_comment("état")
         self.assertTrue(comment.endswith(" " + "état".encode("utf-8").hex()))
 
@@ -121,7 +121,11 @@ class NamesAndConstants(unittest.TestCase):
         self.assertEqual(constant("kArenaAbiVersion"), mp.ABI_VERSION)
         self.assertEqual(constant("kChunkMagic"), mp.CHUNK_MAGIC)
         self.assertEqual(constant("kChunkFromTriton"), mp.CHUNK_FROM_TRITON)
-        self.assertEqual(constant("kEventClockShift"), mp.CLOCK_SHIFT)
+        self.assertEqual(constant("kChunkCompact"), mp.CHUNK_COMPACT)
+        self.assertEqual(constant("kCompactNameShift"), mp.NAME_SHIFT)
+        self.assertEqual(constant("kCompactNameLimit"), mp.NAME_LIMIT)
+        self.assertEqual(constant("kCompactValueFollows"), mp.VALUE_FOLLOWS)
+        self.assertIn("power of two, %d..65536" % mp.MIN_CHUNK_BYTES, wire)
         for name, value in [("kEventBegin", mp.KIND_BEGIN), ("kEventEnd", mp.KIND_END),
                             ("kEventInstant", mp.KIND_INSTANT), ("kEventPhase", mp.KIND_PHASE),
                             ("kEventPhaseEnd", mp.KIND_PHASE_END), ("kEventAsyncBegin", mp.KIND_ASYNC_BEGIN),
@@ -147,7 +151,7 @@ class Rewrite(unittest.TestCase):
         self.out = rw.rewrite(self.ptx)
 
     def test_a_module_without_markers_is_unchanged(self):
-        plain = triton_like_module([(mp.KIND_BEGIN, 0, "x", mp.Value(), None)])
+        plain = triton_like_module([(mp.KIND_BEGIN, 0, "x", None, None)])
         plain = re.sub(r"\t// begin inline asm\n.*?// end inline asm", "", plain, flags=re.S)
         self.assertEqual(rw.rewrite(plain), plain)
 
@@ -161,10 +165,21 @@ class Rewrite(unittest.TestCase):
         table = bytes(int(b) for b in m.group(2).split(","))
         self.assertEqual(len(table), int(m.group(1)))
         self.assertEqual(table, b"\0load\0tile\0inflight\0big\0stage %d\0\0copy\0")
-        self.assertNotRegex(self.out, r"smprof2_n[0-9a-f]{8}")
-        # "load" is at offset 1, "copy" at the end: the store sequence names them.
-        self.assertIn("mov.b32 smprof2_t4, 1;", self.out)
-        self.assertIn("mov.b32 smprof2_t4, %d;" % table.index(b"copy"), self.out)
+        self.assertNotRegex(self.out, r"smprof2_g[0-9a-f]{8}x")
+        # An event's tag: the name's offset << 8 | kind | flags (| a value
+        # follows). "load" is at offset 1, "copy" at the end.
+        self.assertIn("mov.b32 smprof2_t1, %d;" % (1 << 8 | mp.KIND_BEGIN), self.out)
+        copy_end = table.index(b"copy") << 8 | mp.KIND_ASYNC_END | mp.VALUE_FOLLOWS
+        self.assertIn("mov.b32 smprof2_t1, %d;" % copy_end, self.out)
+        big = 20 << 8 | mp.KIND_INSTANT | mp.FLAG_HAS_VALUE | mp.FLAG_WIDE_VALUE | mp.VALUE_FOLLOWS
+        self.assertIn("mov.b32 smprof2_t1, %d;" % big, self.out)
+
+    def test_names_past_what_an_event_can_address_are_refused(self):
+        long = "x" * (mp.NAME_LIMIT // 2)
+        ptx = triton_like_module([(mp.KIND_INSTANT, 0, long + "a", None, None),
+                                  (mp.KIND_INSTANT, 0, long + "b", None, None)])
+        with self.assertRaisesRegex(rw.RewriteError, "fewer or shorter names"):
+            rw.rewrite(ptx)
 
     def test_the_prologue_opens_the_kernel_body(self):
         body = self.out[self.out.index(".reqntid 256"):]
@@ -177,22 +192,63 @@ class Rewrite(unittest.TestCase):
     def test_every_occurrence_gets_its_own_labels_and_its_cold_path_moves_behind_ret(self):
         ids = re.findall(r"// smprof2-marker-begin (\d+)", self.out)
         self.assertEqual(ids, [str(i) for i in range(len(EVERY_MARKER))])
-        self.assertNotIn("SMPROF2_ID", self.out)
+        self.assertNotRegex(self.out, "SMPROF2_[A-Z]")
         ret = self.out.index("\tret;")
         for i in ids:
-            self.assertGreater(self.out.index(f"smprof2_L{i}_cold:"), ret)
             self.assertLess(self.out.index(f"smprof2_L{i}_done:"), ret)
             self.assertEqual(self.out.count(f"smprof2_L{i}_done:"), 1)
+        # Markers 0 (before the loop's label) and 1 (the loop's first) open
+        # a run of markers each: they check and have cold paths.
+        for i in ("0", "1"):
+            self.assertGreater(self.out.index(f"smprof2_L{i}_cold:"), ret)
+            self.assertEqual(self.out.count(f"bra.uni smprof2_L{i}_cold;"), 1)
+
+    def test_a_run_of_markers_in_straight_line_code_is_checked_once_for_all_its_slots(self):
+        # The loop's nine markers: seven with a value (two slots each), two without.
+        self.assertEqual(len(re.findall(r"bra.uni smprof2_L\d+_cold;", self.out)), 2)
+        self.assertEqual(len(re.findall(r"^smprof2_L\d+_cold:", self.out, re.M)), 2)
+        loop_slots = sum(mp.slots(v) for _, _, _, v, _ in EVERY_MARKER[1:])
+        self.assertEqual(loop_slots, 16)
+        first = self.out[self.out.index("// smprof2-marker-begin 1"):]
+        first = first[:first.index("// smprof2-marker-end")]
+        # Room for the run, and for the chunk's last slot, which stays empty.
+        self.assertIn("add.u32 smprof2_k0, smprof2_k0, %d;" % ((loop_slots + 1) * mp.EVENT_BYTES), first)
+        cold = self.out[self.out.index("smprof2_L1_cold:"):]
+        cold = cold[:cold.index("// smprof2-cold-end")]
+        # Lost: the run's nine events; the cursor's state then reaches 0 at the run's end.
+        self.assertIn("red.relaxed.gpu.global.add.u64 [smprof2_d1+%d], 9;" % mp.HDR_DROPPED, cold)
+        rest = (-(loop_slots - 2) * mp.EVENT_BYTES) & 0xFFFFFFFF
+        self.assertIn("mov.b64 smprof2_cur, 0x%08x%08x;" % (mp.CURSOR_ARENA_FULL >> 32, rest), cold)
+        # The run's later markers store without a test.
+        later = self.out[self.out.index("// smprof2-marker-begin 2"):self.out.index("\tret;")]
+        self.assertNotIn("smprof2_q", later)
+
+    def test_labels_and_control_transfers_end_a_run_and_a_run_fits_the_smallest_chunk(self):
+        plain = [_asm(mp.marker(mp.KIND_INSTANT, 0, "x"), f"%r{i}") for i in range(40)]
+        cut = {5: "$L__BB0_7:", 9: "\t@%p1 bra \t$L__BB0_9;", 12: "\tcall.uni \tfoo, ();", 14: "\t// a comment: x"}
+        body = []
+        for i, text in enumerate(plain):
+            if i in cut:
+                body.append(cut[i])
+            body.append(text)
+        ptx = triton_like_module([(mp.KIND_INSTANT, 0, "x", None, None)]).replace(
+            "$L__BB0_1:\n", "$L__BB0_1:\n" + "\n".join(body) + "\n")
+        out = rw.rewrite(ptx)
+        checks = [int(i) for i in re.findall(r"bra.uni smprof2_L(\d+)_cold;", out)]
+        # Marker 0 stands alone before the loop label; then runs start at the
+        # loop's label (1), at 6 and 10 and 13 (a label, a branch, a call; a
+        # comment ends nothing) and every MAX_RUN_SLOTS markers after that.
+        self.assertEqual(checks, [0, 1, 6, 10, 13, 13 + mp.MAX_RUN_SLOTS])
 
     def test_a_marker_duplicated_by_the_compiler_is_numbered_twice(self):
-        marker = (mp.KIND_INSTANT, 0, "x", mp.Value(), None)
+        marker = (mp.KIND_INSTANT, 0, "x", None, None)
         out = rw.rewrite(triton_like_module([marker, marker, marker]))
         self.assertEqual(re.findall(r"// smprof2-marker-begin (\d+)", out), ["0", "1", "2"])
 
     def test_markers_in_a_noinline_function_are_refused_naming_the_fix(self):
         func = "\n.func helper()\n{\n" + _asm(mp.marker(mp.KIND_INSTANT, 0, "x"), "%r9") + "\n\tret;\n}\n"
         with self.assertRaisesRegex(rw.RewriteError, "noinline=True"):
-            rw.rewrite(triton_like_module([(mp.KIND_INSTANT, 0, "y", mp.Value(), None)], extra_func=func))
+            rw.rewrite(triton_like_module([(mp.KIND_INSTANT, 0, "y", None, None)], extra_func=func))
 
     def test_two_names_with_one_hash_are_refused_naming_both(self):
         seen = {}
@@ -205,7 +261,7 @@ class Rewrite(unittest.TestCase):
             seen[h] = name
             i += 1
         a, b = seen[h], name
-        ptx = triton_like_module([(mp.KIND_INSTANT, 0, a, mp.Value(), None), (mp.KIND_INSTANT, 0, b, mp.Value(), None)])
+        ptx = triton_like_module([(mp.KIND_INSTANT, 0, a, None, None), (mp.KIND_INSTANT, 0, b, None, None)])
         with self.assertRaisesRegex(rw.RewriteError, f"'{a}' and '{b}'.*rename one"):
             rw.rewrite(ptx)
 

@@ -48,6 +48,11 @@ class ArenaBuilder {
     std::memcpy(At(chunk, fill_[chunk]++), &e, sizeof(e));
   }
   void Skip(uint32_t chunk) { ++fill_[chunk]; }  // leaves an unused slot
+  // Writes 8-byte slot `slot` of a kChunkCompact chunk (0-5 are the header).
+  void Compact(uint32_t chunk, uint32_t slot, uint32_t word0, uint32_t word1) {
+    const wire::CompactEvent e{word0, word1};
+    std::memcpy(bytes_.data() + chunk * kChunk + slot * sizeof(e), &e, sizeof(e));
+  }
   uint8_t* At(uint32_t chunk, uint32_t slot) { return bytes_.data() + chunk * kChunk + slot * 16; }
   const uint8_t* data() const { return bytes_.data(); }
   uint32_t used() const { return next_; }
@@ -159,6 +164,76 @@ TEST(DecodeChunks, FoldsWideValuesAndChecksEachKindsFlags) {
   EXPECT_EQ(e[6].value_high, 0u);
   EXPECT_EQ(e[7].clock, 22u);  // the slot after the wide END without its continuation is read on its own
   EXPECT_EQ(stats.events, 8u);
+  EXPECT_EQ(stats.malformed_events, 5u);
+}
+
+uint32_t Tag(uint32_t kind_flags, uint32_t name, bool value_follows = false) {
+  return kind_flags | name << wire::kCompactNameShift | (value_follows ? wire::kCompactValueFollows : 0);
+}
+
+// The Triton markers' 8-byte events: 32-bit clocks unwrapped against the
+// anchor (the first event may precede it) and then each predecessor, across
+// a wrap of the 32 bits and over gaps up to 2^32 cycles; a value in the slot
+// after its event.
+TEST(DecodeChunks, CompactChunksUnwrapTheirClocksAndReadValueSlots) {
+  ArenaBuilder a(1);
+  const uint64_t anchor = 0x7ffffff00ull;  // bits 0-31: 0xfffffff00
+  const uint32_t c = a.Claim(9, 4, 2, 3, 0x3000, anchor, 100, wire::kChunkFromTriton | wire::kChunkCompact);
+  const uint32_t h = wire::kCompactHeaderSlots;
+  a.Compact(c, h, 0xfffffef0u, Tag(wire::kEventBegin, 1));                              // 16 cycles before the anchor
+  a.Compact(c, h + 1, 0x00000010u, Tag(wire::kEventEnd | wire::kEventHasValue, 6, true));  // after a wrap
+  a.Compact(c, h + 2, 0xdeadbeefu, 0x01234567u);                                          // its value (not wide)
+  a.Compact(c, h + 3, 0x00000000u, Tag(wire::kEventInstant | wire::kEventHasValue | wire::kEventWideValue,
+                                       0x7fffff, true));  // 2^32 - 16 cycles later: one short of a second wrap
+  a.Compact(c, h + 4, 0x89abcdefu, 0x01234567u);
+  a.Compact(c, h + 6, 0x00000020u, Tag(wire::kEventAsyncBegin, 11, true));  // slot h + 5 unused
+  a.Compact(c, h + 7, 7, 0);
+  std::vector<WarpSegment> out;
+  DecodeStats stats;
+  DecodeChunks(a.data(), a.used(), kChunk, &out, &stats);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].grid_id, 9u);
+  EXPECT_EQ(out[0].flags, wire::kChunkFromTriton | wire::kChunkCompact);
+  const std::vector<DecodedEvent>& e = out[0].events;
+  ASSERT_EQ(e.size(), 4u);
+  EXPECT_EQ(e[0].clock, anchor - 16);
+  EXPECT_EQ(e[0].info, uint32_t{wire::kEventBegin});
+  EXPECT_EQ(e[0].name_offset, 1);
+  EXPECT_EQ(e[1].clock, 0x800000010ull);
+  EXPECT_EQ(e[1].name_offset, 6);
+  EXPECT_EQ(e[1].value, 0xdeadbeefu);
+  EXPECT_EQ(e[1].value_high, 0u);  // not a wide value: the slot's upper half is not read
+  EXPECT_EQ(e[2].clock, 0x900000000ull);
+  EXPECT_EQ(e[2].name_offset, 0x7fffff);
+  EXPECT_EQ(e[2].value, 0x89abcdefu);
+  EXPECT_EQ(e[2].value_high, 0x01234567u);
+  EXPECT_EQ(e[3].clock, 0x900000020ull);
+  EXPECT_EQ(e[3].value, 7u);
+  EXPECT_EQ(stats.events, 4u);
+  EXPECT_EQ(stats.malformed_events, 0u);
+}
+
+// A compact slot is malformed when its kind and flags do not go together,
+// when it says a value follows and its kind takes none (or the reverse), or
+// when its value would lie past the chunk; a zero tag with a clock is not an
+// unused slot. The slot after a refused event is read on its own.
+TEST(DecodeChunks, CompactSlotsThatDisagreeWithTheirKindAreMalformed) {
+  ArenaBuilder a(1);
+  const uint32_t c = a.Claim(1, 0, 0, 0, 0x1000, 0, 0, wire::kChunkFromTriton | wire::kChunkCompact);
+  const uint32_t h = wire::kCompactHeaderSlots;
+  a.Compact(c, h, 10, Tag(wire::kEventBegin, 1, true));                   // a value BEGIN does not take
+  a.Compact(c, h + 1, 11, Tag(wire::kEventInstant | wire::kEventHasValue, 1));  // its value slot missing
+  a.Compact(c, h + 2, 12, Tag(9, 1));                                      // no such kind
+  a.Compact(c, h + 3, 13, 0);                                              // a clock without a tag
+  a.Compact(c, h + 4, 14, Tag(wire::kEventInstant, 2));
+  const uint32_t last = kChunk / sizeof(wire::CompactEvent) - 1;
+  a.Compact(c, last, 15, Tag(wire::kEventInstant | wire::kEventHasValue, 1, true));  // its value past the end
+  std::vector<WarpSegment> out;
+  DecodeStats stats;
+  DecodeChunks(a.data(), a.used(), kChunk, &out, &stats);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].events.size(), 1u);
+  EXPECT_EQ(out[0].events[0].clock, 14u);
   EXPECT_EQ(stats.malformed_events, 5u);
 }
 

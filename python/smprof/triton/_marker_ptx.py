@@ -2,32 +2,39 @@
 
 A marker is one `tl.inline_asm_elementwise` statement, run by every thread
 of the block (Triton scalars are uniform, so the warp arrives converged).
-It records into the same arena, in the same 16-byte format, as the CUDA C++
-markers of include/smprof/detail/record.cuh with a profiling context: the
-warp's cursor lives in a PTX register declared at function scope by the
-prologue that the PTX rewriter (_ptx_rewrite.py) puts at the top of the
-kernel, so every marker of the kernel shares it without a value threaded
-through the user's code.
+It records into the same arena as the CUDA C++ markers of
+include/smprof/detail/record.cuh, in chunks of their own format
+(wire::kChunkCompact): after the usual chunk header, 8-byte
+wire::CompactEvents, {%clock, tag}, the tag being the name's offset << 8 |
+kind | flags; a marker with a value fills a second slot with it. The warp's
+cursor lives in a PTX register declared at function scope by the prologue
+that the PTX rewriter (_ptx_rewrite.py) puts at the top of the kernel, so
+every marker of the kernel shares it without a value threaded through the
+user's code.
 
-The hot path of a recording warp: a clock read, one not-taken uniform
-branch on "the cursor is at a chunk boundary" (a predicate computed when the
-cursor last moved, so the branch waits for nothing), two ALU ops to build
-the event, the cursor's add, one predicated 16-byte store by lane 0 and the
-next boundary test. A warp that does not record (no smprof, a warp
-SMPROF_WARPS leaves out, a module the kernel filter darkened) takes one
-uniform branch over all of it. The cold path (claim a chunk, write its
-header, store the event there; arena full; arena seen half published) is
-written between `smprof2-cold-begin/end` comments and moved by the rewriter
-behind the kernel's last instruction (ptxas lays it out where it likes; see
-docs/triton-design.md section 6 for what was measured, and why the claims,
-an atomic round trip that stalls the warpgroup, are most of the cost).
+The room test is paid once per run of markers: the rewriter gives the first
+marker of every run in straight-line code (no label, no branch between them)
+the test for the whole run's slots, and takes it out of the others. So the
+hot path of a recording warp is a clock read, the tag's move, one predicated
+64-bit store by lane 0 and a 32-bit add to the cursor, plus, at a run's
+first marker, the test and one branch not taken. A warp that does not record
+(no smprof, a warp SMPROF_WARPS leaves out, a module the kernel filter
+darkened) takes one uniform branch over each marker. The cold path (claim a
+chunk, write its header, store the event there; arena full: count the run's
+events lost; arena seen half published: count them unplaced) is written
+between `smprof2-cold-begin/end` comments and moved by the rewriter behind
+the kernel's last instruction (docs/triton-design.md sections 6-8 say what
+was measured).
 
 Placeholders the rewriter fills in: SMPROF2_ID (a number unique per marker
 occurrence in the module: Triton may duplicate a marker when it unrolls or
-pipelines a loop) and smprof2_n<hash> (the name's offset in the module's
-name table). Every name used is declared by a `// smprof2-name <hash> <hex>`
-comment; names are FNV-1a hashed so that equal texts share one table entry.
-Nothing here imports Triton: the text is tested on the CPU with ptxas.
+pipelines a loop), SMPROF2_ROOM / SMPROF2_EVENTS / SMPROF2_REST (the run's
+bytes, events, and the low word a cursor state starts the run's rest at) and
+smprof2_g<hash>x<kind_flags> (the event's tag, from the name's offset in the
+module's name table). Every name used is declared by a
+`// smprof2-name <hash> <hex>` comment; names are FNV-1a hashed so that
+equal texts share one table entry. Nothing here imports Triton: the text is
+tested on the CPU with ptxas.
 """
 
 from __future__ import annotations
@@ -54,15 +61,22 @@ FLAG_COUNTER = 1 << 5
 FLAG_WIDE_VALUE = 1 << 6
 FLAG_NAME_VALUE = 1 << 7
 
-CLOCK_SHIFT = 8
 CHUNK_MAGIC = 0xC6
 CHUNK_FROM_TRITON = 1 << 1  # wire::kChunkFromTriton: the block is a Triton program
+CHUNK_COMPACT = 1 << 2  # wire::kChunkCompact: 8-byte wire::CompactEvents
 
 # wire::ArenaRef field offsets, wire::ArenaHeader counter offsets.
 REF_ARENA, REF_CHUNKS, REF_NUM_CHUNKS, REF_CHUNK_SHIFT, REF_WARP_MASK = 0, 8, 16, 20, 24
 HDR_NEXT_CHUNK, HDR_DROPPED, HDR_UNPLACED = 128, 136, 144
 CHUNK_HEADER_BYTES = 48
-EVENT_BYTES = 16
+EVENT_BYTES = 8  # a wire::CompactEvent
+NAME_SHIFT = 8  # wire::kCompactNameShift
+NAME_LIMIT = 1 << 23  # wire::kCompactNameLimit
+VALUE_FOLLOWS = 1 << 31  # wire::kCompactValueFollows
+MIN_CHUNK_BYTES = 256  # wire::ArenaHeader::chunk_bytes: 256 .. 65536
+# One check covers at most this many slots: what the smallest chunk holds
+# (its last slot is never filled: see _store).
+MAX_RUN_SLOTS = (MIN_CHUNK_BYTES - CHUNK_HEADER_BYTES) // EVENT_BYTES - 1
 
 # Cursor states besides an event address (multiples of any chunk size, so
 # the boundary test sends them to the cold path).
@@ -74,6 +88,9 @@ MARKER_TAG = "// smprof2-marker-begin"  # opens every marker's text
 MARKER_BEGIN = MARKER_TAG + " SMPROF2_ID"
 MARKER_END = "// smprof2-marker-end"
 COLD_BEGIN = "// smprof2-cold-begin"
+CHECK_BEGIN = "// smprof2-check-begin"
+CHECK_END = "// smprof2-check-end"
+SLOTS_COMMENT = "// smprof2-slots"
 COLD_END = "// smprof2-cold-end"
 NAME_COMMENT = "// smprof2-name"
 
@@ -85,9 +102,10 @@ def fnv1a32(data: bytes) -> int:
     return h
 
 
-def name_token(name: str) -> str:
-    """The placeholder the rewriter replaces by the name's table offset."""
-    return f"{PREFIX}n{fnv1a32(name.encode('utf-8')):08x}"
+def tag_token(name: str, kind_flags: int) -> str:
+    """The placeholder the rewriter replaces by the event's tag: the name's
+    table offset << NAME_SHIFT | kind_flags (| VALUE_FOLLOWS)."""
+    return f"{PREFIX}g{fnv1a32(name.encode('utf-8')):08x}x{kind_flags:08x}"
 
 
 def name_comment(name: str) -> str:
@@ -97,10 +115,11 @@ def name_comment(name: str) -> str:
 
 @dataclass(frozen=True)
 class Value:
-    """What a marker carries in Event::value.
+    """The value a marker carries in the slot after its event.
 
     `operand` is the asm operand text of a runtime value ("$1"), or None for
-    a compile-time one (`constant`); `wide` a 64-bit value (two slots).
+    a compile-time one (`constant`); `wide` a 64-bit value (the event says
+    so, and the reader takes the slot's upper half too).
     """
 
     operand: str | None = None
@@ -113,9 +132,9 @@ def prologue() -> list[str]:
     p = PREFIX
     return [
         "// smprof2: the warp's recording state (python/smprof/triton)",
-        f".reg .pred {p}on, {p}st, {p}at_boundary, {p}q;",
-        f".reg .b32 {p}mask, {p}t0, {p}t1, {p}t2, {p}t3, {p}t4, {p}t5;",
-        f".reg .b64 {p}cur, {p}clk, {p}lo, {p}hi, {p}d0, {p}d1, {p}d2;",
+        f".reg .pred {p}on, {p}lane0, {p}st, {p}q;",
+        f".reg .b32 {p}mask, {p}clk, {p}k0, {p}t0, {p}t1, {p}t2, {p}t3, {p}t4, {p}t5;",
+        f".reg .b64 {p}cur, {p}d0, {p}d1, {p}d2;",
         f"ld.const.u64 {p}d0, [{ARENA_SYMBOL}+{REF_ARENA}];",
         f"ld.const.u32 {p}t0, [{ARENA_SYMBOL}+{REF_WARP_MASK}];",
         f"ld.const.u32 {p}t1, [{ARENA_SYMBOL}+{REF_CHUNK_SHIFT}];",
@@ -128,37 +147,56 @@ def prologue() -> list[str]:
         f"setp.ne.u64 {p}on, {p}d0, 0;",
         f"setp.ne.and.u32 {p}on, {p}t0, 0, {p}on;",
         f"mov.u32 {p}t3, %laneid;",
-        f"setp.eq.and.u32 {p}st, {p}t3, 0, {p}on;",
+        f"setp.eq.and.u32 {p}lane0, {p}t3, 0, {p}on;",
+        f"mov.pred {p}st, {p}lane0;",
         f"shl.b32 {p}mask, 1, {p}t1;",
         f"sub.u32 {p}mask, {p}mask, 1;",
         f"mov.b64 {p}cur, {CURSOR_NEEDS_CHUNK:#x};",
-        f"setp.ne.u64 {p}at_boundary, {p}cur, 0;",
         "// smprof2: end of prologue",
     ]
 
 
-def _boundary_test() -> list[str]:
-    """at_boundary := the cursor is at a chunk boundary (or in a state), for
-    the next marker. Off the critical path: nothing waits for it until then."""
+def _check() -> list[str]:
+    """Sends the run's first marker to its cold path unless the warp's
+    chunk has room for the whole run and one slot more (SMPROF2_ROOM bytes,
+    filled in by the rewriter): the cursor's offset in its chunk is 0 (no
+    chunk yet, or a state) or too close to the end. The run's other markers
+    test nothing (the rewriter removes their check)."""
     p = PREFIX
+    lid = f"{p}L" + "SMPROF2_ID"
     return [
-        f"cvt.u32.u64 {p}t0, {p}cur;",
-        f"and.b32 {p}t0, {p}t0, {p}mask;",
-        f"setp.eq.u32 {p}at_boundary, {p}t0, 0;",
+        CHECK_BEGIN,
+        f"cvt.u32.u64 {p}k0, {p}cur;",
+        f"add.u32 {p}k0, {p}k0, -1;",
+        f"and.b32 {p}k0, {p}k0, {p}mask;",
+        f"add.u32 {p}k0, {p}k0, SMPROF2_ROOM;",
+        f"setp.gt.u32 {p}q, {p}k0, {p}mask;",
+        f"@{p}q bra.uni {lid}_cold;",
+        CHECK_END,
     ]
 
 
+def _state(hi: int) -> list[str]:
+    """The cursor in a state (`hi`: no chunk, or the arena full), its low
+    word set so that the rest of the group's advances bring it to 0 and the
+    next group's check sends it to the cold path again; stores are off."""
+    p = PREFIX
+    return [f"mov.b64 {p}cur, 0x{hi:08x}SMPROF2_REST;", f"setp.ne.and.u32 {p}st, {p}t0, {p}t0, {p}st;"]
+
+
 def _cold_path(store: list[str]) -> list[str]:
-    """Claims a chunk and stores the event there (or counts a drop). The
-    store is repeated here rather than jumped back to, so the hot path is
-    one block that falls through to the marker's end."""
+    """Claims a chunk and stores the event there, or counts the group's
+    events (SMPROF2_EVENTS) lost. The store is repeated here rather than
+    jumped back to, so the hot path is one block that falls through to the
+    marker's end."""
     p = PREFIX
     a = ARENA_SYMBOL
     lid = f"{p}L" + "SMPROF2_ID"
     return [
         COLD_BEGIN,
         f"{lid}_cold:",
-        f"setp.eq.u64 {p}q, {p}cur, {CURSOR_ARENA_FULL:#x};",
+        f"mov.b64 {{{p}t2, {p}t3}}, {p}cur;",
+        f"setp.eq.u32 {p}q, {p}t3, {CURSOR_ARENA_FULL >> 32:#x};",
         f"@{p}q bra.uni {lid}_drop;",
         f"ld.const.u64 {p}d0, [{a}+{REF_CHUNKS}];",
         f"ld.const.u32 {p}t0, [{a}+{REF_NUM_CHUNKS}];",
@@ -167,7 +205,7 @@ def _cold_path(store: list[str]) -> list[str]:
         f"@{p}q bra.uni {lid}_unplaced;",
         f"ld.const.u64 {p}d1, [{a}+{REF_ARENA}];",
         f"mov.u32 {p}t1, 0;",
-        f"@{p}st atom.relaxed.gpu.global.add.u32 {p}t1, [{p}d1+{HDR_NEXT_CHUNK}], 1;",
+        f"@{p}lane0 atom.relaxed.gpu.global.add.u32 {p}t1, [{p}d1+{HDR_NEXT_CHUNK}], 1;",
         f"redux.sync.max.u32 {p}t1, {p}t1, -1;",  # lane 0's claim, to every lane (uniform)
         f"setp.ge.u32 {p}q, {p}t1, {p}t0;",
         f"@{p}q bra.uni {lid}_full;",
@@ -179,7 +217,7 @@ def _cold_path(store: list[str]) -> list[str]:
         f"mov.u64 {p}d1, %gridid;",
         f"mov.u64 {p}d2, {NAME_BASE_SYMBOL};",
         f"cvta.global.u64 {p}d2, {p}d2;",
-        f"@{p}st st.global.v2.u64 [{p}d0], {{{p}d1, {p}d2}};",
+        f"@{p}lane0 st.global.v2.u64 [{p}d0], {{{p}d1, {p}d2}};",
         f"mov.u32 {p}t0, %ctaid.x;",
         f"mov.u32 {p}t1, %ctaid.y;",
         f"mov.u32 {p}t2, %ctaid.z;",
@@ -195,25 +233,26 @@ def _cold_path(store: list[str]) -> list[str]:
         f"or.b32 {p}t0, {p}t0, {CHUNK_MAGIC << 24:#x};",
         f"mov.u32 {p}t1, %warpid;",
         f"and.b32 {p}t1, {p}t1, 255;",
-        f"or.b32 {p}t1, {p}t1, {CHUNK_FROM_TRITON << 8:#x};",
+        f"or.b32 {p}t1, {p}t1, {(CHUNK_FROM_TRITON | CHUNK_COMPACT) << 8:#x};",
         f"mov.b64 {p}d2, {{{p}t0, {p}t1}};",
-        f"@{p}st st.global.v2.u64 [{p}d0+16], {{{p}d1, {p}d2}};",
+        f"@{p}lane0 st.global.v2.u64 [{p}d0+16], {{{p}d1, {p}d2}};",
         f"mov.u64 {p}d1, %clock64;",
         f"mov.u64 {p}d2, %globaltimer;",
-        f"@{p}st st.global.v2.u64 [{p}d0+32], {{{p}d1, {p}d2}};",
+        f"@{p}lane0 st.global.v2.u64 [{p}d0+32], {{{p}d1, {p}d2}};",
         f"add.u64 {p}cur, {p}d0, {CHUNK_HEADER_BYTES};",
+        f"mov.pred {p}st, {p}lane0;",  # stores on again (off while the arena was unplaced)
         *store,
         f"bra.uni {lid}_done;",
         f"{lid}_full:",
-        f"mov.b64 {p}cur, {CURSOR_ARENA_FULL:#x};",
-        f"setp.ne.u64 {p}at_boundary, {p}cur, 0;",
         f"{lid}_drop:",
         f"ld.const.u64 {p}d1, [{a}+{REF_ARENA}];",
-        f"@{p}st red.relaxed.gpu.global.add.u64 [{p}d1+{HDR_DROPPED}], 1;",
+        f"@{p}lane0 red.relaxed.gpu.global.add.u64 [{p}d1+{HDR_DROPPED}], SMPROF2_EVENTS;",
+        *_state(CURSOR_ARENA_FULL >> 32),
         f"bra.uni {lid}_done;",
         f"{lid}_unplaced:",
         f"ld.const.u64 {p}d1, [{a}+{REF_ARENA}];",
-        f"@{p}st red.relaxed.gpu.global.add.u64 [{p}d1+{HDR_UNPLACED}], 1;",
+        f"@{p}lane0 red.relaxed.gpu.global.add.u64 [{p}d1+{HDR_UNPLACED}], SMPROF2_EVENTS;",
+        *_state(CURSOR_NEEDS_CHUNK >> 32),
         f"bra.uni {lid}_done;",
         COLD_END,
     ]
@@ -221,55 +260,49 @@ def _cold_path(store: list[str]) -> list[str]:
 
 def _value_words(value: Value) -> tuple[list[str], str, str]:
     """Instructions that put the value's low and high words in registers
-    (t2/t3 or t5), and the registers (or operand) that hold them."""
+    (t2/t3, t4/t5), and the registers (or operand) that hold them."""
     p = PREFIX
     if value.operand is None:
         c = value.constant & 0xFFFFFFFFFFFFFFFF
-        pre = [f"mov.b32 {p}t5, {c & 0xFFFFFFFF};"]
-        if value.wide:
-            pre.append(f"mov.b32 {p}t3, {c >> 32};")
-        return pre, f"{p}t5", f"{p}t3"
+        return [f"mov.b32 {p}t4, {c & 0xFFFFFFFF};", f"mov.b32 {p}t5, {c >> 32};"], f"{p}t4", f"{p}t5"
     if value.wide:
         return [f"mov.b64 {{{p}t2, {p}t3}}, {value.operand};"], f"{p}t2", f"{p}t3"
-    return [], value.operand, ""
+    return [f"mov.b32 {p}t5, 0;"], value.operand, f"{p}t5"
 
 
-def _store(kind_flags: int, name: str, value: Value, late: bool) -> list[str]:
-    """Stamps (a BEGIN: here, after the marker's own work), stores the event
-    at the cursor (lane 0), advances the cursor, tests the next boundary."""
+def slots(value: Value | None) -> int:
+    """8-byte slots a marker fills: its event, and its value if it has one."""
+    return 1 if value is None else 2
+
+
+def _store(kind_flags: int, name: str, value: Value | None, late: bool) -> list[str]:
+    """Stamps (a BEGIN: here, after the marker's own work), advances the
+    cursor's low word and stores the event (and its value) behind it (lane
+    0). The store addresses back from the advanced cursor, so nothing
+    overwrites its address register while it waits to be read. A 32-bit add
+    is enough: a chunk is aligned to its size (at most 64 KiB) and its last
+    slot is never filled (the check's room counts one slot more), so the
+    cursor never reaches the chunk's end and the low word never carries."""
     p = PREFIX
-    slots = 2 if value.wide else 1
-    pre, vlo, vhi = _value_words(value)
-    lines = [f"mov.u64 {p}clk, %clock64;"] if late else []
-    lines += pre
+    n = slots(value)
+    lines = [f"mov.u32 {p}clk, %clock;"] if late else []
+    follows = VALUE_FOLLOWS if value is not None else 0
     lines += [
-        f"mov.b64 {{{p}t0, {p}t1}}, {p}clk;",
-        f"shl.b32 {p}t1, {p}t1, {CLOCK_SHIFT};",
-        f"or.b32 {p}t1, {p}t1, {kind_flags};",
-        f"mov.b64 {p}lo, {{{p}t0, {p}t1}};",
-        f"mov.b32 {p}t4, {name_token(name)};",
-        f"mov.b64 {p}hi, {{{p}t4, {vlo}}};",
-        # The cursor moves first and the store addresses back from it: the
-        # store then needs no copy of the old cursor (two moves fewer).
-        f"add.u64 {p}cur, {p}cur, {EVENT_BYTES * slots};",
-        f"@{p}st st.global.v2.u64 [{p}cur+{-EVENT_BYTES * slots}], {{{p}lo, {p}hi}};",
+        f"mov.b32 {p}t1, {tag_token(name, kind_flags | follows)};",
+        f"mov.b64 {{{p}t2, {p}t3}}, {p}cur;",
+        f"add.u32 {p}t2, {p}t2, {EVENT_BYTES * n};",
+        f"mov.b64 {p}cur, {{{p}t2, {p}t3}};",
+        f"@{p}st st.global.v2.u32 [{p}cur+{-EVENT_BYTES * n}], {{{p}clk, {p}t1}};",
     ]
-    if slots == 2:
-        # The continuation slot: the event's clock, kind VALUE_HIGH, no name,
-        # the value's bits 32-63.
-        lines += [
-            f"and.b32 {p}t1, {p}t1, {0xFFFFFF00:#x};",
-            f"or.b32 {p}t1, {p}t1, {KIND_VALUE_HIGH};",
-            f"mov.b64 {p}lo, {{{p}t0, {p}t1}};",
-            f"mov.b32 {p}t4, 0;",
-            f"mov.b64 {p}hi, {{{p}t4, {vhi}}};",
-            f"@{p}st st.global.v2.u64 [{p}cur+{-EVENT_BYTES}], {{{p}lo, {p}hi}};",
-        ]
-    return lines + _boundary_test()
+    if value is not None:
+        pre, vlo, vhi = _value_words(value)
+        lines += pre + [f"@{p}st st.global.v2.u32 [{p}cur+{-EVENT_BYTES}], {{{vlo}, {vhi}}};"]
+    return lines
 
 
-def marker(kind: int, flags: int, name: str, value: Value = Value()) -> str:
-    """The asm text of one marker: `kind` | `flags` (wire.h), name, value.
+def marker(kind: int, flags: int, name: str, value: Value | None = None) -> str:
+    """The asm text of one marker: `kind` | `flags` (wire.h), name, value
+    (None: the marker carries none).
 
     Operand $0 is a dummy 32-bit output (Triton's inline asm has a result);
     a runtime value is $1.
@@ -278,30 +311,16 @@ def marker(kind: int, flags: int, name: str, value: Value = Value()) -> str:
         raise ValueError(f"marker kind {kind} is not an event kind")
     p = PREFIX
     lid = f"{p}L" + "SMPROF2_ID"
-    slots = 2 if value.wide else 1
-    kind_flags = kind | flags | (FLAG_WIDE_VALUE if value.wide else 0)
+    kind_flags = kind | flags | (FLAG_WIDE_VALUE if value is not None and value.wide else 0)
     late = kind == KIND_BEGIN  # a BEGIN is stamped after the marker's own work
     # `on` derives from constant memory and a warp reduction (redux.sync),
     # which ptxas can tell is the same in every lane: its branch needs no
-    # convergence barrier (BSSY/BSYNC, seen in the SASS). The boundary
-    # branch still gets one: ptxas cannot tell that the cursor is uniform.
-    lines = [MARKER_BEGIN, name_comment(name), f"@!{p}on bra.uni {lid}_done;"]
+    # convergence barrier.
+    lines = [MARKER_BEGIN, name_comment(name), f"{SLOTS_COMMENT} {slots(value)}", f"@!{p}on bra.uni {lid}_done;"]
     if not late:
-        lines.append(f"mov.u64 {p}clk, %clock64;")
-    if slots == 1:
-        # `at_boundary` was computed when the cursor last moved, so the
-        # branch waits for nothing.
-        lines.append(f"@{p}at_boundary bra.uni {lid}_cold;")
-    else:  # a wide value's pair never straddles a chunk boundary: one slot left is not enough
-        lines += [
-            f"cvt.u32.u64 {p}t0, {p}cur;",
-            f"add.u32 {p}t1, {p}t0, {EVENT_BYTES};",
-            f"and.b32 {p}t1, {p}t1, {p}mask;",
-            f"setp.eq.or.u32 {p}q, {p}t1, 0, {p}at_boundary;",
-            f"@{p}q bra.uni {lid}_cold;",
-        ]
+        lines.append(f"mov.u32 {p}clk, %clock;")
     store = _store(kind_flags, name, value, late)
-    lines += store
+    lines += _check() + store
     lines += [f"{lid}_done:", "mov.u32 $0, 0;"]
     lines += _cold_path(store)
     lines.append(MARKER_END)

@@ -74,9 +74,9 @@ def _value32(v, what: str, why: str, _semantic):
     return value, args
 
 
-def _emit(kind: int, flags: int, name: str, value: mp.Value, args, _semantic) -> None:
+def _emit(kind: int, flags: int, name: str, value: mp.Value | None, args, _semantic) -> None:
     asm = mp.marker(kind, flags, name, value)
-    if value.operand is None:
+    if value is None or value.operand is None:
         constraints = "=r"
     else:
         constraints = "=r," + ("l" if value.wide else "r")
@@ -99,7 +99,7 @@ def _mark(prof, kind: int, name, what: str, _semantic, value=None, arg=None, cou
         v, args = _value(value, "value", _semantic)
         flags = mp.FLAG_HAS_VALUE | (mp.FLAG_COUNTER if counter else 0)
     else:
-        v, args = mp.Value(), []
+        v, args = None, []
     _emit(kind, flags, text, v, args, _semantic)
 
 

@@ -34,7 +34,9 @@ class RewriteError(Exception):
 
 
 _NAME_RE = re.compile(re.escape(mp.NAME_COMMENT) + r" ([0-9a-f]{8}) ([0-9a-f]*)")
-_TOKEN_RE = re.compile(re.escape(mp.PREFIX) + r"n([0-9a-f]{8})\b")
+_TAG_RE = re.compile(re.escape(mp.PREFIX) + r"g([0-9a-f]{8})x([0-9a-f]{8})\b")
+_LABEL_RE = re.compile(r"^\s*[$%\w.]+:")
+_CONTROL_RE = re.compile(r"^\s*(?:@!?%?[\w$]+\s+)?(?:bra|brx|call|ret|exit|trap)\b")
 _FUNC_RE = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+|\.extern\s+)*\.(entry|func)\b[^(]*?([A-Za-z_$][\w$]*)\s*\(")
 
 
@@ -107,29 +109,105 @@ def _functions(lines: list[str]) -> list[tuple[str, str, int, int]]:
     return found
 
 
-def _rewrite_body(body: list[str], next_id: int) -> tuple[list[str], list[str], int]:
-    """Numbers the markers of one function body and takes their cold paths
-    out. Returns (body, cold lines for the function's end, next free id)."""
-    out: list[str] = []
-    cold: list[str] = []
-    marker_id = None
-    in_cold = False
+def _split(body: list[str]) -> list[tuple[bool, list[str]]]:
+    """The body as (is a marker, lines) pieces, in order."""
+    pieces: list[tuple[bool, list[str]]] = []
+    marker: list[str] | None = None
     for line in body:
         text = line.strip()
         if text.startswith(mp.MARKER_TAG):
-            marker_id = next_id
-            next_id += 1
-        if marker_id is not None:
-            line = line.replace("SMPROF2_ID", str(marker_id))
-        if text == mp.COLD_BEGIN:
-            in_cold = True
-        (cold if in_cold else out).append(line)
-        if text == mp.COLD_END:
-            in_cold = False
-        if text == mp.MARKER_END:
-            marker_id = None
-    if in_cold:
-        raise RewriteError("a marker's cold path does not end (truncated asm?)")
+            if marker is not None:
+                raise RewriteError("a marker does not end before the next begins (truncated asm?)")
+            marker = []
+        if marker is not None:
+            marker.append(line)
+            if text == mp.MARKER_END:
+                pieces.append((True, marker))
+                marker = None
+        elif pieces and not pieces[-1][0]:
+            pieces[-1][1].append(line)
+        else:
+            pieces.append((False, [line]))
+    if marker is not None:
+        raise RewriteError("a marker does not end (truncated asm?)")
+    return pieces
+
+
+def _slots(marker: list[str]) -> int:
+    for line in marker:
+        if line.strip().startswith(mp.SLOTS_COMMENT):
+            return int(line.split()[-1])
+    raise RewriteError("a marker has no slot count (PTX of another smprof version?)")
+
+
+def _runs(pieces: list[tuple[bool, list[str]]]) -> list[list[int]]:
+    """Runs of markers (indices into `pieces`) in straight-line code: no
+    label (a place other code can jump to) and no control transfer between
+    them, so every marker of a run executes once each time its first does.
+    A run fills at most MAX_RUN_SLOTS slots (room in the smallest chunk)."""
+    runs: list[list[int]] = []
+    current: list[int] = []
+    filled = 0
+    for i, (is_marker, lines) in enumerate(pieces):
+        if is_marker:
+            n = _slots(lines)
+            if current and filled + n > mp.MAX_RUN_SLOTS:
+                runs.append(current)
+                current, filled = [], 0
+            current.append(i)
+            filled += n
+        elif any(_LABEL_RE.match(line) or _CONTROL_RE.match(line) for line in lines):
+            if current:
+                runs.append(current)
+            current, filled = [], 0
+    if current:
+        runs.append(current)
+    return runs
+
+
+def _lay_out(marker: list[str], marker_id: int, run: list[int] | None) -> tuple[list[str], list[str]]:
+    """One marker's lines for the body and for the cold paths. `run` is the
+    slot counts of the run it opens (it checks the room for them all, and
+    has a cold path), or None (a later marker of its run: neither)."""
+    body: list[str] = []
+    cold: list[str] = []
+    where: list[str] | None = body
+    for line in marker:
+        text = line.strip()
+        if text in (mp.CHECK_BEGIN, mp.COLD_BEGIN):
+            where = None if run is None else cold if text == mp.COLD_BEGIN else body
+        line = line.replace("SMPROF2_ID", str(marker_id))
+        if run is not None:
+            # Room for the run, and for the chunk's last slot, which stays
+            # empty (_marker_ptx._store); a state's low word that the rest
+            # of the run brings to 0.
+            rest = (-(sum(run) - run[0]) * mp.EVENT_BYTES) & 0xFFFFFFFF
+            line = (line.replace("SMPROF2_ROOM", str((sum(run) + 1) * mp.EVENT_BYTES))
+                    .replace("SMPROF2_EVENTS", str(len(run))).replace("SMPROF2_REST", f"{rest:08x}"))
+        if where is not None:
+            where.append(line)
+        if text in (mp.CHECK_END, mp.COLD_END):
+            where = body
+    return body, cold
+
+
+def _rewrite_body(body: list[str], next_id: int) -> tuple[list[str], list[str], int]:
+    """Numbers the markers of one function body, gives the first marker of
+    every run of markers in straight-line code the room check for the whole
+    run (the others store without a test) and takes the cold paths out.
+    Returns (body, cold lines for the function's end, next free id)."""
+    pieces = _split(body)
+    opens = {run[0]: [_slots(pieces[i][1]) for i in run] for run in _runs(pieces)}
+    out: list[str] = []
+    cold: list[str] = []
+    for i, (is_marker, lines) in enumerate(pieces):
+        if not is_marker:
+            out += lines
+            continue
+        b, c = _lay_out(lines, next_id, opens.get(i))
+        next_id += 1
+        out += b
+        cold += c
     return out, cold, next_id
 
 
@@ -140,13 +218,17 @@ def rewrite(ptx: str) -> str:
     names = _names(ptx)
     table, offsets = name_table(names)
 
-    def token(m: re.Match) -> str:
+    if len(table) > mp.NAME_LIMIT:
+        raise RewriteError(f"the module's marker names take {len(table)} bytes; at most {mp.NAME_LIMIT} fit "
+                           "an event's name offset: use fewer or shorter names")
+
+    def tag(m: re.Match) -> str:
         h = int(m.group(1), 16)
         if h not in offsets:
-            raise RewriteError(f"marker name token {m.group(0)} has no name declaration")
-        return str(offsets[h])
+            raise RewriteError(f"marker tag token {m.group(0)} has no name declaration")
+        return str(offsets[h] << mp.NAME_SHIFT | int(m.group(2), 16))
 
-    lines = _TOKEN_RE.sub(token, ptx).split("\n")
+    lines = _TAG_RE.sub(tag, ptx).split("\n")
     functions = _functions(lines)
     out: list[str] = []
     at = 0
