@@ -15,10 +15,10 @@ compares launches of one process on one GPU:
   plain      python: MODE 0 / prof=None (compiled out) / markers, no profiler
   smprof     under smprof-run (every warp records; the trace is written;
              SMPROF_BUFFER_MB=2048 and SMPROF_SHM_MB=1024 hold a batch); after
-             the first harvest the injector gives this kernel's warps 8 KiB
-             chunks (one claim per warp and launch)
+             the first harvest the injector grows this kernel's chunks while
+             that cuts its claims (a warp's 256 events take 2 KiB)
   smprof-1k  the same with SMPROF_CHUNK_BYTES=1024, the former fixed size
-             (5 claims per warp: a claim's atomic round trip stalls the warp)
+             (3 claims per warp: a claim's atomic round trip stalls the warp)
   smprof-w1  the same as smprof with SMPROF_WARPS=0,4 (one warp per warpgroup)
   proton     proton.start(backend="instrumentation"), trace data (its
              default mode: a 4% shared-memory ring per warp that keeps the
@@ -206,7 +206,7 @@ def run_child(variant: str, args, smprof_run: str | None) -> dict | None:
             return None
         trace = os.path.join(tempfile.mkdtemp(prefix="smprof-bench-"), "matmul.pftrace")
         cmd = [smprof_run, "--quiet", "-o", trace, "--"] + cmd
-        # Room for a batch of launches (2.1 M events, 34 MB each) between
+        # Room for a batch of launches (2.1 M events, 17 MB each) between
         # harvests, in the device buffer and in the shared-memory ring.
         env.setdefault("SMPROF_BUFFER_MB", "2048")
         env.setdefault("SMPROF_SHM_MB", "1024")
