@@ -1,0 +1,214 @@
+"""What the Triton markers store, on the CPU: a rewritten kernel's lane 0
+runs through ptx_lane's model against a modelled arena, and the arena's
+chunks are read back the way the harvest reads them (wire::kChunkCompact).
+
+Checked: the events and values of a loop, in order; a chunk's last slot
+stays empty and the cursor's 32-bit add survives a chunk that ends at a
+4 GiB boundary; a full arena and a half-published one count every lost
+event exactly, with runs of several markers; a warp the mask leaves out
+stores nothing. The GPU tests (tests/gpu) check the same on the device.
+"""
+
+import re
+import struct
+import unittest
+
+from smprof.triton import _marker_ptx as mp
+from smprof.triton import _ptx_rewrite as rw
+
+from tests.ptx_lane import Arena, Lane, PtxError
+
+CHUNK_SHIFT = 8  # the smallest chunk: runs must fit it
+CHUNK = 1 << CHUNK_SHIFT
+NAME_BASE = 0x9000_0000
+
+
+def _asm(text, out, value=None):
+    text = text.replace("$0", out)
+    if value is not None:
+        text = text.replace("$1", value)
+    return "\t// begin inline asm\n" + text + "\n\t// end inline asm"
+
+
+def loop_kernel(before, body):
+    """A kernel: the markers `before`, then a loop of param-0 iterations over
+    `body` (markers as (kind, flags, name, Value or None, operand); %r2 is
+    the iteration, %rd2 the iteration as 64 bits + 2^40)."""
+    pre = "\n".join(_asm(mp.marker(*m[:4]), f"%r{10 + i}", m[4]) for i, m in enumerate(before))
+    loop = "\n".join(_asm(mp.marker(*m[:4]), f"%r{20 + i}", m[4]) for i, m in enumerate(body))
+    return f""".version 8.7
+.target sm_90a
+.address_size 64
+
+.visible .entry kern(
+	.param .u32 kern_param_0
+)
+{{
+	.reg .pred 	%p<3>;
+	.reg .b32 	%r<40>;
+	.reg .b64 	%rd<4>;
+	ld.param.u32 	%r1, [kern_param_0];
+	mov.u32 	%r2, 0;
+{pre}
+$L__BB0_1:
+	cvt.u64.u32 	%rd2, %r2;
+	add.u64 	%rd2, %rd2, 1099511627776;
+{loop}
+	add.s32 	%r2, %r2, 1;
+	setp.lt.s32 	%p1, %r2, %r1;
+	@%p1 bra 	$L__BB0_1;
+	ret;
+}}
+"""
+
+
+class Device:
+    """A rewritten module's arena, its g_arena constant and one warp's run."""
+
+    def __init__(self, ptx, chunks, warp_mask=0xFFFFFFFF):
+        self.ptx = rw.rewrite(ptx)
+        m = re.search(re.escape(mp.NAME_BASE_SYMBOL) + r"\[\d+\] = \{([^}]*)\}", self.ptx)
+        self.names = bytes(int(b) for b in m.group(1).split(","))
+        # The chunks end at a 4 GiB boundary: the last one's cursor must not carry.
+        self.chunks = (5 << 32) - chunks * CHUNK
+        self.base = self.chunks - CHUNK  # the ArenaHeader, then chunk 0
+        self.num_chunks = chunks
+        self.arena = Arena(self.base, (chunks + 1) * CHUNK)
+        self.ref = bytearray(64)
+        struct.pack_into("<QQIII", self.ref, 0, self.base, self.chunks, chunks, CHUNK_SHIFT, warp_mask)
+
+    def publish(self, chunks):
+        struct.pack_into("<I", self.ref, 16, chunks)
+
+    def run(self, iterations, warp=0, watch=None):
+        lane = Lane(self.ptx, "kern", self.arena, {mp.ARENA_SYMBOL: self.ref}, {mp.NAME_BASE_SYMBOL: NAME_BASE},
+                    {"kern_param_0": iterations}, warp=warp, block=(5, 1, 0), watch=watch)
+        lane.run()
+        return lane
+
+    def counter(self, offset, size=8):
+        return self.arena.read(self.base + offset, size)
+
+    def events(self):
+        """(kind_flags, name, value or None) in order, and the chunks used."""
+        out = []
+        used = self.counter(mp.HDR_NEXT_CHUNK, 4)
+        last_clock = None
+        for c in range(min(used, self.num_chunks)):
+            at = self.chunks + c * CHUNK
+            grid, name_base, bx, by, bz, sm, warp, magic, hw_warp, flags = struct.unpack_from(
+                "<QQIHHHBBBB", self.arena.bytes, at - self.base)
+            assert magic == mp.CHUNK_MAGIC, f"chunk {c}: no header"
+            assert (grid, name_base, bx, by, sm) == (7, NAME_BASE, 5, 1, 3), f"chunk {c}: header"
+            assert flags == mp.CHUNK_FROM_TRITON | mp.CHUNK_COMPACT
+            slot = mp.CHUNK_HEADER_BYTES
+            while slot < CHUNK:
+                clock, tag = struct.unpack_from("<II", self.arena.bytes, at - self.base + slot)
+                slot += 8
+                if tag == 0:
+                    assert clock == 0, f"chunk {c}: a clock in an unused slot"
+                    continue
+                assert slot < CHUNK, f"chunk {c}: its last slot was filled"
+                assert last_clock is None or clock > last_clock, "clocks out of order"
+                last_clock = clock
+                value = None
+                if tag & mp.VALUE_FOLLOWS:
+                    value = struct.unpack_from("<Q", self.arena.bytes, at - self.base + slot)[0]
+                    slot += 8
+                offset = (tag & ~mp.VALUE_FOLLOWS) >> mp.NAME_SHIFT
+                name = self.names[offset:self.names.index(b"\0", offset)].decode()
+                out.append((tag & 0xFF, name, value))
+        return out, used
+
+
+BEGIN = (mp.KIND_BEGIN, 0, "load", None, None)
+END = (mp.KIND_END, 0, "load", None, None)
+VALUE = (mp.KIND_INSTANT, mp.FLAG_HAS_VALUE, "i", mp.Value(operand="$1"), "%r2")
+WIDE = (mp.KIND_INSTANT, mp.FLAG_HAS_VALUE, "w", mp.Value(operand="$1", wide=True), "%rd2")
+START = (mp.KIND_INSTANT, 0, "start", None, None)
+
+
+def expected(iterations):
+    out = [(mp.KIND_INSTANT, "start", None)]
+    for i in range(iterations):
+        out += [(mp.KIND_BEGIN, "load", None), (mp.KIND_INSTANT | mp.FLAG_HAS_VALUE, "i", i),
+                (mp.KIND_INSTANT | mp.FLAG_HAS_VALUE | mp.FLAG_WIDE_VALUE, "w", i + (1 << 40)),
+                (mp.KIND_END, "load", None)]
+    return out
+
+
+class MarkerLane(unittest.TestCase):
+    ITERATIONS = 40  # 161 events, 281 slots: runs of 6 slots, 4 runs a 256-byte chunk
+
+    def device(self, chunks, **kw):
+        return Device(loop_kernel([START], [BEGIN, VALUE, WIDE, END]), chunks, **kw)
+
+    def test_a_loop_records_every_event_and_value_in_order(self):
+        d = self.device(chunks=16)
+        d.run(self.ITERATIONS)
+        events, used = d.events()
+        self.assertEqual(events, expected(self.ITERATIONS))
+        # Chunk 0: the first run and four of the loop's (6 slots each, and
+        # room for one slot more: 48 + 8 + 4 * 48 + 8 = 256); then four a chunk.
+        self.assertEqual(used, 1 + -(-(self.ITERATIONS - 4) // 4))
+        self.assertEqual(d.counter(mp.HDR_DROPPED), 0)
+        self.assertEqual(d.counter(mp.HDR_UNPLACED), 0)
+
+    def test_a_full_arena_counts_every_event_it_loses(self):
+        d = self.device(chunks=3)  # the last one ends at 4 GiB
+        d.run(self.ITERATIONS)
+        events, used = d.events()
+        self.assertEqual(used, 4)  # 3 placed, then the claim that found the arena full
+        self.assertEqual(events, expected(self.ITERATIONS)[:len(events)])
+        self.assertEqual(len(events) + d.counter(mp.HDR_DROPPED), len(expected(self.ITERATIONS)))
+        self.assertEqual(len(events), 1 + 12 * 4)  # whole runs only: 4 a chunk
+
+    def test_a_chunks_last_slot_stays_empty_and_the_cursor_never_carries(self):
+        # Runs of one slot would fill a chunk to its end; the last chunk ends
+        # at a 4 GiB boundary, where a cursor at the end would carry.
+        tick = (mp.KIND_INSTANT, 0, "tick", None, None)
+        d = Device(loop_kernel([START], [tick]), chunks=3)
+        d.run(100)
+        events, used = d.events()  # asserts that no chunk's last slot holds an event
+        per_chunk = (CHUNK - mp.CHUNK_HEADER_BYTES) // mp.EVENT_BYTES - 1
+        self.assertEqual(len(events), 3 * per_chunk)
+        self.assertEqual(events[1:], [(mp.KIND_INSTANT, "tick", None)] * (3 * per_chunk - 1))
+        self.assertEqual(len(events) + d.counter(mp.HDR_DROPPED), 101)
+
+    def test_a_half_published_arena_counts_what_it_misses_and_then_records(self):
+        d = self.device(chunks=16)
+        d.publish(0)
+        steps = []
+
+        def publish_later(lane):
+            if lane.steps == 400:
+                d.publish(16)
+                steps.append(lane.steps)
+
+        d.run(self.ITERATIONS, watch=publish_later)
+        self.assertEqual(steps, [400])
+        events, _ = d.events()
+        unplaced = d.counter(mp.HDR_UNPLACED)
+        self.assertGreater(unplaced, 0)
+        self.assertGreater(len(events), 0)
+        self.assertEqual(events, expected(self.ITERATIONS)[int(unplaced):])
+        self.assertEqual(d.counter(mp.HDR_DROPPED), 0)
+
+    def test_a_warp_the_mask_leaves_out_stores_nothing(self):
+        d = self.device(chunks=16, warp_mask=0b01)
+        d.run(self.ITERATIONS, warp=1)
+        self.assertEqual(d.counter(mp.HDR_NEXT_CHUNK, 4), 0)
+        self.assertEqual(bytes(d.arena.bytes), bytes(len(d.arena.bytes)))
+        d.run(self.ITERATIONS, warp=0)
+        self.assertEqual(d.events()[0], expected(self.ITERATIONS))
+
+    def test_the_model_refuses_a_store_outside_the_arena(self):
+        d = self.device(chunks=16)
+        d.ptx = d.ptx.replace("@smprof2_st st.global", "st.global")
+        d.publish(0)  # no chunk: the cursor stays in its state, and now a store goes through it
+        with self.assertRaisesRegex(PtxError, "outside the arena"):
+            d.run(self.ITERATIONS)
+
+
+if __name__ == "__main__":
+    unittest.main()
