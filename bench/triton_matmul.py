@@ -32,7 +32,7 @@ batches, interleaved with MODE 0 in the same process. Wall per launch:
 launch (Proton synchronises and copies after every launch; smprof only
 harvests at the synchronisation after the burst).
 
-Usage: bench/triton_matmul.py [--iters N] [--burst N] [--smprof-run PATH]
+Usage: bench/triton_matmul.py [--iters N] [--burst N] [--rounds N] [--smprof-run PATH]
 (smprof-run is found like smprof.tool_path does: SMPROF_HOME,
 SMPROF_BUILD_DIR, PATH). Needs torch and triton (Proton ships in triton).
 """
@@ -245,6 +245,10 @@ def main() -> int:
     parser.add_argument("--smprof-run")
     parser.add_argument("--variants", default="smprof,smprof-1k,smprof-w1,proton,plain")
     parser.add_argument("--dump", help="write each row's PTX and SASS into this directory")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the variants' processes this many times, in turn, and end with each row's "
+                             "median ratio over the rounds (the profilers' rows move by several points from "
+                             "one process to the next)")
     args = parser.parse_args()
     if args.child:
         child(args.child, args.iters, args.burst, args.dump)
@@ -260,18 +264,27 @@ def main() -> int:
           f"(2,097,152 events per launch); median of {args.iters}, burst {args.burst}")
     print(f"{'process':<10} {'row':<22} {'kernel ms':>10} {'vs none':>8} {'wall ms':>9} {'vs none':>8} {'regs':>5}  correct")
     failed = False
-    for variant in args.variants.split(","):
-        result = run_child(variant, args, smprof_run)
-        if result is None:
-            failed = True
-            continue
-        rows = result["rows"]
-        base = rows["none"]
-        for label, r in rows.items():
-            print(f"{variant:<10} {label:<22} {r['kernel_ms']:>10.4f} {r['kernel_ms'] / base['kernel_ms']:>8.3f} "
-                  f"{r['wall_ms']:>9.4f} {r['wall_ms'] / base['wall_ms']:>8.3f} {r['regs']:>5}  {r['correct']}")
-            failed |= not r["correct"]
-        print(f"{'':<10} device: {result['device']}")
+    ratios: dict[tuple[str, str], list[float]] = {}
+    for _ in range(args.rounds):
+        for variant in args.variants.split(","):
+            result = run_child(variant, args, smprof_run)
+            if result is None:
+                failed = True
+                continue
+            rows = result["rows"]
+            base = rows["none"]
+            for label, r in rows.items():
+                ratio = r["kernel_ms"] / base["kernel_ms"]
+                print(f"{variant:<10} {label:<22} {r['kernel_ms']:>10.4f} {ratio:>8.3f} "
+                      f"{r['wall_ms']:>9.4f} {r['wall_ms'] / base['wall_ms']:>8.3f} {r['regs']:>5}  {r['correct']}")
+                failed |= not r["correct"]
+                if label != "none":
+                    ratios.setdefault((variant, label), []).append(ratio)
+            print(f"{'':<10} device: {result['device']}")
+    if args.rounds > 1:
+        print(f"kernel time x unmarked over {args.rounds} rounds: median (min-max)")
+        for (variant, label), values in ratios.items():
+            print(f"{variant:<10} {label:<22} {statistics.median(values):>8.3f} ({min(values):.3f}-{max(values):.3f})")
     return 1 if failed else 0
 
 
