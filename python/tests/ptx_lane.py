@@ -226,7 +226,9 @@ class Lane:
                 self._set(a[0], self.params[sym], bits)
             else:
                 raise PtxError(f"{op} unknown to the model")
-        elif base in ("add", "sub", "and", "or", "shl", "shr", "min"):
+        elif base == "not":
+            self._set(a[0], ~self._value(a[1], bits), bits)
+        elif base in ("add", "sub", "and", "or", "xor", "shl", "shr", "min"):
             x, y = self._value(a[1], bits), self._value(a[2], bits)
             if base == "add":
                 r = x + y
@@ -236,6 +238,8 @@ class Lane:
                 r = x & y
             elif base == "or":
                 r = x | y
+            elif base == "xor":
+                r = x ^ y
             elif base == "shl":
                 r = x << y
             elif base == "shr":
