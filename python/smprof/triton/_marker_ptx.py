@@ -78,8 +78,9 @@ MIN_CHUNK_BYTES = 256  # wire::ArenaHeader::chunk_bytes: 256 .. 65536
 # (its last slot is never filled: see _store).
 MAX_RUN_SLOTS = (MIN_CHUNK_BYTES - CHUNK_HEADER_BYTES) // EVENT_BYTES - 1
 
-# Cursor states besides an event address (multiples of any chunk size, so
-# the boundary test sends them to the cold path).
+# Cursor states besides an event address, in its high word (a state's low
+# word is 0 when a run's check reads it, so the check sends it to the cold
+# path; see _state).
 CURSOR_NEEDS_CHUNK = 1 << 63
 CURSOR_ARENA_FULL = 1 << 62
 
@@ -178,14 +179,14 @@ def _check() -> list[str]:
 
 def _state(hi: int) -> list[str]:
     """The cursor in a state (`hi`: no chunk, or the arena full), its low
-    word set so that the rest of the group's advances bring it to 0 and the
-    next group's check sends it to the cold path again; stores are off."""
+    word set so that the rest of the run's advances bring it to 0 and the
+    next run's check sends it to the cold path again; stores are off."""
     p = PREFIX
     return [f"mov.b64 {p}cur, 0x{hi:08x}SMPROF2_REST;", f"setp.ne.and.u32 {p}st, {p}t0, {p}t0, {p}st;"]
 
 
 def _cold_path(store: list[str]) -> list[str]:
-    """Claims a chunk and stores the event there, or counts the group's
+    """Claims a chunk and stores the event there, or counts the run's
     events (SMPROF2_EVENTS) lost. The store is repeated here rather than
     jumped back to, so the hot path is one block that falls through to the
     marker's end."""

@@ -10,12 +10,16 @@ markers (_marker_ptx.py) it:
     g_arena<2> (a 64-byte wire::ArenaRef in .const, zero until the injector
     publishes the arena) and g_name_base<2> (here the module's name table:
     byte 0 unused, then every marker name NUL-terminated, no cap);
-  * replaces each name token by the name's offset in that table;
+  * replaces each tag token by the event's tag (the name's offset in that
+    table, the kind and flags: wire::CompactEvent);
   * puts the prologue (the warp's recording state in function-scope
     registers) at the top of every kernel with markers;
   * numbers every marker occurrence, so that the labels of copies Triton
-    made of one marker (unrolled, pipelined loops) stay distinct, and moves
-    the markers' cold paths behind the kernel's last instruction.
+    made of one marker (unrolled, pipelined loops) stay distinct;
+  * splits the markers into runs in straight-line code and gives each run's
+    first marker the room check for the whole run (the others lose theirs,
+    and their cold paths), and moves the cold paths behind the kernel's
+    last instruction.
 
 A module without markers comes back unchanged. Markers in a non-inlined
 function (a separate PTX .func) are refused: they could not see the kernel's
