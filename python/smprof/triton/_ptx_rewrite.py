@@ -173,6 +173,14 @@ def _lay_out(marker: list[str], marker_id: int, run: list[int] | None) -> tuple[
     """One marker's lines for the body and for the cold paths. `run` is the
     slot counts of the run it opens (it checks the room for them all, and
     has a cold path), or None (a later marker of its run: neither)."""
+    fills = {"SMPROF2_ID": str(marker_id)}
+    if run is not None:
+        # Room for the run, and for the chunk's last slot, which stays empty
+        # (_marker_ptx._store); a state's low word that the rest of the run
+        # brings to 0.
+        fills["SMPROF2_ROOM"] = str((sum(run) + 1) * mp.EVENT_BYTES)
+        fills["SMPROF2_EVENTS"] = str(len(run))
+        fills["SMPROF2_REST"] = f"{(-(sum(run) - run[0]) * mp.EVENT_BYTES) & 0xFFFFFFFF:08x}"
     body: list[str] = []
     cold: list[str] = []
     where: list[str] | None = body
@@ -180,14 +188,8 @@ def _lay_out(marker: list[str], marker_id: int, run: list[int] | None) -> tuple[
         text = line.strip()
         if text in (mp.CHECK_BEGIN, mp.COLD_BEGIN):
             where = None if run is None else cold if text == mp.COLD_BEGIN else body
-        line = line.replace("SMPROF2_ID", str(marker_id))
-        if run is not None:
-            # Room for the run, and for the chunk's last slot, which stays
-            # empty (_marker_ptx._store); a state's low word that the rest
-            # of the run brings to 0.
-            rest = (-(sum(run) - run[0]) * mp.EVENT_BYTES) & 0xFFFFFFFF
-            line = (line.replace("SMPROF2_ROOM", str((sum(run) + 1) * mp.EVENT_BYTES))
-                    .replace("SMPROF2_EVENTS", str(len(run))).replace("SMPROF2_REST", f"{rest:08x}"))
+        for placeholder, value in fills.items():
+            line = line.replace(placeholder, value)
         if where is not None:
             where.append(line)
         if text in (mp.CHECK_END, mp.COLD_END):
