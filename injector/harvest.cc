@@ -84,6 +84,43 @@ bool WellFormedEvent(uint32_t kind_flags) {
 
 namespace {
 
+// The events of a chunk of 16-byte Events (the CUDA C++ markers).
+void DecodeEvents(const uint8_t* base, uint32_t chunk_bytes, WarpSegment* segment, DecodeStats* stats) {
+  const uint32_t capacity = chunk_bytes / sizeof(wire::Event);
+  segment->events.reserve(capacity - wire::kChunkHeaderSlots);
+  for (uint32_t i = wire::kChunkHeaderSlots; i < capacity; ++i) {
+    wire::Event e;
+    std::memcpy(&e, base + static_cast<uint64_t>(i) * sizeof(wire::Event), sizeof(e));
+    if (e.info == 0) {
+      if (e.clock_lo != 0 || e.name_offset != 0 || e.value != 0) ++stats->malformed_events;
+      continue;  // unused slot
+    }
+    const uint32_t kind_flags = e.info & (wire::kEventKindMask | wire::kEventFlagsMask);
+    if (!internal::WellFormedEvent(kind_flags)) {
+      ++stats->malformed_events;  // a stray continuation among them
+      continue;
+    }
+    DecodedEvent d;
+    d.clock = wire::EventClock(e);
+    d.name_offset = e.name_offset;
+    d.info = kind_flags;
+    d.value = e.value;
+    if ((kind_flags & wire::kEventWideValue) != 0) {
+      // Its continuation is the next slot of the chunk (record.cuh never splits the pair).
+      wire::Event high{};
+      if (i + 1 < capacity)
+        std::memcpy(&high, base + static_cast<uint64_t>(i + 1) * sizeof(wire::Event), sizeof(high));
+      if ((high.info & (wire::kEventKindMask | wire::kEventFlagsMask)) != wire::kEventValueHigh) {
+        ++stats->malformed_events;
+        continue;
+      }
+      d.value_high = high.value;
+      ++i;
+    }
+    segment->events.push_back(d);
+  }
+}
+
 // The events of a kChunkCompact chunk. Clocks are 32 bits: the first event
 // is read relative to the anchor (it may precede it: a marker reads the clock
 // before it claims the chunk), each later one forward from its predecessor.
@@ -129,13 +166,12 @@ void DecodeCompactEvents(const uint8_t* base, uint32_t chunk_bytes, WarpSegment*
 
 void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes, std::vector<WarpSegment>* out,
                   DecodeStats* stats) {
-  const uint32_t capacity = chunk_bytes / sizeof(wire::Event);
   for (uint32_t c = 0; c < num_chunks; ++c) {
     const uint8_t* base = chunks + static_cast<uint64_t>(c) * chunk_bytes;
     wire::ChunkHeader header;
     std::memcpy(&header, base, sizeof(header));
     ++stats->chunks;
-    if (header.magic != wire::kChunkMagic || capacity < wire::kChunkHeaderSlots) {
+    if (header.magic != wire::kChunkMagic || chunk_bytes < sizeof(wire::ChunkHeader)) {
       ++stats->malformed_chunks;
       continue;
     }
@@ -151,44 +187,10 @@ void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_byt
     segment.flags = header.flags;
     segment.anchor_clock = header.anchor_clock;
     segment.anchor_time_ns = header.anchor_time_ns;
-    if ((header.flags & wire::kChunkCompact) != 0) {
+    if ((header.flags & wire::kChunkCompact) != 0)
       DecodeCompactEvents(base, chunk_bytes, &segment, stats);
-      stats->events += segment.events.size();
-      if (!segment.events.empty()) out->push_back(std::move(segment));
-      continue;
-    }
-    segment.events.reserve(capacity - wire::kChunkHeaderSlots);
-    for (uint32_t i = wire::kChunkHeaderSlots; i < capacity; ++i) {
-      wire::Event e;
-      std::memcpy(&e, base + static_cast<uint64_t>(i) * sizeof(wire::Event), sizeof(e));
-      if (e.info == 0) {
-        if (e.clock_lo != 0 || e.name_offset != 0 || e.value != 0) ++stats->malformed_events;
-        continue;  // unused slot
-      }
-      const uint32_t kind_flags = e.info & (wire::kEventKindMask | wire::kEventFlagsMask);
-      if (!internal::WellFormedEvent(kind_flags)) {
-        ++stats->malformed_events;  // a stray continuation among them
-        continue;
-      }
-      DecodedEvent d;
-      d.clock = wire::EventClock(e);
-      d.name_offset = e.name_offset;
-      d.info = kind_flags;
-      d.value = e.value;
-      if ((kind_flags & wire::kEventWideValue) != 0) {
-        // Its continuation is the next slot of the chunk (record.cuh never splits the pair).
-        wire::Event high{};
-        if (i + 1 < capacity)
-          std::memcpy(&high, base + static_cast<uint64_t>(i + 1) * sizeof(wire::Event), sizeof(high));
-        if ((high.info & (wire::kEventKindMask | wire::kEventFlagsMask)) != wire::kEventValueHigh) {
-          ++stats->malformed_events;
-          continue;
-        }
-        d.value_high = high.value;
-        ++i;
-      }
-      segment.events.push_back(d);
-    }
+    else
+      DecodeEvents(base, chunk_bytes, &segment, stats);
     stats->events += segment.events.size();
     if (!segment.events.empty()) out->push_back(std::move(segment));
   }

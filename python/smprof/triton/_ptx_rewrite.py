@@ -144,8 +144,9 @@ def _slots(marker: list[str]) -> int:
     raise RewriteError("a marker has no slot count (PTX of another smprof version?)")
 
 
-def _runs(pieces: list[tuple[bool, list[str]]]) -> list[list[int]]:
-    """Runs of markers (indices into `pieces`) in straight-line code: no
+def _runs(pieces: list[tuple[bool, list[str]]], slots: dict[int, int]) -> list[list[int]]:
+    """Runs of markers (indices into `pieces`; `slots` holds each marker's
+    slot count) in straight-line code: no
     label (a place other code can jump to) and no control transfer between
     them, so every marker of a run executes once each time its first does.
     A run fills at most MAX_RUN_SLOTS slots (room in the smallest chunk)."""
@@ -154,7 +155,7 @@ def _runs(pieces: list[tuple[bool, list[str]]]) -> list[list[int]]:
     filled = 0
     for i, (is_marker, lines) in enumerate(pieces):
         if is_marker:
-            n = _slots(lines)
+            n = slots[i]
             if current and filled + n > mp.MAX_RUN_SLOTS:
                 runs.append(current)
                 current, filled = [], 0
@@ -203,7 +204,8 @@ def _rewrite_body(body: list[str], next_id: int) -> tuple[list[str], list[str], 
     run (the others store without a test) and takes the cold paths out.
     Returns (body, cold lines for the function's end, next free id)."""
     pieces = _split(body)
-    opens = {run[0]: [_slots(pieces[i][1]) for i in run] for run in _runs(pieces)}
+    slots = {i: _slots(lines) for i, (is_marker, lines) in enumerate(pieces) if is_marker}
+    opens = {run[0]: [slots[i] for i in run] for run in _runs(pieces, slots)}
     out: list[str] = []
     cold: list[str] = []
     for i, (is_marker, lines) in enumerate(pieces):
