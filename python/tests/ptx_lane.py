@@ -268,8 +268,10 @@ class Lane:
         elif base == "st" and parts[1] == "global":
             reg, off = self._address(a[0])
             addr = (self._value(reg) + off) & M64
-            words = self._vector(a[1]) if parts[2] == "v2" else [a[1]]
+            words = self._vector(a[1]) if parts[2] in ("v2", "v4") else [a[1]]
             n = 8 if parts[-1] in ("u64", "b64") else 4
+            if addr % (n * len(words)) != 0:  # the hardware faults on a misaligned access
+                raise PtxError(f"{op} at {addr:#x} is not aligned to {n * len(words)} bytes")
             for i, w in enumerate(words):
                 self.arena.write(addr + i * n, n, self._value(w, 8 * n))
         else:

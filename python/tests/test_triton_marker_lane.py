@@ -128,6 +128,19 @@ WIDE = (mp.KIND_INSTANT, mp.FLAG_HAS_VALUE, "w", mp.Value(operand="$1", wide=Tru
 START = (mp.KIND_INSTANT, 0, "start", None, None)
 
 
+TICK = (mp.KIND_INSTANT, 0, "tick", None, None)
+
+
+def expected_joined(iterations):
+    out = [(mp.KIND_INSTANT, "start", None)]
+    for i in range(iterations):
+        out += [(mp.KIND_BEGIN, "load", None), (mp.KIND_END, "load", None),
+                (mp.KIND_INSTANT | mp.FLAG_HAS_VALUE, "i", i),
+                (mp.KIND_INSTANT | mp.FLAG_HAS_VALUE | mp.FLAG_WIDE_VALUE, "w", i + (1 << 40)),
+                (mp.KIND_INSTANT, "tick", None)]
+    return out
+
+
 def expected(iterations):
     out = [(mp.KIND_INSTANT, "start", None)]
     for i in range(iterations):
@@ -166,8 +179,7 @@ class MarkerLane(unittest.TestCase):
     def test_a_chunks_last_slot_stays_empty_and_the_cursor_never_carries(self):
         # Runs of one slot would fill a chunk to its end; the last chunk ends
         # at a 4 GiB boundary, where a cursor at the end would carry.
-        tick = (mp.KIND_INSTANT, 0, "tick", None, None)
-        d = Device(loop_kernel([START], [tick]), chunks=3)
+        d = Device(loop_kernel([START], [TICK]), chunks=3)
         d.run(100)
         events, used = d.events()  # asserts that no chunk's last slot holds an event
         per_chunk = (CHUNK - mp.CHUNK_HEADER_BYTES) // mp.EVENT_BYTES - 1
@@ -201,6 +213,39 @@ class MarkerLane(unittest.TestCase):
         self.assertEqual(bytes(d.arena.bytes), bytes(len(d.arena.bytes)))
         d.run(self.ITERATIONS, warp=0)
         self.assertEqual(d.events()[0], expected(self.ITERATIONS))
+
+    def test_joined_stores_land_aligned_and_in_order(self):
+        # BEGIN and END share a 16-byte store (the first held in registers),
+        # each valued event stores with its value; the loop's run starts one
+        # slot late after START's 8 bytes, to be 16-byte aligned.
+        d = self.joined_device(chunks=16)
+        self.assertIn(mp.ALIGN_RUN, d.ptx)
+        self.assertEqual(d.ptx.count("st.global.v4.u32 [smprof2_cur+-"), 3)  # END's (a pair), VALUE's, WIDE's
+        d.run(self.ITERATIONS)
+        events, used = d.events()
+        self.assertEqual(events, expected_joined(self.ITERATIONS))
+        # 7 slots a run, in 64 bytes; with the skipped slot and the chunk's
+        # last one a run needs 80 bytes: 2 runs in chunk 0, 3 in the others.
+        self.assertEqual(used, 1 + -(-(self.ITERATIONS - 2) // 3))
+        self.assertEqual(d.counter(mp.HDR_DROPPED), 0)
+
+    def test_joined_stores_count_every_event_a_full_arena_loses(self):
+        d = self.joined_device(chunks=3)
+        d.run(self.ITERATIONS)
+        events, used = d.events()
+        self.assertEqual(used, 4)
+        self.assertEqual(len(events), 1 + (2 + 3 + 3) * 5)  # whole runs only
+        self.assertEqual(events, expected_joined(self.ITERATIONS)[:len(events)])
+        self.assertEqual(len(events) + d.counter(mp.HDR_DROPPED), len(expected_joined(self.ITERATIONS)))
+
+    def test_the_model_refuses_a_joined_store_out_of_alignment(self):
+        d = self.joined_device(chunks=16)
+        d.ptx = d.ptx.replace(mp.ALIGN_RUN, "")
+        with self.assertRaisesRegex(PtxError, "not aligned to 16 bytes"):
+            d.run(self.ITERATIONS)
+
+    def joined_device(self, chunks):
+        return Device(loop_kernel([START], [BEGIN, END, VALUE, WIDE, TICK]), chunks)
 
     def test_the_model_refuses_a_store_outside_the_arena(self):
         d = self.device(chunks=16)

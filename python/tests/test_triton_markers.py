@@ -211,14 +211,26 @@ class Rewrite(unittest.TestCase):
         self.assertEqual(loop_slots, 16)
         first = self.out[self.out.index("// smprof2-marker-begin 1"):]
         first = first[:first.index("// smprof2-marker-end")]
-        # Room for the run, and for the chunk's last slot, which stays empty.
-        self.assertIn("add.u32 smprof2_k0, smprof2_k0, %d;" % ((loop_slots + 1) * mp.EVENT_BYTES), first)
+        # The first five markers (values, at even slots) store event and
+        # value in one 16-byte store, so the run starts 16-byte aligned: the
+        # cursor moves past 8 units (and up to the next multiple of 16), and
+        # the check asks for room for them, the slot skipped to align and
+        # the chunk's last slot, which stays empty.
+        self.assertIn("add.u32 smprof2_k0, smprof2_k0, %d;" % (128 + 2 * mp.EVENT_BYTES), first)
+        self.assertIn("add.u32 smprof2_t2, smprof2_t2, %d;\n%s" % (128 + 15, mp.ALIGN_RUN), first)
+        self.assertIn("@smprof2_st st.global.v4.u32 [smprof2_cur+-128], {smprof2_clk, smprof2_t1, %r1, smprof2_t5};",
+                      first)
+        stores = re.findall(r"st\.global\.(v\d)\.u32 \[smprof2_cur\+-(\d+)\]",
+                            self.out[self.out.index("// smprof2-marker-begin 1"):self.out.index("\tret;")])
+        self.assertEqual(stores, [("v4", "128"), ("v4", "112"), ("v4", "96"), ("v4", "80"), ("v4", "64"),
+                                  ("v2", "48"), ("v2", "40"), ("v2", "32"), ("v2", "24"), ("v2", "16"),
+                                  ("v2", "8")])
         cold = self.out[self.out.index("smprof2_L1_cold:"):]
         cold = cold[:cold.index("// smprof2-cold-end")]
-        # Lost: the run's nine events; the cursor's state then reaches 0 at the run's end.
+        # Lost: the run's nine events; the cursor's state has a low word of 0
+        # (the run's later markers do not move it), stores are off.
         self.assertIn("red.relaxed.gpu.global.add.u64 [smprof2_d1+%d], 9;" % mp.HDR_DROPPED, cold)
-        rest = (-(loop_slots - 2) * mp.EVENT_BYTES) & 0xFFFFFFFF
-        self.assertIn("mov.b64 smprof2_cur, 0x%08x%08x;" % (mp.CURSOR_ARENA_FULL >> 32, rest), cold)
+        self.assertIn("mov.b64 smprof2_cur, %#x;" % mp.CURSOR_ARENA_FULL, cold)
         # The run's later markers store without a test.
         later = self.out[self.out.index("// smprof2-marker-begin 2"):self.out.index("\tret;")]
         self.assertNotIn("smprof2_q", later)

@@ -12,24 +12,31 @@ that the PTX rewriter (_ptx_rewrite.py) puts at the top of the kernel, so
 every marker of the kernel shares it without a value threaded through the
 user's code.
 
-The room test is paid once per run of markers: the rewriter gives the first
-marker of every run in straight-line code (no label, no branch between them)
-the test for the whole run's slots, and takes it out of the others. So the
-hot path of a recording warp is a clock read, the tag's move, one predicated
-64-bit store by lane 0 and a 32-bit add to the cursor, plus, at a run's
-first marker, the test and one branch not taken. A warp that does not record
-(no smprof, a warp SMPROF_WARPS leaves out, a module the kernel filter
-darkened) takes one uniform branch over each marker. The cold path (claim a
-chunk, write its header, store the event there; arena full: count the run's
-events lost; arena seen half published: count them unplaced) is written
-between `smprof2-cold-begin/end` comments and moved by the rewriter behind
-the kernel's last instruction (docs/triton-design.md sections 6-8 say what
-was measured).
+The room test and the cursor's advance are paid once per run of markers:
+the rewriter gives the first marker of every run in straight-line code (no
+label, no branch between them) the test for the whole run's slots and a
+32-bit add that moves the cursor past them all, and every marker of the run
+stores at a fixed distance back from it. Stores are what a recording warp
+pays most for, so the rewriter also joins them: two events that share a
+16-byte unit of the run go out in one 128-bit store (the first is held in
+two registers until the second marker), as do an event and its value. So
+the hot path of a recording warp is a clock read, the tag's move and, every
+other marker, one predicated 128-bit store by lane 0; plus, at a run's first
+marker, the test, the add and one branch not taken. A warp that does not
+record (no smprof, a warp SMPROF_WARPS leaves out, a module the kernel
+filter darkened) takes one uniform branch over each marker. The cold path
+(claim a chunk, write its header, store the event there; arena full: count
+the run's events lost; arena seen half published: count them unplaced) is
+written between `smprof2-cold-begin/end` comments and moved by the rewriter
+behind the kernel's last instruction (docs/triton-design.md sections 6-9 say
+what was measured).
 
 Placeholders the rewriter fills in: SMPROF2_ID (a number unique per marker
 occurrence in the module: Triton may duplicate a marker when it unrolls or
-pipelines a loop), SMPROF2_ROOM / SMPROF2_EVENTS / SMPROF2_REST (the run's
-bytes, events, and the low word a cursor state starts the run's rest at) and
+pipelines a loop), SMPROF2_ROOM / SMPROF2_RUN_BYTES / SMPROF2_EVENTS (the
+bytes the run's check asks for, the run's bytes, its events),
+SMPROF2_BACK / SMPROF2_VALUE_BACK (how far back from the advanced cursor the
+marker's event and value go) and
 smprof2_g<hash>x<kind_flags> (the event's tag, from the name's offset in the
 module's name table). Every name used is declared by a
 `// smprof2-name <hash> <hex>` comment; names are FNV-1a hashed so that
@@ -75,8 +82,10 @@ NAME_LIMIT = 1 << 23  # wire::kCompactNameLimit
 VALUE_FOLLOWS = 1 << 31  # wire::kCompactValueFollows
 MIN_CHUNK_BYTES = 256  # wire::ArenaHeader::chunk_bytes: 256 .. 65536
 # One check covers at most this many slots: what the smallest chunk holds
-# (its last slot is never filled: see _store).
-MAX_RUN_SLOTS = (MIN_CHUNK_BYTES - CHUNK_HEADER_BYTES) // EVENT_BYTES - 1
+# (its last slot is never filled, and a run with joined stores may start one
+# slot later and end on a 16-byte boundary: see ALIGN_RUN).
+MAX_RUN_SLOTS = (MIN_CHUNK_BYTES - CHUNK_HEADER_BYTES) // EVENT_BYTES - 2
+UNIT_BYTES = 16  # what a joined store writes
 
 # Cursor states besides an event address, in its high word (a state's low
 # word is 0 when a run's check reads it, so the check sends it to the cold
@@ -92,6 +101,8 @@ COLD_BEGIN = "// smprof2-cold-begin"
 CHECK_BEGIN = "// smprof2-check-begin"
 CHECK_END = "// smprof2-check-end"
 SLOTS_COMMENT = "// smprof2-slots"
+ADVANCE_BEGIN = "// smprof2-advance-begin"
+ADVANCE_END = "// smprof2-advance-end"
 COLD_END = "// smprof2-cold-end"
 NAME_COMMENT = "// smprof2-name"
 
@@ -134,7 +145,7 @@ def prologue() -> list[str]:
     return [
         "// smprof2: the warp's recording state (python/smprof/triton)",
         f".reg .pred {p}on, {p}lane0, {p}st, {p}q;",
-        f".reg .b32 {p}mask, {p}clk, {p}k0, {p}t0, {p}t1, {p}t2, {p}t3, {p}t4, {p}t5;",
+        f".reg .b32 {p}mask, {p}clk, {p}k0, {p}t0, {p}t1, {p}t2, {p}t3, {p}t4, {p}t5, {p}hclk, {p}htag;",
         f".reg .b64 {p}cur, {p}d0, {p}d1, {p}d2;",
         f"ld.const.u64 {p}d0, [{ARENA_SYMBOL}+{REF_ARENA}];",
         f"ld.const.u32 {p}t0, [{ARENA_SYMBOL}+{REF_WARP_MASK}];",
@@ -178,11 +189,11 @@ def _check() -> list[str]:
 
 
 def _state(hi: int) -> list[str]:
-    """The cursor in a state (`hi`: no chunk, or the arena full), its low
-    word set so that the rest of the run's advances bring it to 0 and the
-    next run's check sends it to the cold path again; stores are off."""
+    """The cursor in a state (`hi`: no chunk, or the arena full) with a low
+    word of 0, so that the next run's check sends it to the cold path again
+    (the rest of this run does not move the cursor); stores are off."""
     p = PREFIX
-    return [f"mov.b64 {p}cur, 0x{hi:08x}SMPROF2_REST;", f"setp.ne.and.u32 {p}st, {p}t0, {p}t0, {p}st;"]
+    return [f"mov.b64 {p}cur, {hi << 32:#x};", f"setp.ne.and.u32 {p}st, {p}t0, {p}t0, {p}st;"]
 
 
 def _cold_path(store: list[str]) -> list[str]:
@@ -277,28 +288,68 @@ def slots(value: Value | None) -> int:
 
 
 def _store(kind_flags: int, name: str, value: Value | None, late: bool) -> list[str]:
-    """Stamps (a BEGIN: here, after the marker's own work), advances the
-    cursor's low word and stores the event (and its value) behind it (lane
-    0). The store addresses back from the advanced cursor, so nothing
-    overwrites its address register while it waits to be read. A 32-bit add
-    is enough: a chunk is aligned to its size (at most 64 KiB) and its last
-    slot is never filled (the check's room counts one slot more), so the
-    cursor never reaches the chunk's end and the low word never carries."""
+    """Stamps (a BEGIN: here, after the marker's own work) and stores the
+    event (and its value) at its place in the run (lane 0). The run's first
+    marker advances the cursor's low word past the whole run (the lines
+    between ADVANCE_BEGIN/END, which the rewriter removes from the others);
+    every marker then stores at a fixed distance back from it
+    (SMPROF2_BACK bytes), so the address register is written once per run
+    and no store waits for it. A 32-bit add is enough: a chunk is aligned to
+    its size (at most 64 KiB) and its last slot is never filled (the check's
+    room counts one slot more), so the cursor never reaches the chunk's end
+    and the low word never carries."""
     p = PREFIX
-    n = slots(value)
     lines = [f"mov.u32 {p}clk, %clock;"] if late else []
     follows = VALUE_FOLLOWS if value is not None else 0
     lines += [
         f"mov.b32 {p}t1, {tag_token(name, kind_flags | follows)};",
+        ADVANCE_BEGIN,
         f"mov.b64 {{{p}t2, {p}t3}}, {p}cur;",
-        f"add.u32 {p}t2, {p}t2, {EVENT_BYTES * n};",
+        f"add.u32 {p}t2, {p}t2, SMPROF2_RUN_BYTES;",
+        ALIGN_RUN,
         f"mov.b64 {p}cur, {{{p}t2, {p}t3}};",
-        f"@{p}st st.global.v2.u32 [{p}cur+{-EVENT_BYTES * n}], {{{p}clk, {p}t1}};",
+        ADVANCE_END,
+        EVENT_STORE,
     ]
     if value is not None:
         pre, vlo, vhi = _value_words(value)
-        lines += pre + [f"@{p}st st.global.v2.u32 [{p}cur+{-EVENT_BYTES}], {{{vlo}, {vhi}}};"]
+        lines += pre + [f"{VALUE_STORE} {{{vlo}, {vhi}}};"]
     return lines
+
+
+# How the rewriter joins stores (python/smprof/triton/_ptx_rewrite.py): a
+# store instruction costs far more than the ALU work around it
+# (docs/triton-design.md section 9), so two events, or an event and its
+# value, that share a 16-byte-aligned unit of a run go out in one 128-bit
+# store. The unit's first event is held in two registers until its second
+# marker stores both.
+# A run with joined stores starts 16-byte aligned: its first marker adds 15
+# more than the run's bytes (rounded up to 16) and clears the low 4 bits.
+# The rewriter drops this line from other runs (8-byte events need no more).
+ALIGN_RUN = f"and.b32 {PREFIX}t2, {PREFIX}t2, -16;"
+EVENT_STORE = f"@{PREFIX}st st.global.v2.u32 [{PREFIX}cur+-SMPROF2_BACK], {{{PREFIX}clk, {PREFIX}t1}};"
+VALUE_STORE = f"@{PREFIX}st st.global.v2.u32 [{PREFIX}cur+-SMPROF2_VALUE_BACK],"
+
+
+def hold() -> list[str]:
+    """Replaces EVENT_STORE in a marker whose event the next marker stores."""
+    p = PREFIX
+    return [f"mov.b32 {p}hclk, {p}clk;", f"mov.b32 {p}htag, {p}t1;"]
+
+
+def store_pair() -> str:
+    """Replaces EVENT_STORE in a marker that stores the held event and its
+    own (SMPROF2_PAIR_BACK: the held event's distance back)."""
+    p = PREFIX
+    return f"@{p}st st.global.v4.u32 [{p}cur+-SMPROF2_PAIR_BACK], {{{p}hclk, {p}htag, {p}clk, {p}t1}};"
+
+
+def store_with_value(value_line: str) -> str:
+    """The event and its value in one store, from the marker's VALUE_STORE
+    line (which it replaces; EVENT_STORE goes)."""
+    p = PREFIX
+    operands = value_line.strip()[len(VALUE_STORE):].strip().rstrip(";").strip()[1:-1]
+    return f"@{p}st st.global.v4.u32 [{p}cur+-SMPROF2_BACK], {{{p}clk, {p}t1, {operands}}};"
 
 
 def marker(kind: int, flags: int, name: str, value: Value | None = None) -> str:

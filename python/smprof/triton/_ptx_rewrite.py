@@ -17,9 +17,11 @@ markers (_marker_ptx.py) it:
   * numbers every marker occurrence, so that the labels of copies Triton
     made of one marker (unrolled, pipelined loops) stay distinct;
   * splits the markers into runs in straight-line code and gives each run's
-    first marker the room check for the whole run (the others lose theirs,
-    and their cold paths), and moves the cold paths behind the kernel's
-    last instruction.
+    first marker the room check for the whole run and the cursor's advance
+    past it (the others lose theirs, and their cold paths), places every
+    marker's slots at a fixed distance back from the advanced cursor, joins
+    stores that share a 16-byte unit (_join_stores), and moves the cold
+    paths behind the kernel's last instruction.
 
 A module without markers comes back unchanged. Markers in a non-inlined
 function (a separate PTX .func) are refused: they could not see the kernel's
@@ -170,31 +172,80 @@ def _runs(pieces: list[tuple[bool, list[str]]], slots: dict[int, int]) -> list[l
     return runs
 
 
-def _lay_out(marker: list[str], marker_id: int, run: list[int] | None) -> tuple[list[str], list[str]]:
-    """One marker's lines for the body and for the cold paths. `run` is the
-    slot counts of the run it opens (it checks the room for them all, and
-    has a cold path), or None (a later marker of its run: neither)."""
-    fills = {"SMPROF2_ID": str(marker_id)}
-    if run is not None:
-        # Room for the run, and for the chunk's last slot, which stays empty
-        # (_marker_ptx._store); a state's low word that the rest of the run
-        # brings to 0.
-        fills["SMPROF2_ROOM"] = str((sum(run) + 1) * mp.EVENT_BYTES)
-        fills["SMPROF2_EVENTS"] = str(len(run))
-        fills["SMPROF2_REST"] = f"{(-(sum(run) - run[0]) * mp.EVENT_BYTES) & 0xFFFFFFFF:08x}"
+def _join_stores(run_slots: list[int]) -> list[str]:
+    """How each marker of a run stores (_marker_ptx.EVENT_STORE): "hold"
+    (its event waits in registers), "pair" (stores the held event and its
+    own, 16 bytes), "with value" (its event and value, 16 bytes) or "alone"
+    (8 bytes, and its value 8 more). Units at even slots of the run are
+    16-byte aligned (_marker_ptx.ALIGN_RUN)."""
+    how = ["alone"] * len(run_slots)
+    at = 0
+    for k, n in enumerate(run_slots):
+        if at % 2 == 0 and how[k] == "alone":
+            if n == 2:
+                how[k] = "with value"
+            elif k + 1 < len(run_slots) and run_slots[k + 1] == 1:
+                how[k], how[k + 1] = "hold", "pair"
+        at += n
+    return how
+
+
+class _Run:
+    """A run's layout: its slots, how each marker stores, whether it is
+    aligned to 16 bytes, and the bytes the cursor moves past."""
+
+    def __init__(self, run_slots: list[int]):
+        self.slots = run_slots
+        self.how = _join_stores(run_slots)
+        self.aligned = any(h in ("pair", "with value") for h in self.how)
+        raw = sum(run_slots) * mp.EVENT_BYTES
+        self.bytes = -(-raw // mp.UNIT_BYTES) * mp.UNIT_BYTES if self.aligned else raw
+
+    def fills(self) -> dict[str, str]:
+        # The check asks for the run, the slot an aligned run may skip to
+        # start aligned, and the chunk's last slot, which stays empty
+        # (_marker_ptx._store).
+        skip = mp.EVENT_BYTES if self.aligned else 0
+        return {"SMPROF2_ROOM": str(self.bytes + skip + mp.EVENT_BYTES),
+                "SMPROF2_RUN_BYTES": str(self.bytes + (mp.UNIT_BYTES - 1 if self.aligned else 0)),
+                "SMPROF2_EVENTS": str(len(self.slots))}
+
+
+def _lay_out(marker: list[str], marker_id: int, run: _Run, first: bool, back: int,
+             how: str) -> tuple[list[str], list[str]]:
+    """One marker's lines for the body and for the cold paths. A run's
+    `first` marker checks the room for the whole run, advances the cursor
+    past it and has a cold path; the others none of these. `back` is the
+    bytes from the marker's first slot to the run's end, `how` how it
+    stores (_join_stores)."""
+    fills = {"SMPROF2_ID": str(marker_id), "SMPROF2_VALUE_BACK": str(back - mp.EVENT_BYTES),
+             "SMPROF2_PAIR_BACK": str(back + mp.EVENT_BYTES), "SMPROF2_BACK": str(back)}
+    if first:
+        fills.update(run.fills())
     body: list[str] = []
     cold: list[str] = []
     where: list[str] | None = body
+    advance = True  # False in a later marker's advance lines
     for line in marker:
         text = line.strip()
         if text in (mp.CHECK_BEGIN, mp.COLD_BEGIN):
-            where = None if run is None else cold if text == mp.COLD_BEGIN else body
-        for placeholder, value in fills.items():
-            line = line.replace(placeholder, value)
-        if where is not None:
-            where.append(line)
+            where = None if not first else cold if text == mp.COLD_BEGIN else body
+        advance = advance and not (not first and text == mp.ADVANCE_BEGIN)
+        lines = [line]
+        if text == mp.EVENT_STORE:
+            lines = {"hold": mp.hold(), "pair": [mp.store_pair()], "with value": []}.get(how, lines)
+        elif text.startswith(mp.VALUE_STORE) and how == "with value":
+            lines = [mp.store_with_value(text)]
+        elif text == mp.ALIGN_RUN and not run.aligned:
+            lines = []
+        for line in lines:
+            for placeholder, value in fills.items():
+                line = line.replace(placeholder, value)
+            if where is not None and advance:
+                where.append(line)
         if text in (mp.CHECK_END, mp.COLD_END):
             where = body
+        advance = advance or text == mp.ADVANCE_END
     return body, cold
 
 
@@ -205,14 +256,20 @@ def _rewrite_body(body: list[str], next_id: int) -> tuple[list[str], list[str], 
     Returns (body, cold lines for the function's end, next free id)."""
     pieces = _split(body)
     slots = {i: _slots(lines) for i, (is_marker, lines) in enumerate(pieces) if is_marker}
-    opens = {run[0]: [slots[i] for i in run] for run in _runs(pieces, slots)}
+    layout: dict[int, tuple[_Run, bool, int, str]] = {}  # marker piece -> (run, first, back, how)
+    for indices in _runs(pieces, slots):
+        run = _Run([slots[i] for i in indices])
+        left = run.bytes
+        for k, (i, how) in enumerate(zip(indices, run.how)):
+            layout[i] = (run, k == 0, left, how)
+            left -= slots[i] * mp.EVENT_BYTES
     out: list[str] = []
     cold: list[str] = []
     for i, (is_marker, lines) in enumerate(pieces):
         if not is_marker:
             out += lines
             continue
-        b, c = _lay_out(lines, next_id, opens.get(i))
+        b, c = _lay_out(lines, next_id, *layout[i])
         next_id += 1
         out += b
         cold += c
