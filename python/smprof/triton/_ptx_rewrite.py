@@ -225,12 +225,12 @@ def _lay_out(marker: list[str], marker_id: int, run: _Run, first: bool, back: in
     body: list[str] = []
     cold: list[str] = []
     where: list[str] | None = body
-    advance = True  # False in a later marker's advance lines
+    skip = False  # in a later marker's advance lines
     for line in marker:
         text = line.strip()
         if text in (mp.CHECK_BEGIN, mp.COLD_BEGIN):
             where = None if not first else cold if text == mp.COLD_BEGIN else body
-        advance = advance and not (not first and text == mp.ADVANCE_BEGIN)
+        skip = skip or (not first and text == mp.ADVANCE_BEGIN)
         lines = [line]
         if text == mp.EVENT_STORE:
             lines = {"hold": mp.hold(), "pair": [mp.store_pair()], "with value": []}.get(how, lines)
@@ -241,11 +241,11 @@ def _lay_out(marker: list[str], marker_id: int, run: _Run, first: bool, back: in
         for line in lines:
             for placeholder, value in fills.items():
                 line = line.replace(placeholder, value)
-            if where is not None and advance:
+            if where is not None and not skip:
                 where.append(line)
         if text in (mp.CHECK_END, mp.COLD_END):
             where = body
-        advance = advance or text == mp.ADVANCE_END
+        skip = skip and text != mp.ADVANCE_END
     return body, cold
 
 
