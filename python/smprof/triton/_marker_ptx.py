@@ -35,8 +35,8 @@ Placeholders the rewriter fills in: SMPROF2_ID (a number unique per marker
 occurrence in the module: Triton may duplicate a marker when it unrolls or
 pipelines a loop), SMPROF2_ROOM / SMPROF2_RUN_BYTES / SMPROF2_EVENTS (the
 bytes the run's check asks for, the run's bytes, its events),
-SMPROF2_BACK / SMPROF2_VALUE_BACK (how far back from the advanced cursor the
-marker's event and value go) and
+SMPROF2_BACK / SMPROF2_VALUE_BACK / SMPROF2_PAIR_BACK (how far back from the
+advanced cursor the marker's event, its value and a held event go) and
 smprof2_g<hash>x<kind_flags> (the event's tag, from the name's offset in the
 module's name table). Every name used is declared by a
 `// smprof2-name <hash> <hex>` comment; names are FNV-1a hashed so that
@@ -323,12 +323,13 @@ def _store(kind_flags: int, name: str, value: Value | None, late: bool) -> list[
 # value, that share a 16-byte-aligned unit of a run go out in one 128-bit
 # store. The unit's first event is held in two registers until its second
 # marker stores both.
+EVENT_STORE = f"@{PREFIX}st st.global.v2.u32 [{PREFIX}cur+-SMPROF2_BACK], {{{PREFIX}clk, {PREFIX}t1}};"
+VALUE_STORE = f"@{PREFIX}st st.global.v2.u32 [{PREFIX}cur+-SMPROF2_VALUE_BACK],"
+
 # A run with joined stores starts 16-byte aligned: its first marker adds 15
 # more than the run's bytes (rounded up to 16) and clears the low 4 bits.
 # The rewriter drops this line from other runs (8-byte events need no more).
 ALIGN_RUN = f"and.b32 {PREFIX}t2, {PREFIX}t2, -16;"
-EVENT_STORE = f"@{PREFIX}st st.global.v2.u32 [{PREFIX}cur+-SMPROF2_BACK], {{{PREFIX}clk, {PREFIX}t1}};"
-VALUE_STORE = f"@{PREFIX}st st.global.v2.u32 [{PREFIX}cur+-SMPROF2_VALUE_BACK],"
 
 
 def hold() -> list[str]:
