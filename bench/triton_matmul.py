@@ -27,12 +27,20 @@ compares launches of one process on one GPU:
 Kernel time: 10 launches back to back between two CUDA events, behind
 cuBLAS matmuls (so the GPU never waits for the host), with Proton's launch hooks
 (its per-launch synchronisation and copy) taken out; median over --iters
-batches, interleaved with MODE 0 in the same process. Wall per launch:
+batches, interleaved with MODE 0 in the same process (in Proton's process
+too: MODE 0 is timed again after proton.start, with the hooks out). Every
+batch starts after --gap-ms of idle GPU: without the gap, a process that
+keeps the GPU busy runs it at its power limit, at a lower clock, and an
+instrumented kernel that draws less power gains clock back, so its ratio
+shrinks; a process with pauses of its own (smprof's harvests) ran at full
+clock. On an H200, the unmarked kernel took 0.22 to 0.257 ms depending on the
+process without the gap, and 0.2192-0.2217 ms in every process with 100 ms
+(NVML's SM clock: 1980 MHz in every row, the MHz column). Wall per launch:
 --burst launches back to back with everything each profiler does per
 launch (Proton synchronises and copies after every launch; smprof only
 harvests at the synchronisation after the burst).
 
-Usage: bench/triton_matmul.py [--iters N] [--burst N] [--rounds N] [--smprof-run PATH]
+Usage: bench/triton_matmul.py [--iters N] [--burst N] [--gap-ms MS] [--rounds N] [--smprof-run PATH]
 (smprof-run is found like smprof.tool_path does: SMPROF_HOME,
 SMPROF_BUILD_DIR, PATH). Needs torch and triton (Proton ships in triton).
 """
@@ -52,7 +60,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 
-def child(variant: str, iters: int, burst: int, dump: str | None) -> None:
+def child(variant: str, iters: int, burst: int, dump: str | None, gap_ms: float) -> None:
+    import time
+
     import torch
     import triton
     import triton.language as tl
@@ -115,8 +125,19 @@ def child(variant: str, iters: int, burst: int, dump: str | None) -> None:
     def launch(mode, prof):
         return matmul[grid](a, b, c, n, n, n, prof, MODE=mode, **cfg)
 
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        nvml = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    except Exception:  # no NVML: the clock column stays empty
+        nvml = None
+    last_clock = [None]
+
     def batch(mode, prof, count):
-        """ms per launch of `count` launches back to back on the GPU."""
+        """ms per launch of `count` launches back to back on the GPU, after
+        --gap-ms of idle GPU (see the module comment); the SM clock at the
+        batch's end goes to last_clock[0]."""
+        time.sleep(gap_ms / 1000)
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         for _ in range(4):  # the GPU stays busy while the launches are queued
@@ -125,13 +146,18 @@ def child(variant: str, iters: int, burst: int, dump: str | None) -> None:
         for _ in range(count):
             launch(mode, prof)
         end.record()
+        end.synchronize()
+        if nvml is not None:
+            last_clock[0] = pynvml.nvmlDeviceGetClockInfo(nvml, pynvml.NVML_CLOCK_SM)
         torch.cuda.synchronize()
         return start.elapsed_time(end) / count
 
     ref = torch.matmul(a, b)
 
-    def measure(rows):
-        """{label: figures} for rows {label: (MODE, prof)}, interleaved."""
+    def measure(rows, timed_also=None):
+        """{label: figures} for rows {label: (MODE, prof)}, interleaved.
+        Rows in `timed_also` join only the kernel-time batches (their
+        kernel_ms comes back; correctness and wall time are not taken)."""
         correct = {}
         regs = {}
         for label, (mode, prof) in rows.items():
@@ -160,14 +186,21 @@ def child(variant: str, iters: int, burst: int, dump: str | None) -> None:
         exit_hooks = list(knobs.runtime.launch_exit_hook.calls)
         knobs.runtime.launch_enter_hook.calls[:] = []
         knobs.runtime.launch_exit_hook.calls[:] = []
-        times = {label: [] for label in rows}
+        timed = {**rows, **(timed_also or {})}
+        times = {label: [] for label in timed}
+        clocks = {label: [] for label in timed}
         for _ in range(iters):
-            for label, (mode, prof) in rows.items():
+            for label, (mode, prof) in timed.items():
                 times[label].append(batch(mode, prof, 10))
+                clocks[label].append(last_clock[0])
         knobs.runtime.launch_enter_hook.calls[:] = enter_hooks
         knobs.runtime.launch_exit_hook.calls[:] = exit_hooks
-        return {label: {"kernel_ms": statistics.median(times[label]), "min_ms": min(times[label]),
-                        "wall_ms": wall[label], "correct": correct[label], "regs": regs[label]} for label in rows}
+        figures = {label: {"kernel_ms": statistics.median(times[label]), "min_ms": min(times[label]),
+                           "sm_mhz": int(statistics.median(clocks[label])) if nvml is not None else None}
+                   for label in timed}
+        for label in rows:
+            figures[label].update(wall_ms=wall[label], correct=correct[label], regs=regs[label])
+        return figures
 
     none = {"none": (0, None)}
     if variant == "plain":
@@ -175,16 +208,32 @@ def child(variant: str, iters: int, burst: int, dump: str | None) -> None:
     elif variant.startswith("smprof"):
         figures = measure({**none, variant: (1, sp.buffer())})
     elif variant == "proton":
-        # MODE 0 is timed before Proton starts: launches of a kernel without
-        # scopes while Proton's instrumentation was on died in libproton's
-        # exit hook with SIGFPE (Triton 3.6), so the rows are not
-        # interleaved in this process.
+        # MODE 0's correctness and wall time are taken before Proton starts:
+        # a kernel without scopes launched with Proton's launch hooks in
+        # place dies in libproton's exit hook with SIGFPE (Triton 3.6). Its
+        # kernel time is taken again after the start, interleaved with
+        # Proton's (the hooks are out during those batches), so that the
+        # ratio compares launches at the same point of the process; the
+        # first figure stays as the row "none, before start". (Without
+        # --gap-ms the two differed by 5-13% on an H200, the GPU's clock at
+        # either point, and Proton's ratio against the first moved with it;
+        # with the gap they agree within 0.1%.)
         figures = measure(none)
+        before = launch(0, None)
         pl.enable_semantic("triton")
         mode_kwargs = json.loads(os.environ.get("SMPROF_BENCH_PROTON_MODE", "{}"))
         proton.start("/tmp/smprof-bench-proton", data="trace", backend="instrumentation",
                      mode=proton.mode.Default(**mode_kwargs))
-        figures.update(measure({"proton": (2, None)}))
+        after = measure({"proton": (2, None)}, timed_also=none)
+        hooks = [list(h.calls) for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)]
+        knobs.runtime.launch_enter_hook.calls[:] = knobs.runtime.launch_exit_hook.calls[:] = []
+        if launch(0, None).asm["ptx"] != before.asm["ptx"]:
+            raise SystemExit("MODE 0 was compiled again after Proton's start: its interleaved time is not "
+                             "the unmarked kernel's")
+        knobs.runtime.launch_enter_hook.calls[:], knobs.runtime.launch_exit_hook.calls[:] = hooks
+        figures["none, before start"] = figures["none"]
+        figures["none"] = {**figures["none"], **after.pop("none")}
+        figures.update(after)
     else:
         raise SystemExit(f"unknown variant {variant!r}")
     print(json.dumps({"device": torch.cuda.get_device_name(), "rows": figures}), flush=True)
@@ -198,7 +247,7 @@ def child(variant: str, iters: int, burst: int, dump: str | None) -> None:
 
 def run_child(variant: str, args, smprof_run: str | None) -> dict | None:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", variant, "--iters", str(args.iters), "--burst",
-           str(args.burst)] + (["--dump", os.path.abspath(args.dump)] if args.dump else [])
+           str(args.burst), "--gap-ms", str(args.gap_ms)] + (["--dump", os.path.abspath(args.dump)] if args.dump else [])
     env = dict(os.environ)
     if variant.startswith("smprof"):
         if smprof_run is None:
@@ -242,6 +291,9 @@ def main() -> int:
     parser.add_argument("--child")
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--burst", type=int, default=50)
+    parser.add_argument("--gap-ms", type=float, default=100,
+                        help="idle time before every timed batch, so that every process measures at the clock "
+                             "of a GPU that is not at its power limit (see the module comment)")
     parser.add_argument("--smprof-run")
     parser.add_argument("--variants", default="smprof,smprof-1k,smprof-w1,proton,plain")
     parser.add_argument("--dump", help="write each row's PTX and SASS into this directory")
@@ -251,7 +303,7 @@ def main() -> int:
                              "one process to the next)")
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.iters, args.burst, args.dump)
+        child(args.child, args.iters, args.burst, args.dump, args.gap_ms)
         return 0
     smprof_run = args.smprof_run
     if smprof_run is None:
@@ -262,7 +314,7 @@ def main() -> int:
             print(e, file=sys.stderr)
     print("triton_matmul: 4096^3 fp16, 128x128x64 tiles, 8 warps, 3 stages; ranges load+mma per K iteration "
           f"(2,097,152 events per launch); median of {args.iters}, burst {args.burst}")
-    print(f"{'process':<10} {'row':<22} {'kernel ms':>10} {'vs none':>8} {'wall ms':>9} {'vs none':>8} {'regs':>5}  correct")
+    print(f"{'process':<10} {'row':<22} {'kernel ms':>10} {'vs none':>8} {'wall ms':>9} {'vs none':>8} {'regs':>5} {'MHz':>5}  correct")
     failed = False
     ratios: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
@@ -276,7 +328,7 @@ def main() -> int:
             for label, r in rows.items():
                 ratio = r["kernel_ms"] / base["kernel_ms"]
                 print(f"{variant:<10} {label:<22} {r['kernel_ms']:>10.4f} {ratio:>8.3f} "
-                      f"{r['wall_ms']:>9.4f} {r['wall_ms'] / base['wall_ms']:>8.3f} {r['regs']:>5}  {r['correct']}")
+                      f"{r['wall_ms']:>9.4f} {r['wall_ms'] / base['wall_ms']:>8.3f} {r['regs']:>5} {r.get('sm_mhz') or '':>5}  {r['correct']}")
                 failed |= not r["correct"]
                 if label != "none":
                     ratios.setdefault((variant, label), []).append(ratio)
