@@ -30,12 +30,20 @@ def _asm(text, out, value=None):
     return "\t// begin inline asm\n" + text + "\n\t// end inline asm"
 
 
+def _marker_asm(m, out):
+    """A marker (kind, flags, name, Value or None, operand[, Guard, condition
+    operand]) as LLVM prints it."""
+    text = _asm(mp.marker(*m[:4], *m[5:6]), out, m[4])
+    return text.replace("$2" if m[4] else "$1", m[6]) if len(m) > 6 else text
+
+
 def loop_kernel(before, body):
     """A kernel: the markers `before`, then a loop of param-0 iterations over
-    `body` (markers as (kind, flags, name, Value or None, operand); %r2 is
-    the iteration, %rd2 the iteration as 64 bits + 2^40)."""
-    pre = "\n".join(_asm(mp.marker(*m[:4]), f"%r{10 + i}", m[4]) for i, m in enumerate(before))
-    loop = "\n".join(_asm(mp.marker(*m[:4]), f"%r{20 + i}", m[4]) for i, m in enumerate(body))
+    `body` (markers as (kind, flags, name, Value or None, operand[, Guard,
+    condition operand]); %r2 is the iteration, %r3 its lowest bit, %rd2 the
+    iteration as 64 bits + 2^40)."""
+    pre = "\n".join(_marker_asm(m, f"%r{10 + i}") for i, m in enumerate(before))
+    loop = "\n".join(_marker_asm(m, f"%r{20 + i}") for i, m in enumerate(body))
     return f""".version 8.7
 .target sm_90a
 .address_size 64
@@ -53,6 +61,7 @@ def loop_kernel(before, body):
 $L__BB0_1:
 	cvt.u64.u32 	%rd2, %r2;
 	add.u64 	%rd2, %rd2, 1099511627776;
+	and.b32 	%r3, %r2, 1;
 {loop}
 	add.s32 	%r2, %r2, 1;
 	setp.lt.s32 	%p1, %r2, %r1;
@@ -253,6 +262,66 @@ class MarkerLane(unittest.TestCase):
         d.publish(0)  # no chunk: the cursor stays in its state, and now a store goes through it
         with self.assertRaisesRegex(PtxError, "outside the arena"):
             d.run(self.ITERATIONS)
+
+
+class GuardedMarkers(unittest.TestCase):
+    """Markers with their own "who records" options (on_warps=, when=): a
+    warp that skips one stores nothing for it and its neighbours' runs stay
+    exact."""
+
+    ITERATIONS = 40
+
+    def kernel(self):
+        warp1 = (mp.KIND_INSTANT, mp.FLAG_HAS_VALUE, "i", mp.Value(operand="$1"), "%r2", mp.Guard(1, 1))
+        odd = (mp.KIND_INSTANT, 0, "odd", None, None, mp.Guard(when="$1"), "%r3")
+        return loop_kernel([START], [BEGIN, warp1, odd, END])
+
+    def expected(self, warp, iterations):
+        out = [(mp.KIND_INSTANT, "start", None)]
+        for i in range(iterations):
+            out.append((mp.KIND_BEGIN, "load", None))
+            if warp == 1:
+                out.append((mp.KIND_INSTANT | mp.FLAG_HAS_VALUE, "i", i))
+            if i % 2:
+                out.append((mp.KIND_INSTANT, "odd", None))
+            out.append((mp.KIND_END, "load", None))
+        return out
+
+    def test_a_guarded_marker_is_a_run_of_its_own_with_its_test_before_its_check(self):
+        out = rw.rewrite(self.kernel())
+        # START; BEGIN; the warp-1 instant; the odd instant; END: five runs, five checks.
+        self.assertEqual(len(re.findall(r"bra.uni smprof2_L\d+_cold;", out)), 5)
+        first = out[out.index("// smprof2-marker-begin 2"):]
+        first = first[:first.index("// smprof2-marker-end")]
+        self.assertIn("sub.u32 smprof2_t2, smprof2_t2, 1;\nsetp.lt.and.u32 smprof2_q, smprof2_t2, 1, smprof2_on;",
+                      first)
+        self.assertLess(first.index("@!smprof2_q bra.uni smprof2_L2_done;"), first.index("bra.uni smprof2_L2_cold;"))
+        odd = out[out.index("// smprof2-marker-begin 3"):]
+        self.assertIn("mov.pred smprof2_q, smprof2_on;\nsetp.ne.and.u32 smprof2_q, %r3, 0, smprof2_q;", odd)
+
+    def test_each_warp_records_what_its_options_select_in_order(self):
+        for warp in (0, 1):
+            d = Device(self.kernel(), chunks=32)
+            d.run(self.ITERATIONS, warp=warp)
+            events, _ = d.events()
+            self.assertEqual(events, self.expected(warp, self.ITERATIONS), f"warp {warp}")
+            self.assertEqual(d.counter(mp.HDR_DROPPED), 0)
+
+    def test_a_full_arena_counts_exactly_what_a_warp_would_have_recorded(self):
+        for warp in (0, 1):
+            d = Device(self.kernel(), chunks=3)
+            d.run(self.ITERATIONS, warp=warp)
+            events, used = d.events()
+            self.assertEqual(used, 4)
+            want = self.expected(warp, self.ITERATIONS)
+            self.assertEqual(events, want[:len(events)], f"warp {warp}")
+            self.assertEqual(len(events) + d.counter(mp.HDR_DROPPED), len(want), f"warp {warp}")
+
+    def test_smprof_warps_applies_on_top(self):
+        d = Device(self.kernel(), chunks=32, warp_mask=0b01)  # warp 1 left out: its warp-1 marker too
+        d.run(self.ITERATIONS, warp=1)
+        self.assertEqual(d.counter(mp.HDR_NEXT_CHUNK, 4), 0)
+        self.assertEqual(bytes(d.arena.bytes), bytes(len(d.arena.bytes)))
 
 
 if __name__ == "__main__":

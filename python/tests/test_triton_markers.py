@@ -8,6 +8,7 @@ The GPU side (Triton kernels under smprof-run, exact counts) is
 tests/gpu/triton_gpu_test.py on the GPU machine.
 """
 
+import importlib
 import os
 import re
 import shutil
@@ -299,6 +300,20 @@ class Assemble(unittest.TestCase):
         self.assemble(out, "sm_90a")
         self.assemble(out.replace(".target sm_90a", ".target sm_80"), "sm_80")
 
+    def test_markers_with_who_records_options_assemble(self):
+        guarded = [(mp.KIND_BEGIN, 0, "load", None, None),
+                   (mp.KIND_INSTANT, 0, "w", None, None),
+                   (mp.KIND_END, mp.FLAG_HAS_VALUE, "load", mp.Value(operand="$1"), "%r1")]
+        guards = [mp.Guard(4, 4), mp.Guard(when="$1"), mp.Guard(0, 1, when="$2")]
+        text = [_asm(mp.marker(*m[:4], g), f"%r{10 + i}", m[4]).replace(f"${2 if m[4] else 1}", "%r1")
+                for i, (m, g) in enumerate(zip(guarded, guards))]
+        ptx = triton_like_module([(mp.KIND_INSTANT, 0, "x", None, None)]).replace(
+            "$L__BB0_1:\n", "$L__BB0_1:\n" + "\n".join(text) + "\n")
+        out = rw.rewrite(ptx)
+        self.assertEqual(out.count(mp.GUARDED_COMMENT), 3)
+        self.assemble(out, "sm_90a")
+        self.assemble(out.replace(".target sm_90a", ".target sm_80"), "sm_80")
+
     def test_the_unrewritten_module_does_not_assemble(self):
         # The markers need the rewriter: a kernel compiled without it fails
         # loudly instead of recording nowhere.
@@ -319,6 +334,141 @@ class Buffer(unittest.TestCase):
             with mock.patch.dict(os.environ, {"SMPROF_TRITON": value}):
                 self.assertIsNone(sp.buffer(), value)
                 self.assertFalse(sp.enabled())
+
+
+def fake_triton_language():
+    """A stand-in of triton.language.core with what _markers.py uses: the
+    builtins run against it and record the inline asm they would emit (the
+    real Triton runs them on the GPU machine, tests/gpu)."""
+    core = types.ModuleType("triton.language.core")
+
+    class constexpr:
+        def __init__(self, value):
+            self.value = value
+
+    class dtype:
+        def __init__(self, name, bits):
+            self.name, self.primitive_bitwidth = name, bits
+
+        def is_ptr(self):
+            return False
+
+        def is_int(self):
+            return self.name.startswith("int")
+
+        def is_bool(self):
+            return self.name == "int1"
+
+    class block_type:
+        def __init__(self, block):
+            self.block = block
+
+        def is_block(self):
+            return self.block
+
+    class pointer_type:
+        def is_block(self):
+            return False
+
+    class tensor:
+        def __init__(self, dt, block=False, ty=None):
+            self.dtype, self.type, self.shape = dt, ty or block_type(block), [4] if block else []
+
+        def to(self, dt, bitcast=False, _semantic=None):
+            conversions.append((self.dtype.name, dt.name))
+            return tensor(dt)
+
+    class tuple_:
+        def __init__(self, values):
+            self.values = values
+
+    conversions = []
+    core.conversions = conversions
+    core.constexpr, core.tensor, core.pointer_type, core.tuple = constexpr, tensor, pointer_type, tuple_
+    core.int1, core.int32, core.int64 = dtype("int1", 1), dtype("int32", 32), dtype("int64", 64)
+    core.builtin = lambda f: f
+    core.emitted = []
+    core.inline_asm_elementwise = lambda asm, constraints, args, **kw: core.emitted.append((asm, constraints, args))
+    language = types.ModuleType("triton.language")
+    language.core = core
+    triton = types.ModuleType("triton")
+    triton.language = language
+    return {"triton": triton, "triton.language": language, "triton.language.core": core}
+
+
+class WhoRecords(unittest.TestCase):
+    """The markers' "who records" options (on_warp=, on_warps=, per_block=,
+    when=) against a stand-in of Triton's language module."""
+
+    def setUp(self):
+        modules = fake_triton_language()
+        patcher = mock.patch.dict(sys.modules, modules)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        self.forget_markers()
+        self.addCleanup(self.forget_markers)
+        self.m = importlib.import_module("smprof.triton._markers")  # bound to the stand-in
+        self.tl = modules["triton.language.core"]
+        self.prof = self.tl.tensor(self.tl.int64, ty=self.tl.pointer_type())
+
+    @staticmethod
+    def forget_markers():
+        sys.modules.pop("smprof.triton._markers", None)
+        sys.modules["smprof.triton"].__dict__.pop("_markers", None)
+
+    def guard(self, **options):
+        return self.m._Who(**options).guard("instant", 1, None)
+
+    def test_warp_options_combine_with_and(self):
+        c = self.tl.constexpr
+        self.assertEqual(self.guard(on_warp=c(1)), (mp.Guard(1, 1), []))
+        self.assertEqual(self.guard(on_warps=self.tl.tuple([c(2), c(2)])), (mp.Guard(2, 2), []))
+        self.assertEqual(self.guard(on_warps=(0, 4), per_block=True), (mp.Guard(0, 1), []))
+        self.assertEqual(self.guard(on_warps=(2, 6), on_warp=5), (mp.Guard(5, 1), []))
+        self.assertEqual(self.guard(), (None, []))
+
+    def test_options_that_no_warp_satisfies_compile_the_marker_out(self):
+        self.assertIs(self.guard(on_warp=0, on_warps=(1, 2)), False)
+        self.assertIs(self.guard(when=False), False)
+        self.assertEqual(self.guard(when=self.tl.constexpr(True)), (None, []))
+        self.m.instant(self.prof, "never", on_warp=3, per_block=True)
+        self.assertEqual(self.tl.emitted, [])
+
+    def test_a_runtime_condition_is_the_operand_after_the_value(self):
+        cond = self.tl.tensor(self.tl.int1)
+        guard, args = self.guard(on_warp=2, when=cond)
+        self.assertEqual(guard, mp.Guard(2, 1, "$1"))
+        self.assertEqual(args[0].dtype.name, "int32")
+        self.tl.conversions.clear()
+        self.assertEqual(self.guard(when=self.tl.tensor(self.tl.int64))[1][0].dtype.name, "int32")
+        self.assertEqual(self.tl.conversions, [("int64", "int1"), ("int1", "int32")])  # != 0, not truncated
+        self.m.end(self.prof, "load", value=self.tl.tensor(self.tl.int64), when=cond)
+        asm, constraints, args = self.tl.emitted[-1]
+        self.assertEqual(constraints, "=r,l,r")
+        self.assertEqual(len(args), 2)
+        self.assertIn(mp.GUARDED_COMMENT, asm)
+        self.assertIn("setp.ne.and.u32 smprof2_q, $2, 0, smprof2_q;", asm)
+
+    def test_a_range_passes_its_options_to_both_ends(self):
+        r = self.m.range(self.prof, "mma", on_warps=(4, 4))
+        r.__enter__()
+        r.__exit__(None, None, None)
+        self.assertEqual(len(self.tl.emitted), 2)
+        for asm, constraints, _ in self.tl.emitted:
+            self.assertIn("setp.lt.and.u32 smprof2_q, smprof2_t2, 4, smprof2_on;", asm)
+            self.assertEqual(constraints, "=r")
+
+    def test_bad_options_are_refused_naming_the_form(self):
+        with self.assertRaisesRegex(TypeError, r"on_warps= of instant takes \(first, count\)"):
+            self.guard(on_warps=(1, ))
+        with self.assertRaisesRegex(TypeError, "compile-time warp indices"):
+            self.guard(on_warp=-1)
+        with self.assertRaisesRegex(TypeError, "compile-time warp indices"):
+            self.guard(on_warps=(0, 0))
+        with self.assertRaisesRegex(TypeError, "reduce a block first"):
+            self.guard(when=self.tl.tensor(self.tl.int1, block=True))
+        with self.assertRaisesRegex(TypeError, "True or False"):
+            self.guard(per_block=1)
 
 
 class Hook(unittest.TestCase):

@@ -1719,6 +1719,34 @@ TEST(GpuScenarios, TritonMarkersCompileOutWithoutABuffer) {
   EXPECT_EQ(GroupsOf(run, "tkern").size(), 0u);
 }
 
+// okern of apps/triton_app.py: markers with "who records" options (on_warp,
+// on_warps, per_block, when), grid 3 x 4 warps.
+TEST(GpuScenarios, TritonMarkerOptionsChooseWhichWarpsRecord) {
+  REQUIRE_GPU();
+  SKIP_UNLESS(HaveTriton(), "python3 with torch, triton and smprof's package");
+  const ProfiledRun run = ProfileApp("smprof_triton_app.py options", "", TritonPython());
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_NE(run.stdout_text.find("ok"), std::string::npos) << run.stdout_text;
+  const auto groups = GroupsOf(run, "okern");
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0]->Warps(), 3 * 4);
+  for (const auto& [tid, t] : groups[0]->threads) {
+    if (!IsWarp(t)) continue;
+    const size_t p = t.name.find("program (");
+    const size_t w = t.name.rfind("warp ");
+    ASSERT_TRUE(p != std::string::npos && w != std::string::npos) << t.name;
+    const long program = std::stol(t.name.substr(p + 9));
+    const long warp = std::stol(t.name.substr(w + 5));
+    EXPECT_EQ(Count(t, "i", "all"), 1) << t.name;
+    EXPECT_EQ(Count(t, "i", "w0"), warp == 0 ? 1 : 0) << t.name;
+    EXPECT_EQ(Count(t, "i", "w23"), warp >= 2 ? 1 : 0) << t.name;
+    EXPECT_EQ(Count(t, "X", "odd"), warp == 1 ? 2 : 0) << t.name;
+    EXPECT_EQ(Count(t, "i", "never"), 0) << t.name;
+    EXPECT_EQ(Count(t, "C", "prog"), program == 1 ? 4 : 0) << t.name;
+  }
+  EXPECT_EQ(run.summary_event.value("lost", json::object()).value("total", -1), 0) << run.summary_event.dump();
+}
+
 // smprof.profile() in a program not started under smprof-run: CUDA and the
 // kernel are loaded before the block; the two launches inside it are traced.
 TEST(GpuScenarios, PythonProfileBlockTracesTheLaunchesInsideIt) {

@@ -24,7 +24,9 @@ the hot path of a recording warp is a clock read, the tag's move and, every
 other marker, one predicated 128-bit store by lane 0; plus, at a run's first
 marker, the test, the add and one branch not taken. A warp that does not
 record (no smprof, a warp SMPROF_WARPS leaves out, a module the kernel
-filter darkened) takes one uniform branch over each marker. The cold path
+filter darkened) takes one uniform branch over each marker. A marker with
+"who records" options (Guard: on_warps, when) tests them in that branch and
+is a run of its own. The cold path
 (claim a chunk, write its header, store the event there; arena full: count
 the run's events lost; arena seen half published: count them unplaced) is
 written between `smprof2-cold-begin/end` comments and moved by the rewriter
@@ -101,6 +103,7 @@ COLD_BEGIN = "// smprof2-cold-begin"
 CHECK_BEGIN = "// smprof2-check-begin"
 CHECK_END = "// smprof2-check-end"
 SLOTS_COMMENT = "// smprof2-slots"
+GUARDED_COMMENT = "// smprof2-guarded"  # a marker with its own "who records" test: a run of its own
 ADVANCE_BEGIN = "// smprof2-advance-begin"
 ADVANCE_END = "// smprof2-advance-end"
 COLD_END = "// smprof2-cold-end"
@@ -137,6 +140,38 @@ class Value:
     operand: str | None = None
     constant: int = 0
     wide: bool = False
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Which warps of each block record a marker (a marker option, as
+    smprof::on_warps / when in CUDA C++): warps `first` .. `first` + `count`
+    - 1 (count None: every warp), and only while the runtime scalar operand
+    `when` ("$2") is not 0 (None: always). SMPROF_WARPS applies on top."""
+
+    first: int = 0
+    count: int | None = None
+    when: str | None = None
+
+
+def _guard(guard: Guard | None, lid: str) -> list[str]:
+    """The branch past a marker for a warp that does not record it: one
+    uniform branch on `on` (this warp records at all), or on `on` and the
+    marker's own test. Triton's blocks are one-dimensional and its scalars
+    the same in every lane, so the test is uniform across the warp."""
+    p = PREFIX
+    if guard is None:
+        return [f"@!{p}on bra.uni {lid}_done;"]
+    lines = [GUARDED_COMMENT]
+    if guard.count is None:
+        lines.append(f"mov.pred {p}q, {p}on;")
+    else:
+        lines += [f"mov.u32 {p}t2, %tid.x;", f"shr.u32 {p}t2, {p}t2, 5;",
+                  f"sub.u32 {p}t2, {p}t2, {guard.first};",  # first <= warp < first + count, unsigned
+                  f"setp.lt.and.u32 {p}q, {p}t2, {guard.count}, {p}on;"]
+    if guard.when is not None:
+        lines.append(f"setp.ne.and.u32 {p}q, {guard.when}, 0, {p}q;")
+    return lines + [f"@!{p}q bra.uni {lid}_done;"]
 
 
 # Registers the prologue declares for every kernel with markers.
@@ -353,12 +388,13 @@ def store_with_value(value_line: str) -> str:
     return f"@{p}st st.global.v4.u32 [{p}cur+-SMPROF2_BACK], {{{p}clk, {p}t1, {operands}}};"
 
 
-def marker(kind: int, flags: int, name: str, value: Value | None = None) -> str:
+def marker(kind: int, flags: int, name: str, value: Value | None = None, guard: Guard | None = None) -> str:
     """The asm text of one marker: `kind` | `flags` (wire.h), name, value
-    (None: the marker carries none).
+    (None: the marker carries none), guard (None: every warp SMPROF_WARPS
+    selects records it).
 
     Operand $0 is a dummy 32-bit output (Triton's inline asm has a result);
-    a runtime value is $1.
+    a runtime value is $1, a guard's runtime condition the operand after.
     """
     if not 1 <= kind < KIND_VALUE_HIGH:
         raise ValueError(f"marker kind {kind} is not an event kind")
@@ -369,7 +405,7 @@ def marker(kind: int, flags: int, name: str, value: Value | None = None) -> str:
     # `on` derives from constant memory and a warp reduction (redux.sync),
     # which ptxas can tell is the same in every lane: its branch needs no
     # convergence barrier.
-    lines = [MARKER_BEGIN, name_comment(name), f"{SLOTS_COMMENT} {slots(value)}", f"@!{p}on bra.uni {lid}_done;"]
+    lines = [MARKER_BEGIN, name_comment(name), f"{SLOTS_COMMENT} {slots(value)}", *_guard(guard, lid)]
     if not late:
         lines.append(f"mov.u32 {p}clk, %clock;")
     store = _store(kind_flags, name, value, late)

@@ -146,17 +146,28 @@ def _slots(marker: list[str]) -> int:
     raise RewriteError("a marker has no slot count (PTX of another smprof version?)")
 
 
+def _guarded(marker: list[str]) -> bool:
+    return any(line.strip() == mp.GUARDED_COMMENT for line in marker)
+
+
 def _runs(pieces: list[tuple[bool, list[str]]], slots: dict[int, int]) -> list[list[int]]:
     """Runs of markers (indices into `pieces`; `slots` holds each marker's
     slot count) in straight-line code: no
     label (a place other code can jump to) and no control transfer between
     them, so every marker of a run executes once each time its first does.
-    A run fills at most MAX_RUN_SLOTS slots (room in the smallest chunk)."""
+    A run fills at most MAX_RUN_SLOTS slots (room in the smallest chunk). A
+    marker with its own "who records" test (a guard option) is a run of its
+    own: a warp that skips it must not have its slots counted in a run."""
     runs: list[list[int]] = []
     current: list[int] = []
     filled = 0
     for i, (is_marker, lines) in enumerate(pieces):
-        if is_marker:
+        if is_marker and _guarded(lines):
+            if current:
+                runs.append(current)
+            runs.append([i])
+            current, filled = [], 0
+        elif is_marker:
             n = slots[i]
             if current and filled + n > mp.MAX_RUN_SLOTS:
                 runs.append(current)

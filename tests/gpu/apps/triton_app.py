@@ -16,6 +16,12 @@ numbers per launch. Usage: triton_app.py SCENARIO [ARG...]
                  globals (it must not) and runs it
   profile PATH   tkern once before smprof.profile(PATH), twice inside it,
                  once after: the trace has the two launches inside
+  options        okern (grid 3, 4 warps), markers with "who records"
+                 options: per warp, "all" x1; "w0" (per_block) on warp 0;
+                 "w23" (on_warps=(2, 2)) on warps 2 and 3; "odd" ranges on
+                 warp 1 in iterations 1 and 3 of 4 (on_warp and when); a
+                 "prog" counter sample per iteration in program 1 only
+                 (when); "never" (on_warp=0 and on_warps=(1, 2)) nowhere
 
 Prints "ok" at the end when the results are right.
 """
@@ -50,6 +56,23 @@ def tkern(x_ptr, prof, BLOCK: tl.constexpr):
     sp.phase(prof, "step %d", arg=0)
     sp.phase(prof, "step %d", arg=1)
     sp.phase_end(prof)
+
+
+@triton.jit
+def okern(x_ptr, prof, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    sp.instant(prof, "all")
+    sp.instant(prof, "w0", per_block=True)
+    sp.instant(prof, "w23", on_warps=(2, 2))
+    for i in range(4):
+        sp.begin(prof, "odd", on_warp=1, when=i % 2 == 1)
+        x = x + 1
+        sp.end(prof, "odd", on_warp=1, when=i % 2 == 1)
+        sp.instant(prof, "never", on_warp=0, on_warps=(1, 2))
+        sp.counter(prof, "prog", i, when=pid == 1)
+    tl.store(x_ptr + offs, x)
 
 
 _BUFFER = object()
@@ -129,6 +152,10 @@ def main():
         launch(x)
         torch.cuda.synchronize()
         ok = bool(torch.all(x == 12))
+    elif scenario == "options":
+        okern[(3, )](x, sp.buffer(), BLOCK=WARPS * 32, num_warps=WARPS)
+        torch.cuda.synchronize()
+        ok = bool(torch.all(x[:3 * WARPS * 32] == 4))
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     print("ok" if ok else "WRONG RESULTS")
