@@ -147,7 +147,8 @@ class Guard:
     """Which warps of each block record a marker (a marker option, as
     smprof::on_warps / when in CUDA C++): warps `first` .. `first` + `count`
     - 1 (count None: every warp), and only while the runtime scalar operand
-    `when` ("$2") is not 0 (None: always). SMPROF_WARPS applies on top."""
+    `when` (its asm operand: "$1", or "$2" after a runtime value) is not 0
+    (None: always). SMPROF_WARPS applies on top."""
 
     first: int = 0
     count: int | None = None
