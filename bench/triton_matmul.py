@@ -29,13 +29,14 @@ cuBLAS matmuls (so the GPU never waits for the host), with Proton's launch hooks
 (its per-launch synchronisation and copy) taken out; median over --iters
 batches, interleaved with MODE 0 in the same process (in Proton's process
 too: MODE 0 is timed again after proton.start, with the hooks out). Every
-batch starts after --gap-ms of idle GPU: without the gap, a process that
-keeps the GPU busy runs it at its power limit, at a lower clock, and an
-instrumented kernel that draws less power gains clock back, so its ratio
-shrinks; a process with pauses of its own (smprof's harvests) ran at full
-clock. On an H200, the unmarked kernel took 0.22 to 0.257 ms depending on the
-process without the gap, and 0.2192-0.2217 ms in every process with 100 ms
-(NVML's SM clock: 1980 MHz in every row, the MHz column). Wall per launch:
+batch starts after --gap-ms of idle GPU. Without the gap, on an H200, the
+unmarked kernel took 0.22 to 0.257 ms depending on the process, and Proton's
+ratio came out anywhere from 0.947 to 1.118; with 100 ms it took
+0.2192-0.2217 ms in every process, NVML read 1980 MHz after every batch (the
+MHz column) and the ratios held within 0.2 points. The likely cause: a
+process that keeps the GPU busy runs it at its power limit, at a lower
+clock, where an instrumented kernel (less power per second) gains clock
+back; smprof's processes pause at every harvest. Wall per launch:
 --burst launches back to back with everything each profiler does per
 launch (Proton synchronises and copies after every launch; smprof only
 harvests at the synchronisation after the burst).
