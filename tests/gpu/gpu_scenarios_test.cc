@@ -1624,6 +1624,13 @@ bool HaveTriton() {
   return Succeeds(TritonPython() + " -c 'import torch, triton, smprof.triton; assert torch.cuda.is_available()'");
 }
 
+// The program index (x) in a Triton warp's track name, "... | program (x,y,z) ...";
+// -1 without one.
+long ProgramOf(const Thread& t) {
+  const size_t at = t.name.find("program (");
+  return at == std::string::npos ? -1 : std::stol(t.name.substr(at + 9));
+}
+
 // tkern of apps/triton_app.py: grid 6 x 4 warps; per warp 3 "load" ranges
 // (END values 0, 1, 2), "store", "tile" (a 64-bit value: program << 32 | 7),
 // a "ctr" counter sample (program * 10), phases "step 0" and "step 1".
@@ -1638,8 +1645,7 @@ void ExpectTkernLaunch(const LaunchGroup& g) {
     EXPECT_EQ(Count(t, "X", "step 1"), 1) << t.name;
     EXPECT_EQ(Count(t, "i", "tile"), 1) << t.name;
     EXPECT_EQ(Count(t, "C", "ctr"), 1) << t.name;
-    const size_t at = t.name.find("program (");
-    const long program = at == std::string::npos ? -1 : std::stol(t.name.substr(at + 9));
+    const long program = ProgramOf(t);
     std::vector<long> ends;
     for (const json& e : t.events) {
       const json args = e.value("args", json::object());
@@ -1732,10 +1738,9 @@ TEST(GpuScenarios, TritonMarkerOptionsChooseWhichWarpsRecord) {
   EXPECT_EQ(groups[0]->Warps(), 3 * 4);
   for (const auto& [tid, t] : groups[0]->threads) {
     if (!IsWarp(t)) continue;
-    const size_t p = t.name.find("program (");
+    const long program = ProgramOf(t);
     const size_t w = t.name.rfind("warp ");
-    ASSERT_TRUE(p != std::string::npos && w != std::string::npos) << t.name;
-    const long program = std::stol(t.name.substr(p + 9));
+    ASSERT_TRUE(program >= 0 && w != std::string::npos) << t.name;
     const long warp = std::stol(t.name.substr(w + 5));
     EXPECT_EQ(Count(t, "i", "all"), 1) << t.name;
     EXPECT_EQ(Count(t, "i", "w0"), warp == 0 ? 1 : 0) << t.name;
