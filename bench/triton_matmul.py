@@ -22,7 +22,11 @@ compares launches of one process on one GPU:
   smprof-w1  the same as smprof with SMPROF_WARPS=0,4 (one warp per warpgroup)
   proton     proton.start(backend="instrumentation"), trace data (its
              default mode: a 4% shared-memory ring per warp that keeps the
-             last events of each warp; it warns that the rest are dropped)
+             last events of each warp; it warns that the rest are dropped:
+             here 128 of every warp's 256 per launch)
+  proton-global  the same with mode.Default(buffer_type="global"): a 16 KiB
+             global-memory buffer per warp, which keeps every event here
+             (no warning), as smprof does
 
 Kernel time: 10 launches back to back between two CUDA events, behind
 cuBLAS matmuls (so the GPU never waits for the host), with Proton's launch hooks
@@ -208,7 +212,7 @@ def child(variant: str, iters: int, burst: int, dump: str | None, gap_ms: float)
         figures = measure({**none, "compiled out": (1, None), "markers, no profiler": (1, sp.buffer())})
     elif variant.startswith("smprof"):
         figures = measure({**none, variant: (1, sp.buffer())})
-    elif variant == "proton":
+    elif variant.startswith("proton"):
         # MODE 0's correctness and wall time are taken before Proton starts:
         # a kernel without scopes launched with Proton's launch hooks in
         # place dies in libproton's exit hook with SIGFPE (Triton 3.6). Its
@@ -222,10 +226,11 @@ def child(variant: str, iters: int, burst: int, dump: str | None, gap_ms: float)
         figures = measure(none)
         before = launch(0, None)
         pl.enable_semantic("triton")
-        mode_kwargs = json.loads(os.environ.get("SMPROF_BENCH_PROTON_MODE", "{}"))
+        mode_kwargs = {"buffer_type": "global"} if variant == "proton-global" else {}
+        mode_kwargs.update(json.loads(os.environ.get("SMPROF_BENCH_PROTON_MODE", "{}")))
         proton.start("/tmp/smprof-bench-proton", data="trace", backend="instrumentation",
                      mode=proton.mode.Default(**mode_kwargs))
-        after = measure({"proton": (2, None)}, timed_also=none)
+        after = measure({variant: (2, None)}, timed_also=none)
         hooks = [list(h.calls) for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)]
         knobs.runtime.launch_enter_hook.calls[:] = knobs.runtime.launch_exit_hook.calls[:] = []
         if launch(0, None).asm["ptx"] != before.asm["ptx"]:
@@ -238,7 +243,7 @@ def child(variant: str, iters: int, burst: int, dump: str | None, gap_ms: float)
     else:
         raise SystemExit(f"unknown variant {variant!r}")
     print(json.dumps({"device": torch.cuda.get_device_name(), "rows": figures}), flush=True)
-    if variant == "proton":
+    if variant.startswith("proton"):
         # Proton's session is not finalized: writing the trace of every
         # launch (tens of millions of events) takes minutes and measures
         # nothing here. (smprof's process exits normally: its last harvest
@@ -276,6 +281,8 @@ def run_child(variant: str, args, smprof_run: str | None) -> dict | None:
     dropped = [line for line in errors if "events are dropped" in line]
     if dropped:  # Proton's ring: one line per warp whose first events were overwritten
         print(f"{variant}: {len(dropped)} warp-launches reported events dropped, e.g. {dropped[0].strip()}")
+    elif variant.startswith("proton") and out.returncode == 0:
+        print(f"{variant}: no warp reported dropped events")
     others = [line for line in errors if "events are dropped" not in line]
     if out.returncode != 0 or not lines:
         print("\n".join(others[-20:]), file=sys.stderr)
@@ -296,7 +303,7 @@ def main() -> int:
                         help="idle time before every timed batch, so that every process measures at the clock "
                              "of a GPU that is not at its power limit (see the module comment)")
     parser.add_argument("--smprof-run")
-    parser.add_argument("--variants", default="smprof,smprof-1k,smprof-w1,proton,plain")
+    parser.add_argument("--variants", default="smprof,smprof-1k,smprof-w1,proton,proton-global,plain")
     parser.add_argument("--dump", help="write each row's PTX and SASS into this directory")
     parser.add_argument("--rounds", type=int, default=1,
                         help="run the variants' processes this many times, in turn, and end with each row's "
@@ -315,7 +322,7 @@ def main() -> int:
             print(e, file=sys.stderr)
     print("triton_matmul: 4096^3 fp16, 128x128x64 tiles, 8 warps, 3 stages; ranges load+mma per K iteration "
           f"(2,097,152 events per launch); median of {args.iters}, burst {args.burst}")
-    print(f"{'process':<10} {'row':<22} {'kernel ms':>10} {'vs none':>8} {'wall ms':>9} {'vs none':>8} {'regs':>5} {'MHz':>5}  correct")
+    print(f"{'process':<13} {'row':<22} {'kernel ms':>10} {'vs none':>8} {'wall ms':>9} {'vs none':>8} {'regs':>5} {'MHz':>5}  correct")
     failed = False
     ratios: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
@@ -328,16 +335,16 @@ def main() -> int:
             base = rows["none"]
             for label, r in rows.items():
                 ratio = r["kernel_ms"] / base["kernel_ms"]
-                print(f"{variant:<10} {label:<22} {r['kernel_ms']:>10.4f} {ratio:>8.3f} "
+                print(f"{variant:<13} {label:<22} {r['kernel_ms']:>10.4f} {ratio:>8.3f} "
                       f"{r['wall_ms']:>9.4f} {r['wall_ms'] / base['wall_ms']:>8.3f} {r['regs']:>5} {r.get('sm_mhz') or '':>5}  {r['correct']}")
                 failed |= not r["correct"]
                 if label != "none":
                     ratios.setdefault((variant, label), []).append(ratio)
-            print(f"{'':<10} device: {result['device']}")
+            print(f"{'':<13} device: {result['device']}")
     if args.rounds > 1:
         print(f"kernel time x unmarked over {args.rounds} rounds: median (min-max)")
         for (variant, label), values in ratios.items():
-            print(f"{variant:<10} {label:<22} {statistics.median(values):>8.3f} ({min(values):.3f}-{max(values):.3f})")
+            print(f"{variant:<13} {label:<22} {statistics.median(values):>8.3f} ({min(values):.3f}-{max(values):.3f})")
     return 1 if failed else 0
 
 
