@@ -770,7 +770,7 @@ void PerfettoSink::DescribeWarp(Launch& l, const trace::WarpRecord& warp) {
   if (new_block) {
     const uint64_t linear = warp.block[0] + static_cast<uint64_t>(l.grid[0]) *
                                                 (warp.block[1] + static_cast<uint64_t>(l.grid[1]) * warp.block[2]);
-    block->second = NewTrack(sm->second, std::string(internal::BlockWord(warp)) + " " + internal::Dim3(warp.block),
+    block->second = NewTrack(sm->second, internal::BlockLabel(warp),
                              static_cast<int64_t>(std::min<uint64_t>(linear, INT32_MAX)), true);
   }
   w.block_track = block->second;

@@ -491,6 +491,7 @@ void TraceBuilder::OnWarpEvents(Producer& p, const DecodedMessage& m) {
     w.record.warp = msg.warp;
     w.record.hw_warp = msg.hw_warp;
     w.record.program = (msg.flags & wire::kWarpTritonProgram) != 0;
+    w.record.cluster = w.record.program ? (msg.flags >> wire::kWarpClusterShift) & wire::kClusterShapeMask : 0;
     for (trace::TraceSink* s : sinks_) s->OnWarp(l.record, w.record);
   }
   for (uint32_t i = 0; i < m.event_count; ++i) {

@@ -34,13 +34,23 @@ std::string LaunchTitle(const trace::LaunchRecord& l) {
          " | grid" + Dim3(l.grid) + " block" + Dim3(l.block) + " | pid " + std::to_string(l.pid);
 }
 
-const char* BlockWord(const trace::WarpRecord& w) { return w.program ? "program" : "block"; }
+std::string BlockLabel(const trace::WarpRecord& w) {
+  if (!w.program) return "block " + Dim3(w.block);
+  if (w.cluster == 0) return "program " + Dim3(w.block);
+  uint32_t program[3];
+  uint32_t rank = 0;
+  for (int axis = 2; axis >= 0; --axis) {
+    const uint32_t extent = wire::ClusterExtent(w.cluster, axis);
+    program[axis] = w.block[axis] / extent;
+    rank = rank * extent + w.block[axis] % extent;
+  }
+  return "program " + Dim3(program) + " cta " + std::to_string(rank);
+}
 
 std::string WarpTitle(const trace::WarpRecord& w) {
-  char label[96];
-  std::snprintf(label, sizeof(label), "SM %03u | %s (%u,%u,%u) | warp %u", static_cast<unsigned>(w.sm), BlockWord(w),
-                w.block[0], w.block[1], w.block[2], static_cast<unsigned>(w.warp));
-  return label;
+  char sm[16];
+  std::snprintf(sm, sizeof(sm), "SM %03u | ", static_cast<unsigned>(w.sm));
+  return sm + BlockLabel(w) + " | warp " + std::to_string(w.warp);
 }
 
 std::string GpuTitle(const trace::GpuRecord& g) {

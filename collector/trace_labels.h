@@ -14,8 +14,11 @@ namespace smprof::internal {
 std::string LaunchTitle(const trace::LaunchRecord& l);
 // "SM 012 | block (1,0,0) | warp 3"; "program (1,0,0)" for a Triton kernel's warp
 std::string WarpTitle(const trace::WarpRecord& w);
-// "program" for a Triton kernel's warp (its block is tl.program_id), else "block"
-const char* BlockWord(const trace::WarpRecord& w);
+// "block (1,0,0)"; a Triton kernel's warp: "program (1,0,0)" (its block is
+// tl.program_id), or "program (1,0,0) cta 1" when the program is a cluster
+// (num_ctas > 1): the program is the block divided by the cluster's shape,
+// and the CTA its rank in the cluster (%cluster_ctarank, x fastest)
+std::string BlockLabel(const trace::WarpRecord& w);
 // "GPU 0 | NVIDIA H100 | 0000:19:00.0 | GPU-..."
 std::string GpuTitle(const trace::GpuRecord& g);
 // "132 SMs, sm_90, SM clock 1980 MHz, %globaltimer step 32 ns"

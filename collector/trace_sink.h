@@ -103,6 +103,7 @@ struct WarpRecord {
   uint16_t warp = 0;     // the warp's index in its block
   uint16_t hw_warp = 0;  // %warpid: its slot on the SM
   bool program = false;  // a Triton kernel's: the block is its program (tl.program_id)
+  uint16_t cluster = 0;  // a Triton program's cluster shape (wire::ClusterExtent): 0 is one CTA
 };
 
 // A user value recorded with a marker (wire::kEventHasValue): the END's value

@@ -185,6 +185,7 @@ void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_byt
     segment.warp = header.warp;
     segment.hw_warp = header.hw_warp;
     segment.flags = header.flags;
+    segment.cluster = header.cluster & wire::kClusterShapeMask;
     segment.anchor_clock = header.anchor_clock;
     segment.anchor_time_ns = header.anchor_time_ns;
     if ((header.flags & wire::kChunkCompact) != 0)

@@ -59,6 +59,7 @@ struct WarpSegment {
   uint16_t warp = 0;
   uint8_t hw_warp = 0;  // %warpid
   uint8_t flags = 0;    // wire::ChunkFlags
+  uint16_t cluster = 0;  // wire::ChunkHeader::cluster (masked to kClusterShapeMask)
   uint64_t anchor_clock = 0;
   uint64_t anchor_time_ns = 0;
   uint64_t name_generation = 0;      // of its context's modules when it was read back (harvester.h)

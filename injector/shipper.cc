@@ -181,7 +181,9 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
         w.sm = seg.sm;
         w.warp = seg.warp;
         w.hw_warp = seg.hw_warp;
-        w.flags = (seg.flags & wire::kChunkFromTriton) != 0 ? wire::kWarpTritonProgram : 0;
+        w.flags = (seg.flags & wire::kChunkFromTriton) != 0
+                      ? static_cast<uint16_t>(wire::kWarpTritonProgram | (seg.cluster << wire::kWarpClusterShift))
+                      : 0;
         w.count = slots;
         uint8_t* message = Frame(static_cast<uint32_t>(sizeof(w) + slots * sizeof(wire::WireEvent)));
         std::memcpy(message, &w, sizeof(w));

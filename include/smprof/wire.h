@@ -95,7 +95,8 @@ enum ChunkFlags : uint8_t {
   kChunkFromCursor = 1u << 0,  // claimed by the warp's shared-memory cursor (markers outside a
                                // profiling context, or reached while the warp was diverged)
   kChunkFromTriton = 1u << 1,  // written by a Triton kernel's markers (python/smprof/triton): the
-                               // block is the Triton program (%ctaid = tl.program_id)
+                               // block is the Triton program (%ctaid = tl.program_id), or one CTA of
+                               // it in a cluster launch (ChunkHeader::cluster)
   kChunkCompact = 1u << 2,     // its slots after the header are 8-byte CompactEvents
 };
 
@@ -111,12 +112,21 @@ struct ChunkHeader {
   uint8_t magic;    // kChunkMagic once the header is written
   uint8_t hw_warp;  // %warpid: the warp's slot on its SM
   uint8_t flags;    // ChunkFlags
-  uint16_t reserved;
+  uint16_t cluster;  // the cluster's shape (see ClusterExtent); 0 (one CTA) from CUDA C++ markers
   uint64_t anchor_clock;    // %clock64 ...
   uint64_t anchor_time_ns;  // ... and %globaltimer, read back to back at the claim
 };
 
 inline constexpr uint32_t kChunkHeaderSlots = sizeof(ChunkHeader) / sizeof(Event);
+
+// A cluster's shape, %cluster_nctaid less one per axis, 4 bits each: x in
+// bits 0-3, y in 4-7, z in 8-11 (a cluster holds at most 16 CTAs on any
+// axis). 0 is one CTA per cluster: a launch without clusters. Triton's
+// markers write it (on sm_90 and later): a Triton program with num_ctas > 1
+// is a cluster, tl.program_id is %clusterid, and the block index divided by
+// the shape, axis by axis.
+inline constexpr uint16_t kClusterShapeMask = 0xFFF;
+constexpr uint32_t ClusterExtent(uint16_t shape, int axis) { return ((shape >> (4 * axis)) & 0xFu) + 1; }
 
 // An event in a kChunkCompact chunk (the Triton markers: one 64-bit store of
 // two registers, where an Event takes four and a 64-bit clock). The clock is
@@ -352,12 +362,15 @@ struct WarpEventsMsg {
   uint16_t warp;
   uint32_t count;    // WireEvent entries following this struct
   uint16_t hw_warp;  // %warpid: the warp's slot on the SM
-  uint16_t flags;    // WarpFlags (unknown bits are ignored)
+  uint16_t flags;    // WarpFlags, a Triton warp's cluster shape in bits 4-15 (other bits are ignored)
 };
 
 enum WarpFlags : uint16_t {
   kWarpTritonProgram = 1u << 0,  // recorded by a Triton kernel (kChunkFromTriton): the block is a program
 };
+// Bits 4-15 of WarpEventsMsg::flags: the cluster's shape (see ClusterExtent) of a
+// kWarpTritonProgram warp, so its program is the block divided by it.
+inline constexpr int kWarpClusterShift = 4;
 
 enum HarvestReason : uint32_t {
   kHarvestSync = 1,          // the application synchronised

@@ -63,13 +63,14 @@ class Lane:
     """Lane 0 of warp `warp` of block `block`, running kernel `kernel`.
 
     `const` maps a .const symbol to its bytes, `symbols` any other symbol
-    to its address, `params` a parameter name to its value. `watch(lane)`
+    to its address, `params` a parameter name to its value, `cluster` the
+    launch's cluster shape (%cluster_nctaid; (1, 1, 1) without clusters). `watch(lane)`
     is called before every instruction (a test may change `const` then).
     """
 
     def __init__(self, ptx: str, kernel: str, arena: Arena, const: dict[str, bytearray],
                  symbols: dict[str, int], params: dict[str, int], warp: int = 0, block=(0, 0, 0),
-                 sm: int = 3, grid: int = 7, watch=None):
+                 sm: int = 3, grid: int = 7, watch=None, cluster=(1, 1, 1)):
         self.code, self.labels = self._parse(ptx, kernel)
         self.arena = arena
         self.const = const
@@ -81,7 +82,8 @@ class Lane:
         self.watch = watch
         self.special = {"%tid.x": 32 * warp, "%laneid": 0, "%ctaid.x": block[0], "%ctaid.y": block[1],
                         "%ctaid.z": block[2], "%smid": sm, "%warpid": warp + 8, "%gridid": grid,
-                        "%globaltimer": 10**9}
+                        "%globaltimer": 10**9, "%cluster_nctaid.x": cluster[0],
+                        "%cluster_nctaid.y": cluster[1], "%cluster_nctaid.z": cluster[2]}
 
     @staticmethod
     def _parse(ptx: str, kernel: str) -> tuple[list[str], dict[str, int]]:

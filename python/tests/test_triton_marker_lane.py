@@ -74,8 +74,9 @@ $L__BB0_1:
 class Device:
     """A rewritten module's arena, its g_arena constant and one warp's run."""
 
-    def __init__(self, ptx, chunks, warp_mask=0xFFFFFFFF):
+    def __init__(self, ptx, chunks, warp_mask=0xFFFFFFFF, cluster=(1, 1, 1)):
         self.ptx = rw.rewrite(ptx)
+        self.cluster = cluster
         m = re.search(re.escape(mp.NAME_BASE_SYMBOL) + r"\[\d+\] = \{([^}]*)\}", self.ptx)
         self.names = bytes(int(b) for b in m.group(1).split(","))
         # The chunks end at a 4 GiB boundary: the last one's cursor must not carry.
@@ -91,7 +92,7 @@ class Device:
 
     def run(self, iterations, warp=0, watch=None):
         lane = Lane(self.ptx, "kern", self.arena, {mp.ARENA_SYMBOL: self.ref}, {mp.NAME_BASE_SYMBOL: NAME_BASE},
-                    {"kern_param_0": iterations}, warp=warp, block=(5, 1, 0), watch=watch)
+                    {"kern_param_0": iterations}, warp=warp, block=(5, 1, 0), watch=watch, cluster=self.cluster)
         lane.run()
         return lane
 
@@ -105,11 +106,15 @@ class Device:
         last_clock = None
         for c in range(min(used, self.num_chunks)):
             at = self.chunks + c * CHUNK
-            grid, name_base, bx, by, bz, sm, warp, magic, hw_warp, flags = struct.unpack_from(
-                "<QQIHHHBBBB", self.arena.bytes, at - self.base)
+            grid, name_base, bx, by, bz, sm, warp, magic, hw_warp, flags, cluster = struct.unpack_from(
+                "<QQIHHHBBBBH", self.arena.bytes, at - self.base)
             assert magic == mp.CHUNK_MAGIC, f"chunk {c}: no header"
             assert (grid, name_base, bx, by, sm) == (7, NAME_BASE, 5, 1, 3), f"chunk {c}: header"
             assert flags == mp.CHUNK_FROM_TRITON | mp.CHUNK_COMPACT
+            shape = 0
+            if ".target sm_9" in self.ptx:  # wire::ChunkHeader::cluster: %cluster_nctaid - 1, 4 bits per axis
+                shape = sum((n - 1) << (4 * axis) for axis, n in enumerate(self.cluster))
+            assert cluster == shape, f"chunk {c}: cluster shape {cluster:#x}, not {shape:#x}"
             slot = mp.CHUNK_HEADER_BYTES
             while slot < CHUNK:
                 clock, tag = struct.unpack_from("<II", self.arena.bytes, at - self.base + slot)
@@ -175,6 +180,24 @@ class MarkerLane(unittest.TestCase):
         self.assertEqual(used, 1 + -(-(self.ITERATIONS - 4) // 4))
         self.assertEqual(d.counter(mp.HDR_DROPPED), 0)
         self.assertEqual(d.counter(mp.HDR_UNPLACED), 0)
+
+    def test_every_chunk_header_carries_the_cluster_shape(self):
+        # num_ctas > 1: the program is a cluster; the header's shape lets the
+        # collector name the program (%clusterid) and the CTA (events()
+        # checks every chunk's shape against the launch's).
+        for cluster in ((2, 1, 1), (4, 2, 3)):
+            d = self.device(chunks=16, cluster=cluster)
+            d.run(self.ITERATIONS)
+            events, used = d.events()
+            self.assertEqual(events, expected(self.ITERATIONS))
+            self.assertGreater(used, 1)
+
+    def test_targets_without_clusters_write_shape_zero(self):
+        ptx = loop_kernel([START], [BEGIN, VALUE, WIDE, END]).replace(".target sm_90a", ".target sm_80")
+        d = Device(ptx, chunks=16, cluster=(2, 1, 1))  # %cluster_nctaid is not read: shape 0
+        self.assertNotIn("%cluster_nctaid", d.ptx)
+        d.run(self.ITERATIONS)
+        self.assertEqual(d.events()[0], expected(self.ITERATIONS))
 
     def test_a_full_arena_counts_every_event_it_loses(self):
         d = self.device(chunks=3)  # the last one ends at 4 GiB

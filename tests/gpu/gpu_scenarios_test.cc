@@ -1752,6 +1752,41 @@ TEST(GpuScenarios, TritonMarkerOptionsChooseWhichWarpsRecord) {
   EXPECT_EQ(run.summary_event.value("lost", json::object()).value("total", -1), 0) << run.summary_event.dump();
 }
 
+// tkern with num_ctas=2: each program is a cluster of two CTAs. Every CTA's
+// warps record tkern's events under "program (p,0,0) cta r", p the program id
+// the kernel itself recorded (the "tile" value), r its rank in the cluster.
+TEST(GpuScenarios, TritonClusterProgramsNameTheirProgramAndCta) {
+  REQUIRE_GPU();
+  SKIP_UNLESS(HaveTriton(), "python3 with torch, triton and smprof's package");
+  const ProfiledRun run = ProfileApp("smprof_triton_app.py clusters", "", TritonPython());
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_NE(run.stdout_text.find("ok"), std::string::npos) << run.stdout_text;
+  const auto groups = GroupsOf(run, "tkern");
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0]->Warps(), 6 * 2 * 4);
+  std::set<std::string> seen;
+  for (const auto& [tid, t] : groups[0]->threads) {
+    if (!IsWarp(t)) continue;
+    const long program = ProgramOf(t);
+    const size_t cta = t.name.find(") cta ");
+    const size_t w = t.name.rfind("warp ");
+    ASSERT_TRUE(program >= 0 && program < 6 && cta != std::string::npos && w != std::string::npos) << t.name;
+    const long rank = std::stol(t.name.substr(cta + 6));
+    EXPECT_TRUE(rank == 0 || rank == 1) << t.name;
+    EXPECT_TRUE(seen.insert(std::to_string(program) + "/" + std::to_string(rank) + "/" + t.name.substr(w)).second)
+        << "two tracks for " << t.name;
+    EXPECT_EQ(Count(t, "X", "load"), 3) << t.name;
+    EXPECT_EQ(Count(t, "i", "tile"), 1) << t.name;
+    for (const json& e : t.events) {
+      if (e.value("name", "") == "tile") {
+        EXPECT_EQ(e.value("args", json::object()).value("value", -1L), (program << 32) | 7) << t.name;
+      }
+    }
+  }
+  EXPECT_EQ(seen.size(), 6u * 2 * 4);
+  EXPECT_EQ(run.summary_event.value("lost", json::object()).value("total", -1), 0) << run.summary_event.dump();
+}
+
 // smprof.profile() in a program not started under smprof-run: CUDA and the
 // kernel are loaded before the block; the two launches inside it are traced.
 TEST(GpuScenarios, PythonProfileBlockTracesTheLaunchesInsideIt) {

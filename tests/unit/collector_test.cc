@@ -150,8 +150,9 @@ int64_t SortIndex(const json& trace, const std::string& what, int pid, int tid =
 
 // --- tests ---------------------------------------------------------------------
 
-// A Triton kernel's warps name their block a program (tl.program_id); unknown
-// warp flag bits are ignored.
+// A Triton kernel's warps name their block a program (tl.program_id), and a
+// program of several CTAs (a cluster: the shape in the flags' bits 4-15) its
+// program and CTA rank; unknown flag bits of other warps are ignored.
 TEST_P(CollectorTest, TritonWarpsNameTheirProgram) {
   const transport::ProducerInfo a{0, 1000};
   Send(a, Process(1000, kT0, "python3"));
@@ -162,14 +163,19 @@ TEST_P(CollectorTest, TritonWarpsNameTheirProgram) {
   Send(a, Launch(ls));
   Send(a, Warp(7, 5, 3, 1, {B(2000, 1), E(3000, 1)}, wire::kWarpTritonProgram));
   Send(a, Warp(7, 2, 0, 0, {B(2000, 1), E(3000, 1)}, 0x8000));
+  const uint16_t pairs = wire::kWarpTritonProgram | (0x001 << wire::kWarpClusterShift);  // clusters of 2 along x
+  Send(a, Warp(7, 6, 5, 4, {B(2000, 1), E(3000, 1)}, pairs));
+  Send(a, Warp(7, 6, 4, 4, {B(2000, 1), E(3000, 1)}, pairs));
   Send(a, Harvest(200000, wire::kHarvestSync, 0, 0));
   collector_->HandleProducerEnd(a, /*clean=*/true);
   CollectorSummary s;
   const json t = FinishAndParse(&s);
-  EXPECT_EQ(s.events, 4u);
+  EXPECT_EQ(s.events, 8u);
   EXPECT_EQ(s.malformed_messages, 0u);
   EXPECT_EQ(MetaName(t, "thread_name", 10, 2), "SM 005 | program (3,0,0) | warp 1");
   EXPECT_EQ(MetaName(t, "thread_name", 10, 3), "SM 002 | block (0,0,0) | warp 0");
+  EXPECT_EQ(MetaName(t, "thread_name", 10, 4), "SM 006 | program (2,0,0) cta 1 | warp 4");
+  EXPECT_EQ(MetaName(t, "thread_name", 10, 5), "SM 006 | program (2,0,0) cta 0 | warp 4");
 }
 
 TEST_P(CollectorTest, OneLaunchTwoWarpsEverything) {

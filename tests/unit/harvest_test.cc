@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -211,6 +212,26 @@ TEST(DecodeChunks, CompactChunksUnwrapTheirClocksAndReadValueSlots) {
   EXPECT_EQ(e[3].value, 7u);
   EXPECT_EQ(stats.events, 4u);
   EXPECT_EQ(stats.malformed_events, 0u);
+}
+
+// A Triton chunk's header says its cluster's shape; bits above the shape
+// (from shared memory that is not trusted) are dropped.
+TEST(DecodeChunks, TheClusterShapeComesFromTheHeader) {
+  ArenaBuilder a(2);
+  for (const uint16_t shape : {uint16_t{0x001}, uint16_t{0xf213}}) {
+    const uint32_t c = a.Claim(9, 4, 2, 3, 0x3000, 0, 0, wire::kChunkFromTriton | wire::kChunkCompact);
+    std::memcpy(a.At(c, 0) + offsetof(wire::ChunkHeader, cluster), &shape, sizeof(shape));
+    a.Compact(c, wire::kCompactHeaderSlots, 10, Tag(wire::kEventInstant, 1));
+  }
+  std::vector<WarpSegment> out;
+  DecodeStats stats;
+  DecodeChunks(a.data(), a.used(), kChunk, &out, &stats);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].cluster, 0x001);
+  EXPECT_EQ(out[1].cluster, 0x213);
+  EXPECT_EQ(wire::ClusterExtent(out[1].cluster, 0), 4u);
+  EXPECT_EQ(wire::ClusterExtent(out[1].cluster, 1), 2u);
+  EXPECT_EQ(wire::ClusterExtent(out[1].cluster, 2), 3u);
 }
 
 // A compact slot is malformed when its kind and flags do not go together,

@@ -101,18 +101,23 @@ TEST(Shipper, FramesLaunchesNamesAndEvents) {
   EXPECT_EQ(sink.TypeAt(5), wire::kMsgWarpEvents);
 }
 
-// A chunk written by a Triton kernel's markers marks its warp's messages.
+// A chunk written by a Triton kernel's markers marks its warp's messages,
+// with its cluster's shape; another chunk's shape is not shipped.
 TEST(Shipper, TritonChunksMarkTheirWarpsAPrograms) {
-  RecordingSink sink;
-  Shipper s(&sink);
-  WarpSegment seg;
-  seg.name_base = 0x1000;
-  seg.flags = wire::kChunkFromTriton;
-  const std::vector<Launch> launches = {MakeLaunch(&seg, 10, 1)};
-  s.SendLaunches(
-      launches, 0, [](uint64_t, uint64_t) { return std::string("load"); }, [](const std::string& n) { return n; });
-  ASSERT_EQ(sink.TypeAt(sink.messages.size() - 1), wire::kMsgWarpEvents);
-  EXPECT_EQ(sink.As<wire::WarpEventsMsg>(sink.messages.size() - 1).flags, uint16_t{wire::kWarpTritonProgram});
+  for (const uint8_t flags : {uint8_t{wire::kChunkFromTriton}, uint8_t{0}}) {
+    RecordingSink sink;
+    Shipper s(&sink);
+    WarpSegment seg;
+    seg.name_base = 0x1000;
+    seg.flags = flags;
+    seg.cluster = 0x213;  // 4 x 2 x 3 CTAs
+    const std::vector<Launch> launches = {MakeLaunch(&seg, 10, 1)};
+    s.SendLaunches(
+        launches, 0, [](uint64_t, uint64_t) { return std::string("load"); }, [](const std::string& n) { return n; });
+    ASSERT_EQ(sink.TypeAt(sink.messages.size() - 1), wire::kMsgWarpEvents);
+    EXPECT_EQ(sink.As<wire::WarpEventsMsg>(sink.messages.size() - 1).flags,
+              flags != 0 ? uint16_t{wire::kWarpTritonProgram | 0x2130} : uint16_t{0});
+  }
 }
 
 TEST(Shipper, HarvestCarriesLossesAndArenaFill) {

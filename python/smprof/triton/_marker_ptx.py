@@ -108,6 +108,7 @@ ADVANCE_BEGIN = "// smprof2-advance-begin"
 ADVANCE_END = "// smprof2-advance-end"
 COLD_END = "// smprof2-cold-end"
 NAME_COMMENT = "// smprof2-name"
+CLUSTER_SHAPE = "// smprof2-cluster-shape"  # where the rewriter reads the cluster's shape (sm_90 on)
 
 
 def fnv1a32(data: bytes) -> int:
@@ -282,6 +283,7 @@ def _cold_path(store: list[str]) -> list[str]:
         f"mov.u32 {p}t1, %warpid;",
         f"and.b32 {p}t1, {p}t1, 255;",
         f"or.b32 {p}t1, {p}t1, {(CHUNK_FROM_TRITON | CHUNK_COMPACT) << 8:#x};",
+        CLUSTER_SHAPE,
         f"mov.b64 {p}d2, {{{p}t0, {p}t1}};",
         f"@{p}lane0 st.global.v2.u64 [{p}d0+16], {{{p}d1, {p}d2}};",
         f"mov.u64 {p}d1, %clock64;",
@@ -304,6 +306,21 @@ def _cold_path(store: list[str]) -> list[str]:
         f"bra.uni {lid}_done;",
         COLD_END,
     ]
+
+
+def cluster_shape() -> list[str]:
+    """What the rewriter puts in place of CLUSTER_SHAPE for targets with
+    clusters (sm_90 on): the header's `cluster` (wire::ChunkHeader), the
+    cluster's shape, %cluster_nctaid less one per axis, 4 bits each, in the
+    upper half of t1. A Triton program with num_ctas > 1 is a cluster
+    (tl.program_id is %clusterid): the collector names the program and the
+    CTA from it. Without a cluster launch the shape reads 1x1x1, 0."""
+    p = PREFIX
+    lines = []
+    for axis, shift in (("x", 16), ("y", 20), ("z", 24)):
+        lines += [f"mov.u32 {p}t2, %cluster_nctaid.{axis};", f"sub.u32 {p}t2, {p}t2, 1;",
+                  f"shl.b32 {p}t2, {p}t2, {shift};", f"or.b32 {p}t1, {p}t1, {p}t2;"]
+    return lines
 
 
 def _value_words(value: Value) -> tuple[list[str], str, str]:

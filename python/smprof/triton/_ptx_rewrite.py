@@ -16,6 +16,9 @@ markers (_marker_ptx.py) it:
     registers) at the top of every kernel with markers;
   * numbers every marker occurrence, so that the labels of copies Triton
     made of one marker (unrolled, pipelined loops) stay distinct;
+  * on targets with clusters (sm_90 on), has the chunk header carry the
+    cluster's shape, so that a program of num_ctas > 1 CTAs is named by its
+    program id and CTA (_marker_ptx.cluster_shape);
   * splits the markers into runs in straight-line code and gives each run's
     first marker the room check for the whole run and the cursor's advance
     past it (the others lose theirs, and their cold paths), places every
@@ -328,7 +331,16 @@ def rewrite(ptx: str) -> str:
     out += lines[at:]
     if next_id == 0:
         raise RewriteError("smprof markers found outside any kernel body")
-    return _add_globals("\n".join(out), table)
+    text = "\n".join(out).replace(mp.CLUSTER_SHAPE, "\n".join(mp.cluster_shape()) if _has_clusters(ptx) else "")
+    return _add_globals(text, table)
+
+
+def _has_clusters(ptx: str) -> bool:
+    """Whether the module's target has thread block clusters (sm_90 on)."""
+    m = re.search(r"^\s*\.target\s+sm_(\d+)", ptx, re.MULTILINE)
+    if m is None:
+        raise RewriteError("the PTX has no .target sm_<N> line (needed to know whether it has clusters)")
+    return int(m.group(1)) >= 90
 
 
 def _add_globals(ptx: str, table: bytes) -> str:

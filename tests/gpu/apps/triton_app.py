@@ -22,6 +22,8 @@ numbers per launch. Usage: triton_app.py SCENARIO [ARG...]
                  warp 1 in iterations 1 and 3 of 4 (on_warp and when); a
                  "prog" counter sample per iteration in program 1 only
                  (when); "never" (on_warp=0 and on_warps=(1, 2)) nowhere
+  clusters       tkern once with num_ctas=2: each of its 6 programs is a
+                 cluster of 2 CTAs (tl.program_id is %clusterid), 12 CTAs
 
 Prints "ok" at the end when the results are right.
 """
@@ -152,6 +154,10 @@ def main():
         launch(x)
         torch.cuda.synchronize()
         ok = bool(torch.all(x == 12))
+    elif scenario == "clusters":
+        tkern[(GRID, )](x, sp.buffer(), BLOCK=WARPS * 32, num_warps=WARPS, num_ctas=2)
+        torch.cuda.synchronize()
+        ok = bool(torch.all(x == 3))
     elif scenario == "options":
         okern[(3, )](x, sp.buffer(), BLOCK=WARPS * 32, num_warps=WARPS)
         torch.cuda.synchronize()
