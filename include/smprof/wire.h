@@ -112,7 +112,7 @@ struct ChunkHeader {
   uint8_t magic;    // kChunkMagic once the header is written
   uint8_t hw_warp;  // %warpid: the warp's slot on its SM
   uint8_t flags;    // ChunkFlags
-  uint16_t cluster;  // the cluster's shape (see ClusterExtent); 0 (one CTA) from CUDA C++ markers
+  uint16_t cluster;         // the cluster's shape (see ClusterExtent); 0 (one CTA) from CUDA C++ markers
   uint64_t anchor_clock;    // %clock64 ...
   uint64_t anchor_time_ns;  // ... and %globaltimer, read back to back at the claim
 };
