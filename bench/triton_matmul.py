@@ -48,6 +48,9 @@ harvests at the synchronisation after the burst).
 Usage: bench/triton_matmul.py [--iters N] [--burst N] [--gap-ms MS] [--rounds N] [--smprof-run PATH]
 (smprof-run is found like smprof.tool_path does: SMPROF_HOME,
 SMPROF_BUILD_DIR, PATH). Needs torch and triton (Proton ships in triton).
+Proton's wall batch takes --burst times 0.7-1.9 s (it synchronises and
+copies after every launch); --burst 5 keeps a full run to a few minutes
+(docs/performance.md's figures used --iters 20 --burst 5).
 """
 
 from __future__ import annotations
