@@ -50,7 +50,7 @@ Usage: bench/triton_matmul.py [--iters N] [--burst N] [--gap-ms MS] [--rounds N]
 SMPROF_BUILD_DIR, PATH). Needs torch and triton (Proton ships in triton).
 Proton's wall batch takes --burst times 0.7-1.9 s (it synchronises and
 copies after every launch); --burst 5 keeps a full run to a few minutes
-(docs/performance.md's figures used --iters 20 --burst 5).
+(docs/performance.md's session-17 figures used --iters 20 --burst 5).
 """
 
 from __future__ import annotations
