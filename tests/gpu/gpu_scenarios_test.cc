@@ -1631,6 +1631,12 @@ long ProgramOf(const Thread& t) {
   return at == std::string::npos ? -1 : std::stol(t.name.substr(at + 9));
 }
 
+// The warp index at the end of a warp's track name, "... | warp w"; -1 without one.
+long WarpOf(const Thread& t) {
+  const size_t at = t.name.rfind("| warp ");
+  return at == std::string::npos ? -1 : std::stol(t.name.substr(at + 7));
+}
+
 // tkern of apps/triton_app.py: grid 6 x 4 warps; per warp 3 "load" ranges
 // (END values 0, 1, 2), "store", "tile" (a 64-bit value: program << 32 | 7),
 // a "ctr" counter sample (program * 10), phases "step 0" and "step 1".
@@ -1739,9 +1745,8 @@ TEST(GpuScenarios, TritonMarkerOptionsChooseWhichWarpsRecord) {
   for (const auto& [tid, t] : groups[0]->threads) {
     if (!IsWarp(t)) continue;
     const long program = ProgramOf(t);
-    const size_t w = t.name.rfind("warp ");
-    ASSERT_TRUE(program >= 0 && w != std::string::npos) << t.name;
-    const long warp = std::stol(t.name.substr(w + 5));
+    const long warp = WarpOf(t);
+    ASSERT_TRUE(program >= 0 && warp >= 0) << t.name;
     EXPECT_EQ(Count(t, "i", "all"), 1) << t.name;
     EXPECT_EQ(Count(t, "i", "w0"), warp == 0 ? 1 : 0) << t.name;
     EXPECT_EQ(Count(t, "i", "w23"), warp >= 2 ? 1 : 0) << t.name;
@@ -1769,11 +1774,11 @@ TEST(GpuScenarios, TritonClusterProgramsNameTheirProgramAndCta) {
     if (!IsWarp(t)) continue;
     const long program = ProgramOf(t);
     const size_t cta = t.name.find(") cta ");
-    const size_t w = t.name.rfind("warp ");
-    ASSERT_TRUE(program >= 0 && program < 6 && cta != std::string::npos && w != std::string::npos) << t.name;
+    const long warp = WarpOf(t);
+    ASSERT_TRUE(program >= 0 && program < 6 && cta != std::string::npos && warp >= 0) << t.name;
     const long rank = std::stol(t.name.substr(cta + 6));
     EXPECT_TRUE(rank == 0 || rank == 1) << t.name;
-    EXPECT_TRUE(seen.insert(std::to_string(program) + "/" + std::to_string(rank) + "/" + t.name.substr(w)).second)
+    EXPECT_TRUE(seen.insert(std::to_string(program) + "/" + std::to_string(rank) + "/" + std::to_string(warp)).second)
         << "two tracks for " << t.name;
     EXPECT_EQ(Count(t, "X", "load"), 3) << t.name;
     EXPECT_EQ(Count(t, "i", "tile"), 1) << t.name;
