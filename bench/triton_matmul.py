@@ -56,6 +56,7 @@ copies after every launch); --burst 5 keeps a full run to a few minutes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -162,6 +163,21 @@ def child(variant: str, iters: int, burst: int, dump: str | None, gap_ms: float)
 
     ref = torch.matmul(a, b)
 
+    @contextlib.contextmanager
+    def launch_hooks_out():
+        """Proton's launch hooks (its per-launch buffer, copy and
+        synchronisation) out of Triton's launcher inside the block, back
+        after it."""
+        hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
+        saved = [list(h.calls) for h in hooks]
+        for h in hooks:
+            h.calls[:] = []
+        try:
+            yield
+        finally:
+            for h, calls in zip(hooks, saved):
+                h.calls[:] = calls
+
     def measure(rows, timed_also=None):
         """{label: figures} for rows {label: (MODE, prof)}, interleaved.
         Rows in `timed_also` join only the kernel-time batches (their
@@ -190,19 +206,14 @@ def child(variant: str, iters: int, burst: int, dump: str | None, gap_ms: float)
         # only the instrumented kernel is timed; smprof adds nothing per
         # launch here (its buffer holds the batch, harvested at the
         # synchronisation after it).
-        enter_hooks = list(knobs.runtime.launch_enter_hook.calls)
-        exit_hooks = list(knobs.runtime.launch_exit_hook.calls)
-        knobs.runtime.launch_enter_hook.calls[:] = []
-        knobs.runtime.launch_exit_hook.calls[:] = []
         timed = {**rows, **(timed_also or {})}
         times = {label: [] for label in timed}
         clocks = {label: [] for label in timed}
-        for _ in range(iters):
-            for label, (mode, prof) in timed.items():
-                times[label].append(batch(mode, prof, 10))
-                clocks[label].append(last_clock[0])
-        knobs.runtime.launch_enter_hook.calls[:] = enter_hooks
-        knobs.runtime.launch_exit_hook.calls[:] = exit_hooks
+        with launch_hooks_out():
+            for _ in range(iters):
+                for label, (mode, prof) in timed.items():
+                    times[label].append(batch(mode, prof, 10))
+                    clocks[label].append(last_clock[0])
         figures = {label: {"kernel_ms": statistics.median(times[label]), "min_ms": min(times[label]),
                            "sm_mhz": int(statistics.median(clocks[label])) if nvml is not None else None}
                    for label in timed}
@@ -234,12 +245,11 @@ def child(variant: str, iters: int, burst: int, dump: str | None, gap_ms: float)
         proton.start("/tmp/smprof-bench-proton", data="trace", backend="instrumentation",
                      mode=proton.mode.Default(**mode_kwargs))
         after = measure({variant: (2, None)}, timed_also=none)
-        hooks = [list(h.calls) for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)]
-        knobs.runtime.launch_enter_hook.calls[:] = knobs.runtime.launch_exit_hook.calls[:] = []
-        if launch(0, None).asm["ptx"] != before.asm["ptx"]:
+        with launch_hooks_out():
+            again = launch(0, None)
+        if again.asm["ptx"] != before.asm["ptx"]:
             raise SystemExit("MODE 0 was compiled again after Proton's start: its interleaved time is not "
                              "the unmarked kernel's")
-        knobs.runtime.launch_enter_hook.calls[:], knobs.runtime.launch_exit_hook.calls[:] = hooks
         figures["none, before start"] = figures["none"]
         figures["none"] = {**figures["none"], **after.pop("none")}
         figures.update(after)
