@@ -171,6 +171,11 @@ void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_byt
     wire::ChunkHeader header;
     std::memcpy(&header, base, sizeof(header));
     ++stats->chunks;
+    if (chunk_bytes >= sizeof(wire::ChunkHeader) &&
+        std::all_of(base, base + sizeof(header), [](uint8_t b) { return b == 0; })) {
+      ++stats->empty_chunks;
+      continue;
+    }
     if (header.magic != wire::kChunkMagic || chunk_bytes < sizeof(wire::ChunkHeader)) {
       ++stats->malformed_chunks;
       continue;
@@ -260,6 +265,7 @@ void DecodeAndMapClocks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chu
       std::move(decoded[i].begin(), decoded[i].end(), std::back_inserter(*out));
       stats->chunks += part_stats[i].chunks;
       stats->events += part_stats[i].events;
+      stats->empty_chunks += part_stats[i].empty_chunks;
       stats->malformed_chunks += part_stats[i].malformed_chunks;
       stats->malformed_events += part_stats[i].malformed_events;
     }

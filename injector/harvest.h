@@ -69,6 +69,7 @@ struct WarpSegment {
 struct DecodeStats {
   uint64_t chunks = 0;
   uint64_t events = 0;
+  uint64_t empty_chunks = 0;  // claimed but never written: a header of zeros (see DecodeChunks)
   uint64_t malformed_chunks = 0;
   uint64_t malformed_events = 0;
 };
@@ -80,7 +81,10 @@ bool WellFormedEvent(uint32_t kind_flags);
 }  // namespace internal
 
 // `chunks` holds `num_chunks` chunks of `chunk_bytes` each (a power of two
-// >= 64). Appends one segment per valid, non-empty chunk.
+// >= 64). Appends one segment per valid, non-empty chunk. A chunk whose
+// header is all zero is empty, not malformed: a Triton warp claims its first
+// chunk at the kernel's start (python/smprof/triton/_marker_ptx.py) and may
+// then reach no marker; the arena is zero wherever nothing was written.
 void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes, std::vector<WarpSegment>* out,
                   DecodeStats* stats);
 

@@ -626,8 +626,9 @@ void Harvester::Process(Job& job) {
   stats_.events_filtered += match.filtered;
   stats_.events_unattributed += match.unattributed;
   stats_.events_malformed += decode.malformed_events;
-  Log().debug("harvest on GPU {} ({}): {} chunks, {} launches, {} events, {} dropped", device->facts().info.ordinal,
-              static_cast<int>(job.reason), snap.used_chunks, launches.size(), match.events, snap.dropped_events);
+  Log().debug("harvest on GPU {} ({}): {} chunks ({} empty, {} malformed), {} launches, {} events, {} dropped",
+              device->facts().info.ordinal, static_cast<int>(job.reason), snap.used_chunks, decode.empty_chunks,
+              decode.malformed_chunks, launches.size(), match.events, snap.dropped_events);
   SendStatsLocked();
 }
 

@@ -49,6 +49,12 @@ class ArenaBuilder {
     std::memcpy(At(chunk, fill_[chunk]++), &e, sizeof(e));
   }
   void Skip(uint32_t chunk) { ++fill_[chunk]; }  // leaves an unused slot
+  // Claims a chunk and writes nothing (a Triton warp's first chunk, claimed
+  // at the kernel's start, when the warp then reaches no marker).
+  uint32_t ClaimUnwritten() {
+    fill_.push_back(0);
+    return next_++;
+  }
   // Writes 8-byte slot `slot` of a kChunkCompact chunk (0-5 are the header).
   void Compact(uint32_t chunk, uint32_t slot, uint32_t word0, uint32_t word1) {
     const wire::CompactEvent e{word0, word1};
@@ -124,6 +130,24 @@ TEST(DecodeChunks, RejectsCorruptChunksAndEventsAndSkipsUnusedSlots) {
   EXPECT_EQ(out[1].events.size(), 2u);
   EXPECT_EQ(stats.malformed_chunks, 1u);
   EXPECT_EQ(stats.malformed_events, 3u);
+}
+
+TEST(DecodeChunks, CountsAChunkClaimedButNeverWrittenAsEmptyNotMalformed) {
+  ArenaBuilder a(4);
+  a.ClaimUnwritten();
+  const uint32_t c = a.Claim(1, 0, 0, 0);
+  a.Add(c, 10, 0, wire::kEventInstant);
+  const uint32_t stray = a.ClaimUnwritten();
+  a.At(stray, 0)[5] = 0x01;  // zero but for one byte: not an unwritten chunk
+  std::vector<WarpSegment> out;
+  DecodeStats stats;
+  DecodeChunks(a.data(), a.used(), kChunk, &out, &stats);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].events.size(), 1u);
+  EXPECT_EQ(stats.chunks, 3u);
+  EXPECT_EQ(stats.empty_chunks, 1u);
+  EXPECT_EQ(stats.malformed_chunks, 1u);
+  EXPECT_EQ(stats.malformed_events, 0u);
 }
 
 // The device API's kinds and flags (docs/device-api.md): a wide value's
