@@ -205,9 +205,12 @@ class Lane:
         parts = op.split(".")
         base = parts[0]
         bits = 64 if parts[-1] in ("u64", "b64", "s64") else 32
-        if base == "mov":
+        if parts[-1] == "pred" and base in ("and", "or"):
+            x, y = self._pred(a[1]), self._pred(a[2])
+            self.preds[a[0]] = (x and y) if base == "and" else (x or y)
+        elif base == "mov":
             if parts[-1] == "pred":
-                self.preds[a[0]] = self._pred(a[1])
+                self.preds[a[0]] = a[1] == "1" if a[1] in ("0", "1") else self._pred(a[1])
             elif a[0].startswith("{"):  # unpack a 64-bit value into two words
                 lo, hi = self._vector(a[0])
                 v = self._value(a[1])

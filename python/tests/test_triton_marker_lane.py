@@ -6,7 +6,8 @@ Checked: the events and values of a loop, in order; a chunk's last slot
 stays empty and the cursor's 32-bit add survives a chunk that ends at a
 4 GiB boundary; a full arena and a half-published one count every lost
 event exactly, with runs of several markers; a warp the mask leaves out
-stores nothing. The GPU tests (tests/gpu) check the same on the device.
+stores nothing; a recording warp's first chunk is claimed in the prologue
+and used by its first event (or left zero when it records nothing). The GPU tests (tests/gpu) check the same on the device.
 """
 
 import re
@@ -285,6 +286,80 @@ class MarkerLane(unittest.TestCase):
         d.publish(0)  # no chunk: the cursor stays in its state, and now a store goes through it
         with self.assertRaisesRegex(PtxError, "outside the arena"):
             d.run(self.ITERATIONS)
+
+
+def branch_kernel(marker):
+    """A kernel that runs `marker` only when param 0 is not 0."""
+    return f""".version 8.7
+.target sm_90a
+.address_size 64
+
+.visible .entry kern(
+	.param .u32 kern_param_0
+)
+{{
+	.reg .pred 	%p<3>;
+	.reg .b32 	%r<40>;
+	ld.param.u32 	%r1, [kern_param_0];
+	setp.eq.s32 	%p1, %r1, 0;
+	@%p1 bra 	$L__BB0_2;
+{_marker_asm(marker, "%r10")}
+$L__BB0_2:
+	ret;
+}}
+"""
+
+
+class FirstClaim(unittest.TestCase):
+    """A recording warp claims its first chunk in the kernel's prologue (the
+    atomic's round trip overlaps the kernel's start); its first cold path
+    takes that claim instead of making one."""
+
+    def test_the_first_chunk_is_claimed_before_any_marker_runs(self):
+        d = Device(branch_kernel(TICK), chunks=4)
+        d.run(0)  # the marker is not reached
+        self.assertEqual(d.counter(mp.HDR_NEXT_CHUNK, 4), 1)
+        # Its chunk stays zero (the harvest counts it empty), nothing is lost.
+        self.assertEqual(bytes(d.arena.bytes[CHUNK:]), bytes(len(d.arena.bytes) - CHUNK))
+        self.assertEqual((d.counter(mp.HDR_DROPPED), d.counter(mp.HDR_UNPLACED)), (0, 0))
+        d = Device(branch_kernel(TICK), chunks=4)
+        d.run(1)
+        self.assertEqual(d.events(), ([(mp.KIND_INSTANT, "tick", None)], 1))  # the same chunk, not a second
+
+    def test_a_first_claim_that_finds_the_arena_full_counts_its_events_lost(self):
+        d = Device(branch_kernel(TICK), chunks=4)
+        struct.pack_into("<I", d.arena.bytes, mp.HDR_NEXT_CHUNK, 4)  # other warps took every chunk
+        d.run(1)
+        self.assertEqual(d.counter(mp.HDR_NEXT_CHUNK, 4), 5)
+        self.assertEqual(d.counter(mp.HDR_DROPPED), 1)
+        self.assertEqual(bytes(d.arena.bytes[CHUNK:]), bytes(len(d.arena.bytes) - CHUNK))
+
+    def test_a_claim_made_before_the_arena_is_placed_is_used_once_it_is(self):
+        d = Device(loop_kernel([START], [BEGIN, END]), chunks=8)
+        d.publish(0)
+        claimed = []
+
+        def publish_later(lane):
+            if lane.steps == 200:
+                claimed.append(d.counter(mp.HDR_NEXT_CHUNK, 4))
+                d.publish(8)
+
+        d.run(40, watch=publish_later)
+        self.assertEqual(claimed, [1])  # the prologue's claim, while the arena was not placed
+        unplaced = d.counter(mp.HDR_UNPLACED)
+        self.assertGreater(unplaced, 0)
+        events, used = d.events()  # asserts that chunk 0, that claim, holds a header
+        want = [(mp.KIND_INSTANT, "start", None)] + [(mp.KIND_BEGIN, "load", None), (mp.KIND_END, "load", None)] * 40
+        self.assertEqual(events, want[unplaced:])
+        self.assertGreater(used, 1)
+
+    def test_a_kernel_whose_markers_all_choose_their_warps_claims_at_its_first_event(self):
+        # Here most warps may record nothing: no chunk is taken for them.
+        d = Device(branch_kernel(TICK[:5] + (mp.Guard(1, 1),)), chunks=4)
+        d.run(1, warp=0)
+        self.assertEqual(d.counter(mp.HDR_NEXT_CHUNK, 4), 0)
+        d.run(1, warp=1)
+        self.assertEqual(d.events(), ([(mp.KIND_INSTANT, "tick", None)], 1))
 
 
 class GuardedMarkers(unittest.TestCase):

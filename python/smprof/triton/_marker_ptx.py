@@ -31,7 +31,9 @@ is a run of its own. The cold path
 the run's events lost; arena seen half published: count them unplaced) is
 written between `smprof2-cold-begin/end` comments and moved by the rewriter
 behind the kernel's last instruction (docs/triton-design.md sections 6-9 say
-what was measured).
+what was measured). A recording warp's first claim is made in the prologue,
+where its round trip overlaps the kernel's start, and taken by its first
+cold path (prologue(); section 14).
 
 Placeholders the rewriter fills in: SMPROF2_ID (a number unique per marker
 occurrence in the module: Triton may duplicate a marker when it unrolls or
@@ -177,12 +179,31 @@ def _guard(guard: Guard | None, lid: str) -> list[str]:
 
 
 # Registers the prologue declares for every kernel with markers.
-def prologue() -> list[str]:
+def prologue(prefetch: bool) -> list[str]:
+    """The warp's recording state, at the top of the kernel. With
+    `prefetch` (the kernel has a marker every warp runs: no "who records"
+    option) a recording warp also claims its first chunk here, so the
+    atomic's round trip (on Hopper it held the warp, and its warpgroup's
+    wgmma with it, at its first marker: 0.6-0.7 points of the bench kernel's
+    time) overlaps the kernel's own start; its first cold path takes that
+    claim instead of making one. A warp that then reaches no marker leaves
+    its chunk zero, which the harvest counts as an empty chunk. The claim is
+    made even while the arena is not placed (its chunks still 0): the index
+    stays the warp's, and the first cold path after the arena is placed
+    uses it (before that, the cold path counts events unplaced and keeps
+    it). This form, word for word, is the one measured (a version that
+    tested the placement first and kept the pending claim in a register
+    instead of a predicate measured no gain: ptxas scheduled the loop
+    differently; docs/triton-design.md section 14)."""
     p = PREFIX
+    claim = [
+        f"mov.pred {p}pfv, {p}lane0;",
+        f"@{p}lane0 atom.relaxed.gpu.global.add.u32 {p}pf, [{p}d0+{HDR_NEXT_CHUNK}], 1;",
+    ] if prefetch else [f"mov.pred {p}pfv, 0;"]
     return [
         "// smprof2: the warp's recording state (python/smprof/triton)",
-        f".reg .pred {p}on, {p}lane0, {p}st, {p}q;",
-        f".reg .b32 {p}mask, {p}clk, {p}k0, {p}t0, {p}t1, {p}t2, {p}t3, {p}t4, {p}t5, {p}hclk, {p}htag;",
+        f".reg .pred {p}on, {p}lane0, {p}st, {p}q, {p}pfv;",
+        f".reg .b32 {p}mask, {p}clk, {p}k0, {p}t0, {p}t1, {p}t2, {p}t3, {p}t4, {p}t5, {p}hclk, {p}htag, {p}pf;",
         f".reg .b64 {p}cur, {p}d0, {p}d1, {p}d2;",
         f"ld.const.u64 {p}d0, [{ARENA_SYMBOL}+{REF_ARENA}];",
         f"ld.const.u32 {p}t0, [{ARENA_SYMBOL}+{REF_WARP_MASK}];",
@@ -201,6 +222,8 @@ def prologue() -> list[str]:
         f"shl.b32 {p}mask, 1, {p}t1;",
         f"sub.u32 {p}mask, {p}mask, 1;",
         f"mov.b64 {p}cur, {CURSOR_NEEDS_CHUNK:#x};",
+        f"mov.u32 {p}pf, 0;",  # the prologue's claim (lane 0), and whether it is still to be taken (pfv)
+        *claim,
         "// smprof2: end of prologue",
     ]
 
@@ -254,7 +277,10 @@ def _cold_path(store: list[str]) -> list[str]:
         f"@{p}q bra.uni {lid}_unplaced;",
         f"ld.const.u64 {p}d1, [{a}+{REF_ARENA}];",
         f"mov.u32 {p}t1, 0;",
-        f"@{p}lane0 atom.relaxed.gpu.global.add.u32 {p}t1, [{p}d1+{HDR_NEXT_CHUNK}], 1;",
+        f"@{p}pfv mov.u32 {p}t1, {p}pf;",  # the prologue's claim, if it made one
+        f"and.pred {p}q, {p}lane0, !{p}pfv;",
+        f"@{p}q atom.relaxed.gpu.global.add.u32 {p}t1, [{p}d1+{HDR_NEXT_CHUNK}], 1;",
+        f"mov.pred {p}pfv, 0;",
         f"redux.sync.max.u32 {p}t1, {p}t1, -1;",  # lane 0's claim, to every lane (uniform)
         f"setp.ge.u32 {p}q, {p}t1, {p}t0;",
         f"@{p}q bra.uni {lid}_full;",

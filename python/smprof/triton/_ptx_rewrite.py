@@ -13,7 +13,8 @@ markers (_marker_ptx.py) it:
   * replaces each tag token by the event's tag (the name's offset in that
     table, the kind and flags: wire::CompactEvent);
   * puts the prologue (the warp's recording state in function-scope
-    registers) at the top of every kernel with markers;
+    registers; the first chunk's claim when the kernel has a marker without
+    "who records" options) at the top of every kernel with markers;
   * numbers every marker occurrence, so that the labels of copies Triton
     made of one marker (unrolled, pipelined loops) stay distinct;
   * on targets with clusters (sm_90 on), has the chunk header carry the
@@ -320,9 +321,10 @@ def rewrite(ptx: str) -> str:
             raise RewriteError(
                 f"function {name} has smprof markers but is not inlined into its kernel: "
                 "remove noinline=True from its @triton.jit (markers need the kernel's registers)")
+        prefetch = any(is_marker and not _guarded(piece) for is_marker, piece in _split(body))
         body, cold, next_id = _rewrite_body(body, next_id)
         out += lines[at:open_i + 1]
-        out += mp.prologue()
+        out += mp.prologue(prefetch)
         out += body
         out.append("// smprof2: the markers' cold paths")
         out += cold
