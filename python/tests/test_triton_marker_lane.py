@@ -38,13 +38,9 @@ def _marker_asm(m, out):
     return text.replace("$2" if m[4] else "$1", m[6]) if len(m) > 6 else text
 
 
-def loop_kernel(before, body):
-    """A kernel: the markers `before`, then a loop of param-0 iterations over
-    `body` (markers as (kind, flags, name, Value or None, operand[, Guard,
-    condition operand]); %r2 is the iteration, %r3 its lowest bit, %rd2 the
-    iteration as 64 bits + 2^40)."""
-    pre = "\n".join(_marker_asm(m, f"%r{10 + i}") for i, m in enumerate(before))
-    loop = "\n".join(_marker_asm(m, f"%r{20 + i}") for i, m in enumerate(body))
+def kernel(body):
+    """A kernel `kern(u32 param 0)` around `body` (PTX lines after the
+    parameter's load into %r1)."""
     return f""".version 8.7
 .target sm_90a
 .address_size 64
@@ -57,7 +53,20 @@ def loop_kernel(before, body):
 	.reg .b32 	%r<40>;
 	.reg .b64 	%rd<4>;
 	ld.param.u32 	%r1, [kern_param_0];
-	mov.u32 	%r2, 0;
+{body}
+	ret;
+}}
+"""
+
+
+def loop_kernel(before, body):
+    """A kernel: the markers `before`, then a loop of param-0 iterations over
+    `body` (markers as (kind, flags, name, Value or None, operand[, Guard,
+    condition operand]); %r2 is the iteration, %r3 its lowest bit, %rd2 the
+    iteration as 64 bits + 2^40)."""
+    pre = "\n".join(_marker_asm(m, f"%r{10 + i}") for i, m in enumerate(before))
+    loop = "\n".join(_marker_asm(m, f"%r{20 + i}") for i, m in enumerate(body))
+    return kernel(f"""	mov.u32 	%r2, 0;
 {pre}
 $L__BB0_1:
 	cvt.u64.u32 	%rd2, %r2;
@@ -66,10 +75,7 @@ $L__BB0_1:
 {loop}
 	add.s32 	%r2, %r2, 1;
 	setp.lt.s32 	%p1, %r2, %r1;
-	@%p1 bra 	$L__BB0_1;
-	ret;
-}}
-"""
+	@%p1 bra 	$L__BB0_1;""")
 
 
 class Device:
@@ -290,24 +296,10 @@ class MarkerLane(unittest.TestCase):
 
 def branch_kernel(marker):
     """A kernel that runs `marker` only when param 0 is not 0."""
-    return f""".version 8.7
-.target sm_90a
-.address_size 64
-
-.visible .entry kern(
-	.param .u32 kern_param_0
-)
-{{
-	.reg .pred 	%p<3>;
-	.reg .b32 	%r<40>;
-	ld.param.u32 	%r1, [kern_param_0];
-	setp.eq.s32 	%p1, %r1, 0;
+    return kernel(f"""	setp.eq.s32 	%p1, %r1, 0;
 	@%p1 bra 	$L__BB0_2;
 {_marker_asm(marker, "%r10")}
-$L__BB0_2:
-	ret;
-}}
-"""
+$L__BB0_2:""")
 
 
 class FirstClaim(unittest.TestCase):
