@@ -302,24 +302,58 @@ def branch_kernel(marker):
 $L__BB0_2:""")
 
 
+def maybe_loop_kernel(marker):
+    """A loop of param-0 iterations over `marker`, in LLVM's shape for a loop
+    that may run zero times: a forward branch around a loop that tests at
+    its end."""
+    return kernel(f"""	setp.eq.s32 	%p1, %r1, 0;
+	@%p1 bra 	$L__BB0_2;
+$L__BB0_1:                              // =>This Inner Loop Header: Depth=1
+{_marker_asm(marker, "%r10")}
+	sub.s32 	%r1, %r1, 1;
+	setp.ne.s32 	%p2, %r1, 0;
+	@%p2 bra 	$L__BB0_1;
+$L__BB0_2:""")
+
+
 class FirstClaim(unittest.TestCase):
     """A recording warp claims its first chunk in the kernel's prologue (the
     atomic's round trip overlaps the kernel's start); its first cold path
-    takes that claim instead of making one."""
+    takes that claim instead of making one. Only where its warps are likely
+    to record: a marker with no "who records" options in a loop, or one no
+    branch jumps over."""
 
     def test_the_first_chunk_is_claimed_before_any_marker_runs(self):
-        d = Device(branch_kernel(TICK), chunks=4)
+        d = Device(maybe_loop_kernel(TICK), chunks=4)
         d.run(0)  # the marker is not reached
         self.assertEqual(d.counter(mp.HDR_NEXT_CHUNK, 4), 1)
         # Its chunk stays zero (the harvest counts it empty), nothing is lost.
         self.assertEqual(bytes(d.arena.bytes[CHUNK:]), bytes(len(d.arena.bytes) - CHUNK))
         self.assertEqual((d.counter(mp.HDR_DROPPED), d.counter(mp.HDR_UNPLACED)), (0, 0))
+        d = Device(maybe_loop_kernel(TICK), chunks=4)
+        d.run(3)
+        self.assertEqual(d.events(), ([(mp.KIND_INSTANT, "tick", None)] * 3, 1))  # the same chunk, not a second
+
+    def test_a_marker_only_behind_a_forward_branch_claims_at_its_first_event(self):
+        # `if pid == 0:` around the kernel's only marker: most warps would
+        # take a chunk for nothing.
         d = Device(branch_kernel(TICK), chunks=4)
+        d.run(0)
+        self.assertEqual(d.counter(mp.HDR_NEXT_CHUNK, 4), 0)
         d.run(1)
-        self.assertEqual(d.events(), ([(mp.KIND_INSTANT, "tick", None)], 1))  # the same chunk, not a second
+        self.assertEqual(d.events(), ([(mp.KIND_INSTANT, "tick", None)], 1))
+        # A marker after the branch's target is reached by every warp.
+        after = kernel(f"""	setp.eq.s32 	%p1, %r1, 0;
+	@%p1 bra 	$L__BB0_2;
+	add.s32 	%r1, %r1, 1;
+$L__BB0_2:
+{_marker_asm(TICK, "%r10")}""")
+        early = "atom.relaxed.gpu.global.add.u32 smprof2_pf,"
+        self.assertIn(early, rw.rewrite(after))
+        self.assertNotIn(early, rw.rewrite(branch_kernel(TICK)))
 
     def test_a_first_claim_that_finds_the_arena_full_counts_its_events_lost(self):
-        d = Device(branch_kernel(TICK), chunks=4)
+        d = Device(maybe_loop_kernel(TICK), chunks=4)
         struct.pack_into("<I", d.arena.bytes, mp.HDR_NEXT_CHUNK, 4)  # other warps took every chunk
         d.run(1)
         self.assertEqual(d.counter(mp.HDR_NEXT_CHUNK, 4), 5)
@@ -347,7 +381,7 @@ class FirstClaim(unittest.TestCase):
 
     def test_a_kernel_whose_markers_all_choose_their_warps_claims_at_its_first_event(self):
         # Here most warps may record nothing: no chunk is taken for them.
-        d = Device(branch_kernel(TICK[:5] + (mp.Guard(1, 1),)), chunks=4)
+        d = Device(maybe_loop_kernel(TICK[:5] + (mp.Guard(1, 1),)), chunks=4)
         d.run(1, warp=0)
         self.assertEqual(d.counter(mp.HDR_NEXT_CHUNK, 4), 0)
         d.run(1, warp=1)

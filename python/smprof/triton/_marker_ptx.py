@@ -181,8 +181,9 @@ def _guard(guard: Guard | None, lid: str) -> list[str]:
 # Registers the prologue declares for every kernel with markers.
 def prologue(prefetch: bool) -> list[str]:
     """The warp's recording state, at the top of the kernel. With
-    `prefetch` (the kernel has a marker every warp runs: no "who records"
-    option) a recording warp also claims its first chunk here, so the
+    `prefetch` (its warps are likely to record: the rewriter's
+    _claims_first_chunk_early) a recording warp also claims its first chunk
+    here, so the
     atomic's round trip (on Hopper it held the warp, and its warpgroup's
     wgmma with it, at its first marker: 0.6-0.7 points of the bench kernel's
     time) overlaps the kernel's own start; its first cold path takes that

@@ -13,8 +13,9 @@ markers (_marker_ptx.py) it:
   * replaces each tag token by the event's tag (the name's offset in that
     table, the kind and flags: wire::CompactEvent);
   * puts the prologue (the warp's recording state in function-scope
-    registers; the first chunk's claim when the kernel has a marker without
-    "who records" options) at the top of every kernel with markers;
+    registers; the first chunk's claim when the kernel's warps are likely
+    to record: _claims_first_chunk_early) at the top of every kernel with
+    markers;
   * numbers every marker occurrence, so that the labels of copies Triton
     made of one marker (unrolled, pipelined loops) stay distinct;
   * on targets with clusters (sm_90 on), has the chunk header carry the
@@ -152,6 +153,47 @@ def _slots(marker: list[str]) -> int:
 
 def _guarded(marker: list[str]) -> bool:
     return any(line.strip() == mp.GUARDED_COMMENT for line in marker)
+
+
+_LABEL_NAME_RE = re.compile(r"^\s*([$%\w.]+):")
+_BRANCH_RE = re.compile(r"^\s*(?:@!?%?[\w$]+\s+)?bra(?:\.uni)?\s+([$%\w.]+)\s*;")
+
+
+def _claims_first_chunk_early(pieces: list[tuple[bool, list[str]]]) -> bool:
+    """Whether the kernel's warps claim their first chunk in the prologue
+    (_marker_ptx.prologue): when it has a marker without "who records"
+    options that is inside a loop, or that no forward branch jumps over. A
+    warp that claims early and then reaches no marker wastes a chunk, so a
+    kernel whose every such marker sits only behind a forward branch (`if
+    pid == 0:`) claims at its first event, as before. Loops count as reached
+    (LLVM guards a loop that may run zero times with a forward branch around
+    it: a marker in a K loop is behind one too). Positions only: the
+    kernel's own labels and branches, in text order."""
+    labels: dict[str, int] = {}
+    branches: list[tuple[int, str]] = []
+    markers: list[int] = []
+    at = 0
+    for is_marker, lines in pieces:
+        if is_marker:
+            if not _guarded(lines):
+                markers.append(at)
+            at += 1
+            continue
+        for line in lines:
+            m = _LABEL_NAME_RE.match(line)
+            if m:
+                labels[m.group(1)] = at
+            m = _BRANCH_RE.match(line)
+            if m:
+                branches.append((at, m.group(1)))
+            at += 1
+    spans = [(b, labels[t]) for b, t in branches if t in labels]
+    for m in markers:
+        in_loop = any(t < m < b for b, t in spans)
+        jumped_over = any(b < m < t for b, t in spans)
+        if in_loop or not jumped_over:
+            return True
+    return False
 
 
 def _runs(pieces: list[tuple[bool, list[str]]], slots: dict[int, int]) -> list[list[int]]:
@@ -321,10 +363,10 @@ def rewrite(ptx: str) -> str:
             raise RewriteError(
                 f"function {name} has smprof markers but is not inlined into its kernel: "
                 "remove noinline=True from its @triton.jit (markers need the kernel's registers)")
-        prefetch = any(is_marker and not _guarded(piece) for is_marker, piece in _split(body))
+        early = _claims_first_chunk_early(_split(body))
         body, cold, next_id = _rewrite_body(body, next_id)
         out += lines[at:open_i + 1]
-        out += mp.prologue(prefetch)
+        out += mp.prologue(early)
         out += body
         out.append("// smprof2: the markers' cold paths")
         out += cold
