@@ -148,7 +148,7 @@ void Ship(smprof::injector::MessageSink* sink, const std::vector<Launch>& launch
   shipper.SendDevice(device);
   shipper.SendLaunches(launches, 0, NameAt, [](const std::string& mangled) { return mangled; });
   smprof::injector::HarvestHost host;
-  shipper.SendHarvest(launches.back().record.end_ns, 0, wire::kHarvestSync, 0, 0, 1, 1, host);
+  shipper.SendHarvest(launches.back().record.end_ns, 0, wire::kHarvestSync, 0, 0, 1, 1, 0, host);
 }
 
 std::unique_ptr<smprof::Collector> OpenCollector(const std::string& path,

@@ -100,7 +100,10 @@ void JsonSink::OnHarvest(const trace::ProcessRecord& process, const trace::Harve
       writer_->Complete(pid, tid, h.call.api, h.call.begin_ns, h.call.end_ns - h.call.begin_ns, nullptr);
     }
     JsonArgs host;
-    host.Uint("device", h.device).Uint("chunks_used", h.chunks_used).Uint("chunks_total", h.chunks_total);
+    host.Uint("device", h.device)
+        .Uint("chunks_used", h.chunks_used)
+        .Uint("chunks_total", h.chunks_total)
+        .Uint("chunks_empty", h.chunks_empty);
     for (uint32_t s = 0; s < wire::kHarvestStages; ++s) host.Uint(internal::HarvestStageArg(s), h.stage_us[s]);
     writer_->Complete(pid, tid, internal::HarvestReasonName(h.reason), h.host_begin_ns, h.host_end_ns - h.host_begin_ns,
                       &host);

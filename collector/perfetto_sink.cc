@@ -623,7 +623,8 @@ void PerfettoSink::OnHarvest(const trace::ProcessRecord& process, const trace::H
     Annotations host;
     host.Uint("device", harvest.device)
         .Uint("chunks_used", harvest.chunks_used)
-        .Uint("chunks_total", harvest.chunks_total);
+        .Uint("chunks_total", harvest.chunks_total)
+        .Uint("chunks_empty", harvest.chunks_empty);
     for (uint32_t s = 0; s < wire::kHarvestStages; ++s) host.Uint(internal::HarvestStageArg(s), harvest.stage_us[s]);
     HostSlice(thread, internal::HarvestReasonName(harvest.reason), harvest.host_begin_ns, harvest.host_end_ns, &host);
     if (harvest.call.api != nullptr) MainEvent(thread, kSliceEnd, {}, harvest.call.end_ns, nullptr);

@@ -667,6 +667,7 @@ void TraceBuilder::OnHarvest(Producer& p, const DecodedMessage& m) {
   h.lost_so_far = SatAdd(p.harvest_dropped, p.harvest_unplaced);
   h.chunks_used = std::min(msg.chunks_used, msg.chunks_total);  // untrusted input
   h.chunks_total = msg.chunks_total;
+  h.chunks_empty = std::min(msg.chunks_empty, h.chunks_used);
   if (msg.host_tid != 0) {
     h.tid = msg.host_tid;
     h.thread = ThreadName(p, msg.host_tid);

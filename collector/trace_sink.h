@@ -174,6 +174,7 @@ struct HarvestRecord {
   uint64_t lost_so_far = 0;      // the process's device losses up to and including it
   uint32_t chunks_used = 0;      // how full the device arena was: chunks claimed ...
   uint32_t chunks_total = 0;     // ... of its chunks (0: not known)
+  uint32_t chunks_empty = 0;     // of the claimed ones, never written (at most chunks_used)
   // On the host (tid 0: not reported): the harvest ran on thread `tid` from
   // host_begin_ns to host_end_ns, inside `call`'s exit when a synchronising
   // API call triggered it (call.api nullptr otherwise; call.end_ns is then

@@ -618,7 +618,8 @@ void Harvester::Process(Job& job) {
   // A final flush closes the launches it shipped (events that waited for a
   // record) with a harvest of its own: it read nothing back.
   shipper_.SendHarvest(job.has_snapshot ? snap.time_ns : gpu_.Now(), device->facts().info.ordinal, job.reason,
-                       snap.dropped_events, snap.unplaced_events, snap.used_chunks, snap.total_chunks, job.host);
+                       snap.dropped_events, snap.unplaced_events, snap.used_chunks, snap.total_chunks,
+                       static_cast<uint32_t>(std::min<uint64_t>(decode.empty_chunks, snap.used_chunks)), job.host);
   stats_.harvests += job.has_snapshot ? 1 : 0;
   stats_.forced_drains += job.reason == wire::kHarvestHighWater ? 1 : 0;
   stats_.events_dropped_device += snap.dropped_events;

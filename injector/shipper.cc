@@ -212,7 +212,7 @@ void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_f
 }
 
 void Shipper::SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason reason, uint64_t dropped,
-                          uint64_t unplaced, uint32_t chunks_used, uint32_t chunks_total,
+                          uint64_t unplaced, uint32_t chunks_used, uint32_t chunks_total, uint32_t chunks_empty,
                           const HarvestHost& host) {
   AnnounceThread(host.tid);
   auto m = Zeroed<wire::HarvestMsg>();
@@ -223,6 +223,7 @@ void Shipper::SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason
   m.unplaced_events = unplaced;
   m.chunks_used = chunks_used;
   m.chunks_total = chunks_total;
+  m.chunks_empty = std::min(chunks_empty, chunks_used);
   if (host.tid != 0) {
     m.host_begin_ns = host.begin_ns;
     m.host_end_ns = std::max(host.begin_ns, host.end_ns);

@@ -90,9 +90,11 @@ class Shipper {
                     const std::function<std::string(uint64_t, uint64_t)>& name_of,
                     const std::function<std::string(const std::string&)>& kernel_name);
 
-  // `chunks_used` of `chunks_total`: how full the arena was (its fill counter).
+  // `chunks_used` of `chunks_total`: how full the arena was (its fill
+  // counter); `chunks_empty` of the used ones were claimed but never written.
   void SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason reason, uint64_t dropped, uint64_t unplaced,
-                   uint32_t chunks_used, uint32_t chunks_total, const HarvestHost& host = HarvestHost());
+                   uint32_t chunks_used, uint32_t chunks_total, uint32_t chunks_empty,
+                   const HarvestHost& host = HarvestHost());
   void SendStats(const wire::StatsMsg& stats);
 
   const ShipperCounters& counters() const { return counters_; }

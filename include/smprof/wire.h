@@ -397,7 +397,9 @@ struct HarvestMsg {
   uint64_t host_begin_ns;
   uint64_t host_end_ns;  // >= host_begin_ns
   uint32_t host_tid;
-  uint32_t reserved;
+  // Of chunks_used, those claimed but never written (a Triton warp claims
+  // its first chunk at its kernel's start and may reach no marker).
+  uint32_t chunks_empty;
   HostCall call;
   // Where the host span went, in us (HarvestStage order; they add up to at
   // most host_end_ns - host_begin_ns):

@@ -234,8 +234,9 @@ std::string WriteHostRun(const std::string& path) {
   launch(4, 50000, 51000, "k4", 0, wire::HostCall{});
   send(testing::HostHarvest(kT0 + 60000, wire::kHarvestSync, 77, kT0 + 55000, kT0 + 70000,
                             testing::Call(wire::kApiStreamSynchronize, kT0 + 52000, kT0 + 55000, 77),
-                            {1, 2, 3, 4, 5, 0}));
-  send(testing::HostHarvest(kT0 + 85000, wire::kHarvestHighWater, 78, kT0 + 80000, kT0 + 90000));
+                            {1, 2, 3, 4, 5, 0}, {96, 128, 7}));
+  // Untrusted counts: more empty chunks than used ones reads as all used ones.
+  send(testing::HostHarvest(kT0 + 85000, wire::kHarvestHighWater, 78, kT0 + 80000, kT0 + 90000, {}, {}, {4, 128, 9}));
   launch(5, 95000, 96000, "k5", 13, testing::Call(wire::kApiLaunchKernel, kT0 + 79000, kT0 + 91000, 78));
   send(testing::Harvest(kT0 + 100000, wire::kHarvestExit, 0));
   c->HandleProducerEnd(p, /*clean=*/true);
@@ -274,6 +275,17 @@ TEST(TraceImport, HostCallsOnTheirThreadsWithFlowsToTheKernels) {
                     "s.name = 'harvest: sync' and a.key glob '*_us' order by a.int_value"),
               (std::vector<std::string>{arg + "other_us\",0", arg + "wait_us\",1", arg + "copy_us\",2",
                                         arg + "clock_us\",3", arg + "decode_us\",4", arg + "ship_us\",5"}))
+        << trace;
+    // How full the arena was, and how many of its claimed chunks were never written.
+    EXPECT_EQ(Query(tp, trace,
+                    "select s.name, a.key, a.int_value from slice s join args a using(arg_set_id) where "
+                    "a.key glob '*chunks_*' order by s.ts, a.key"),
+              (std::vector<std::string>{"\"harvest: sync\"," + arg + "chunks_empty\",7",
+                                        "\"harvest: sync\"," + arg + "chunks_total\",128",
+                                        "\"harvest: sync\"," + arg + "chunks_used\",96",
+                                        "\"forced drain: buffer high-water\"," + arg + "chunks_empty\",4",
+                                        "\"forced drain: buffer high-water\"," + arg + "chunks_total\",128",
+                                        "\"forced drain: buffer high-water\"," + arg + "chunks_used\",4"}))
         << trace;
     // The threads belong to the application's process (pid 77).
     EXPECT_EQ(Query(tp, trace, "select count(*) from thread where tid in (77, 78) and name in ('app 77', 'worker 78')"),

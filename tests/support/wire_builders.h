@@ -4,6 +4,7 @@
 // field values keeps a thin local wrapper over these.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -144,8 +145,12 @@ inline wire::HostCall Call(uint32_t api, uint64_t start, uint64_t end, uint32_t 
 // A harvest that ran on host thread `tid` from `begin` to `end`, inside
 // `call` (api kApiNone: none), its stages taking `stage_us` (wire::HarvestStage).
 inline Bytes HostHarvest(uint64_t time_ns, uint32_t reason, uint32_t tid, uint64_t begin, uint64_t end,
-                         wire::HostCall call = {}, std::vector<uint32_t> stage_us = {}) {
+                         wire::HostCall call = {}, std::vector<uint32_t> stage_us = {},
+                         std::array<uint32_t, 3> chunks = {}) {  // used, total, empty
   wire::HarvestMsg m = HarvestFields(time_ns, reason);
+  m.chunks_used = chunks[0];
+  m.chunks_total = chunks[1];
+  m.chunks_empty = chunks[2];
   for (size_t i = 0; i < stage_us.size() && i < wire::kHarvestStages; ++i) m.stage_us[i] = stage_us[i];
   m.host_tid = tid;
   m.host_begin_ns = begin;

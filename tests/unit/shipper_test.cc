@@ -123,7 +123,7 @@ TEST(Shipper, TritonChunksMarkTheirWarpsAPrograms) {
 TEST(Shipper, HarvestCarriesLossesAndArenaFill) {
   RecordingSink sink;
   Shipper s(&sink);
-  s.SendHarvest(123, 1, wire::kHarvestHighWater, 4, 5, 96, 128);
+  s.SendHarvest(123, 1, wire::kHarvestHighWater, 4, 5, 96, 128, 7);
   ASSERT_EQ(sink.messages.size(), 1u);
   ASSERT_EQ(sink.TypeAt(0), wire::kMsgHarvest);
   ASSERT_EQ(sink.messages[0].size(), sizeof(wire::HarvestMsg));
@@ -135,6 +135,7 @@ TEST(Shipper, HarvestCarriesLossesAndArenaFill) {
   EXPECT_EQ(h.unplaced_events, 5u);
   EXPECT_EQ(h.chunks_used, 96u);
   EXPECT_EQ(h.chunks_total, 128u);
+  EXPECT_EQ(h.chunks_empty, 7u);
 }
 
 TEST(Shipper, NamesAThreadOnceBeforeTheLaunchOrHarvestThatNamesIt) {
@@ -174,7 +175,7 @@ TEST(Shipper, NamesAThreadOnceBeforeTheLaunchOrHarvestThatNamesIt) {
   host.call = wire::HostCall{25, 30, 78, wire::kApiStreamSynchronize};
   host.stage_us[wire::kStageCopy] = 7;
   host.stage_us[wire::kStageShip] = 9;
-  s.SendHarvest(40, 0, wire::kHarvestSync, 0, 0, 1, 2, host);
+  s.SendHarvest(40, 0, wire::kHarvestSync, 0, 0, 1, 2, 5, host);  // more empty than used: clamped
   ASSERT_EQ(sink.messages.size(), 2u);
   EXPECT_EQ(sink.TypeAt(0), wire::kMsgThread);
   EXPECT_EQ(sink.As<wire::ThreadMsg>(0).tid, 78u);
@@ -182,6 +183,7 @@ TEST(Shipper, NamesAThreadOnceBeforeTheLaunchOrHarvestThatNamesIt) {
   EXPECT_EQ(h.host_begin_ns, 30u);
   EXPECT_EQ(h.host_end_ns, 50u);
   EXPECT_EQ(h.host_tid, 78u);
+  EXPECT_EQ(h.chunks_empty, 1u);
   EXPECT_EQ(h.call.api, wire::kApiStreamSynchronize);
   EXPECT_EQ(h.call.start_ns, 25u);
   EXPECT_EQ(h.stage_us[wire::kStageCopy], 7u);
@@ -196,9 +198,9 @@ TEST(Shipper, ThreadWhoseMessageWasDroppedIsNamedAgain) {
   HarvestHost host;
   host.tid = 77;
   sink.reject_all = true;
-  s.SendHarvest(40, 0, wire::kHarvestExit, 0, 0, 0, 0, host);
+  s.SendHarvest(40, 0, wire::kHarvestExit, 0, 0, 0, 0, 0, host);
   sink.reject_all = false;
-  s.SendHarvest(50, 0, wire::kHarvestExit, 0, 0, 0, 0, host);
+  s.SendHarvest(50, 0, wire::kHarvestExit, 0, 0, 0, 0, 0, host);
   ASSERT_EQ(sink.messages.size(), 2u);
   EXPECT_EQ(sink.TypeAt(0), wire::kMsgThread);
   EXPECT_EQ(sink.TypeAt(1), wire::kMsgHarvest);
