@@ -46,7 +46,7 @@ class RewriteError(Exception):
 
 _NAME_RE = re.compile(re.escape(mp.NAME_COMMENT) + r" ([0-9a-f]{8}) ([0-9a-f]*)")
 _TAG_RE = re.compile(re.escape(mp.PREFIX) + r"g([0-9a-f]{8})x([0-9a-f]{8})\b")
-_LABEL_RE = re.compile(r"^\s*[$%\w.]+:")
+_LABEL_RE = re.compile(r"^\s*([$%\w.]+):")
 _CONTROL_RE = re.compile(r"^\s*(?:@!?%?[\w$]+\s+)?(?:bra|brx|call|ret|exit|trap)\b")
 _FUNC_RE = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+|\.extern\s+)*\.(entry|func)\b[^(]*?([A-Za-z_$][\w$]*)\s*\(")
 
@@ -155,7 +155,6 @@ def _guarded(marker: list[str]) -> bool:
     return any(line.strip() == mp.GUARDED_COMMENT for line in marker)
 
 
-_LABEL_NAME_RE = re.compile(r"^\s*([$%\w.]+):")
 _BRANCH_RE = re.compile(r"^\s*(?:@!?%?[\w$]+\s+)?bra(?:\.uni)?\s+([$%\w.]+)\s*;")
 
 
@@ -180,7 +179,7 @@ def _claims_first_chunk_early(pieces: list[tuple[bool, list[str]]]) -> bool:
             at += 1
             continue
         for line in lines:
-            m = _LABEL_NAME_RE.match(line)
+            m = _LABEL_RE.match(line)
             if m:
                 labels[m.group(1)] = at
             m = _BRANCH_RE.match(line)
