@@ -171,13 +171,10 @@ void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_byt
     wire::ChunkHeader header;
     std::memcpy(&header, base, sizeof(header));
     ++stats->chunks;
-    if (chunk_bytes >= sizeof(wire::ChunkHeader) &&
-        std::all_of(base, base + sizeof(header), [](uint8_t b) { return b == 0; })) {
-      ++stats->empty_chunks;
-      continue;
-    }
     if (header.magic != wire::kChunkMagic || chunk_bytes < sizeof(wire::ChunkHeader)) {
-      ++stats->malformed_chunks;
+      const bool empty =
+          chunk_bytes >= sizeof(header) && std::all_of(base, base + sizeof(header), [](uint8_t b) { return b == 0; });
+      ++(empty ? stats->empty_chunks : stats->malformed_chunks);
       continue;
     }
     WarpSegment segment;

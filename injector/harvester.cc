@@ -619,7 +619,7 @@ void Harvester::Process(Job& job) {
   // record) with a harvest of its own: it read nothing back.
   shipper_.SendHarvest(job.has_snapshot ? snap.time_ns : gpu_.Now(), device->facts().info.ordinal, job.reason,
                        snap.dropped_events, snap.unplaced_events, snap.used_chunks, snap.total_chunks,
-                       static_cast<uint32_t>(std::min<uint64_t>(decode.empty_chunks, snap.used_chunks)), job.host);
+                       static_cast<uint32_t>(decode.empty_chunks), job.host);  // at most used_chunks
   stats_.harvests += job.has_snapshot ? 1 : 0;
   stats_.forced_drains += job.reason == wire::kHarvestHighWater ? 1 : 0;
   stats_.events_dropped_device += snap.dropped_events;
