@@ -98,6 +98,7 @@ class Device:
         struct.pack_into("<I", self.ref, 16, chunks)
 
     def run(self, iterations, warp=0, watch=None):
+        self.warp = warp
         lane = Lane(self.ptx, "kern", self.arena, {mp.ARENA_SYMBOL: self.ref}, {mp.NAME_BASE_SYMBOL: NAME_BASE},
                     {"kern_param_0": iterations}, warp=warp, block=(5, 1, 0), watch=watch, cluster=self.cluster)
         lane.run()
@@ -117,6 +118,7 @@ class Device:
                 "<QQIHHHBBBBH", self.arena.bytes, at - self.base)
             assert magic == mp.CHUNK_MAGIC, f"chunk {c}: no header"
             assert (grid, name_base, bx, by, sm) == (7, NAME_BASE, 5, 1, 3), f"chunk {c}: header"
+            assert warp == self.warp, f"chunk {c}: warp {warp}, not {self.warp}"
             assert flags == mp.CHUNK_FROM_TRITON | mp.CHUNK_COMPACT
             shape = 0
             if ".target sm_9" in self.ptx:  # wire::ChunkHeader::cluster: %cluster_nctaid - 1, 4 bits per axis
@@ -417,7 +419,7 @@ class GuardedMarkers(unittest.TestCase):
         self.assertEqual(len(re.findall(r"bra.uni smprof2_L\d+_cold;", out)), 5)
         first = out[out.index("// smprof2-marker-begin 2"):]
         first = first[:first.index("// smprof2-marker-end")]
-        self.assertIn("sub.u32 smprof2_t2, smprof2_t2, 1;\nsetp.lt.and.u32 smprof2_q, smprof2_t2, 1, smprof2_on;",
+        self.assertIn("sub.u32 smprof2_t2, smprof2_w, 1;\nsetp.lt.and.u32 smprof2_q, smprof2_t2, 1, smprof2_on;",
                       first)
         self.assertLess(first.index("@!smprof2_q bra.uni smprof2_L2_done;"), first.index("bra.uni smprof2_L2_cold;"))
         odd = out[out.index("// smprof2-marker-begin 3"):]

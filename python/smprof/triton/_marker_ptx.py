@@ -170,8 +170,7 @@ def _guard(guard: Guard | None, lid: str) -> list[str]:
     if guard.count is None:
         lines.append(f"mov.pred {p}q, {p}on;")
     else:
-        lines += [f"mov.u32 {p}t2, %tid.x;", f"shr.u32 {p}t2, {p}t2, 5;",
-                  f"sub.u32 {p}t2, {p}t2, {guard.first};",  # first <= warp < first + count, unsigned
+        lines += [f"sub.u32 {p}t2, {p}w, {guard.first};",  # first <= warp < first + count, unsigned
                   f"setp.lt.and.u32 {p}q, {p}t2, {guard.count}, {p}on;"]
     if guard.when is not None:
         lines.append(f"setp.ne.and.u32 {p}q, {guard.when}, 0, {p}q;")
@@ -195,7 +194,14 @@ def prologue(prefetch: bool) -> list[str]:
     it). This form, word for word, is the one measured (a version that
     tested the placement first and kept the pending claim in a register
     instead of a predicate measured no gain: ptxas scheduled the loop
-    differently; docs/triton-design.md section 14)."""
+    differently; docs/triton-design.md section 14).
+
+    The warp's index in its block (`w`) is read here once and kept: the
+    cold paths' headers and the "who records" tests use it. A cold path
+    that read %tid itself made ptxas compute a Hopper loop's wgmma
+    descriptors in ordinary registers and move them to uniform ones before
+    every HGMMA (R2UR), 3.4 points of the bench kernel's time (section
+    15)."""
     p = PREFIX
     claim = [
         f"mov.pred {p}pfv, {p}lane0;",
@@ -204,14 +210,14 @@ def prologue(prefetch: bool) -> list[str]:
     return [
         "// smprof2: the warp's recording state (python/smprof/triton)",
         f".reg .pred {p}on, {p}lane0, {p}st, {p}q, {p}pfv;",
-        f".reg .b32 {p}mask, {p}clk, {p}k0, {p}t0, {p}t1, {p}t2, {p}t3, {p}t4, {p}t5, {p}hclk, {p}htag, {p}pf;",
+        f".reg .b32 {p}w, {p}mask, {p}clk, {p}k0, {p}t0, {p}t1, {p}t2, {p}t3, {p}t4, {p}t5, {p}hclk, {p}htag, {p}pf;",
         f".reg .b64 {p}cur, {p}d0, {p}d1, {p}d2;",
         f"ld.const.u64 {p}d0, [{ARENA_SYMBOL}+{REF_ARENA}];",
         f"ld.const.u32 {p}t0, [{ARENA_SYMBOL}+{REF_WARP_MASK}];",
         f"ld.const.u32 {p}t1, [{ARENA_SYMBOL}+{REF_CHUNK_SHIFT}];",
-        f"mov.u32 {p}t2, %tid.x;",
-        f"shr.u32 {p}t2, {p}t2, 5;",
-        f"min.u32 {p}t2, {p}t2, 31;",
+        f"mov.u32 {p}w, %tid.x;",  # the only read of %tid (see below)
+        f"shr.u32 {p}w, {p}w, 5;",
+        f"min.u32 {p}t2, {p}w, 31;",
         f"shr.b32 {p}t0, {p}t0, {p}t2;",
         f"and.b32 {p}t0, {p}t0, 1;",
         f"redux.sync.max.u32 {p}t0, {p}t0, -1;",  # the same in every lane: now ptxas knows
@@ -302,8 +308,7 @@ def _cold_path(store: list[str]) -> list[str]:
         f"mov.b64 {p}d1, {{{p}t0, {p}t1}};",
         f"mov.u32 {p}t0, %smid;",
         f"and.b32 {p}t0, {p}t0, 65535;",
-        f"mov.u32 {p}t1, %tid.x;",
-        f"shr.u32 {p}t1, {p}t1, 5;",
+        f"mov.u32 {p}t1, {p}w;",
         f"shl.b32 {p}t1, {p}t1, 16;",
         f"or.b32 {p}t0, {p}t0, {p}t1;",
         f"or.b32 {p}t0, {p}t0, {CHUNK_MAGIC << 24:#x};",
