@@ -193,11 +193,12 @@ class Rewrite(unittest.TestCase):
     def test_the_warps_index_is_read_once_in_the_prologue(self):
         # Reading %tid in a cold path made ptxas keep a Hopper loop's wgmma
         # descriptors in ordinary registers (an R2UR before every HGMMA):
-        # 3.4 points of the bench kernel's time (docs/triton-design.md
+        # 3.4 points of the bench kernel's time on H200 (docs/triton-design.md
         # section 15). The prologue keeps the warp's index for the cold
         # paths and the "who records" tests.
+        marker = _asm(mp.marker(mp.KIND_INSTANT, 0, "w", None, mp.Guard(1, 2)), "%r9")
         guarded = triton_like_module([(mp.KIND_INSTANT, 0, "x", None, None)]).replace(
-            "$L__BB0_1:\n", "$L__BB0_1:\n" + _asm(mp.marker(mp.KIND_INSTANT, 0, "w", None, mp.Guard(1, 2)), "%r9") + "\n")
+            "$L__BB0_1:\n", "$L__BB0_1:\n" + marker + "\n")
         for out in (self.out, rw.rewrite(guarded)):
             self.assertEqual(len(re.findall(r"%tid\b", out)), 1)
             self.assertLess(out.index("%tid"), out.index("// smprof2: end of prologue"))

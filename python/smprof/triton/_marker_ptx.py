@@ -200,7 +200,7 @@ def prologue(prefetch: bool) -> list[str]:
     cold paths' headers and the "who records" tests use it. A cold path
     that read %tid itself made ptxas compute a Hopper loop's wgmma
     descriptors in ordinary registers and move them to uniform ones before
-    every HGMMA (R2UR), 3.4 points of the bench kernel's time (section
+    every HGMMA (R2UR), 3.4 points of the bench kernel's time on H200 (section
     15)."""
     p = PREFIX
     claim = [
