@@ -305,12 +305,12 @@ def _lay_out(marker: list[str], marker_id: int, run: _Run, first: bool, back: in
     return body, cold
 
 
-def _rewrite_body(body: list[str], next_id: int) -> tuple[list[str], list[str], int]:
-    """Numbers the markers of one function body, gives the first marker of
-    every run of markers in straight-line code the room check for the whole
-    run (the others store without a test) and takes the cold paths out.
-    Returns (body, cold lines for the function's end, next free id)."""
-    pieces = _split(body)
+def _rewrite_body(pieces: list[tuple[bool, list[str]]], next_id: int) -> tuple[list[str], list[str], int]:
+    """Numbers the markers of one function body (split by _split), gives the
+    first marker of every run of markers in straight-line code the room
+    check for the whole run (the others store without a test) and takes the
+    cold paths out. Returns (body, cold lines for the function's end, next
+    free id)."""
     slots = {i: _slots(lines) for i, (is_marker, lines) in enumerate(pieces) if is_marker}
     layout: dict[int, tuple[_Run, bool, int, str]] = {}  # marker piece -> (run, first, back, how)
     for indices in _runs(pieces, slots):
@@ -362,10 +362,10 @@ def rewrite(ptx: str) -> str:
             raise RewriteError(
                 f"function {name} has smprof markers but is not inlined into its kernel: "
                 "remove noinline=True from its @triton.jit (markers need the kernel's registers)")
-        early = _claims_first_chunk_early(_split(body))
-        body, cold, next_id = _rewrite_body(body, next_id)
+        pieces = _split(body)
+        body, cold, next_id = _rewrite_body(pieces, next_id)
         out += lines[at:open_i + 1]
-        out += mp.prologue(early)
+        out += mp.prologue(_claims_first_chunk_early(pieces))
         out += body
         out.append("// smprof2: the markers' cold paths")
         out += cold
