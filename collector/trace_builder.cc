@@ -367,7 +367,7 @@ void TraceBuilder::OnDevice(Producer& p, const DecodedMessage& m) {
     g.facts["seen_as"] = nlohmann::json::array();
   }
   nlohmann::json& seen = slot->record.facts["seen_as"];
-  const nlohmann::json as = {{"pid", p.record.pid}, {"ordinal", d.device}};
+  const nlohmann::json as = {{"pid", p.record.pid}, {"ordinal", d.device}, {"buffer_mib", d.buffer_mib}};
   if (std::find(seen.begin(), seen.end(), as) == seen.end()) seen.push_back(as);
 }
 

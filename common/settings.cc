@@ -29,9 +29,10 @@ const std::vector<SettingSpec> kSettings = {
      "when launches are profiled: none (from the start) or cudaProfilerApi\n"
      "(only between the program's cudaProfilerStart() and\n"
      "cudaProfilerStop() calls, as nsys --capture-range=cudaProfilerApi)"},
-    {Setting::kBufferMb, "SMPROF_BUFFER_MB", "buffer-mb", 0, "N", "64",
-     "device event buffer per GPU context in MiB, 1-4095 (a staging\n"
-     "copy of it takes as much device memory again)"},
+    {Setting::kBufferMb, "SMPROF_BUFFER_MB", "buffer-mb", 0, "N", "auto",
+     "device event buffer per GPU context in MiB, 1-4095, or auto: 1/32 of\n"
+     "the GPU's free memory when profiling starts, rounded down to a power\n"
+     "of two, 16-2048 MiB (a staging copy of it takes as much again)"},
     {Setting::kWarps, "SMPROF_WARPS", "warps", 0, "LIST", "all warps",
      "warp indices within a block that record, e.g. 0,4-7; each 0-31"},
     {Setting::kShmMb, "SMPROF_SHM_MB", "shm-mb", 0, "N", "32",
@@ -255,7 +256,15 @@ bool ParseSetting(Setting setting, std::string_view text, std::string_view sourc
       }
       break;
     case Setting::kBufferMb:
-      ok = ParseBounded(text, kMinBufferMb, kMaxBufferMb, &s.buffer_mb, &why);
+      if (text == "auto") {
+        s.buffer_mb = kAutoBufferMb;
+        ok = true;
+      } else if (IsDigits(text)) {
+        ok = ParseBounded(text, kMinBufferMb, kMaxBufferMb, &s.buffer_mb, &why);
+      } else {
+        why = "\"" + std::string(text) + "\" is not a size in MiB: give a whole number from " +
+              std::to_string(kMinBufferMb) + " to " + std::to_string(kMaxBufferMb) + ", or auto";
+      }
       break;
     case Setting::kChunkBytes:
       ok = ParseBounded(text, kMinChunkBytes, kMaxChunkBytes, &s.chunk_bytes, &why);
@@ -314,7 +323,7 @@ std::string SettingText(Setting setting, const Settings& s) {
     case Setting::kCaptureRange:
       return CaptureRangeText(s.capture_range);
     case Setting::kBufferMb:
-      return std::to_string(s.buffer_mb);
+      return s.buffer_mb == kAutoBufferMb ? "auto" : std::to_string(s.buffer_mb);
     case Setting::kChunkBytes:
       return std::to_string(s.chunk_bytes);
     case Setting::kWarps:
@@ -335,6 +344,13 @@ std::string SettingText(Setting setting, const Settings& s) {
       return BacklogText(s.backlog);
   }
   return "";
+}
+
+uint64_t AutoBufferBytes(uint64_t free_bytes) {
+  const uint64_t share = free_bytes / kAutoBufferShare;
+  uint64_t bytes = kAutoBufferMinBytes;
+  while (bytes * 2 <= share && bytes * 2 <= kAutoBufferMaxBytes) bytes *= 2;
+  return bytes;
 }
 
 Settings LoadSettings(const GetEnv& getenv_fn, std::vector<std::string>* errors, bool* selection_valid) {

@@ -72,6 +72,18 @@ enum class Backlog {
 };
 const char* BacklogText(Backlog backlog);
 
+// SMPROF_BUFFER_MB=auto (the default): the device buffer is sized from the
+// GPU's free memory when a context starts profiling (AutoBufferBytes).
+inline constexpr uint32_t kAutoBufferMb = 0;
+inline constexpr uint64_t kAutoBufferMinBytes = uint64_t{16} << 20;
+inline constexpr uint64_t kAutoBufferMaxBytes = uint64_t{2048} << 20;
+inline constexpr uint64_t kAutoBufferShare = 32;  // of the free memory
+// The automatic device buffer for `free_bytes` of free device memory: 1/32
+// of it rounded down to a power of two, within [16 MiB, 2048 MiB]. The
+// staging copy takes as much again, so profiling takes at most 1/16 of what
+// was free (or 32 MiB on a nearly full GPU).
+uint64_t AutoBufferBytes(uint64_t free_bytes);
+
 // Values of every setting; the defaults are the documented ones.
 struct Settings {
   std::string kernels_spec;  // as written; empty: every kernel
@@ -79,7 +91,7 @@ struct Settings {
   std::string launches_spec;  // as written; empty: every launch of every selected kernel
   LaunchFilter launches;      // which launches of the selected kernels (launch_filter.h)
   CaptureRange capture_range = CaptureRange::kNone;
-  uint32_t buffer_mb = 64;
+  uint32_t buffer_mb = kAutoBufferMb;  // MiB per GPU context; kAutoBufferMb: sized from the device (AutoBufferBytes)
   uint32_t chunk_bytes = 65536;      // the largest device chunk size
   std::string warps_spec;            // as written; empty: every warp
   uint32_t warp_mask = 0xffffffffu;  // bit w: warp w of each block records

@@ -20,7 +20,6 @@ struct Config {
   Settings settings;
   bool kernels_valid = true;
 
-  uint64_t buffer_bytes() const { return uint64_t{settings.buffer_mb} << 20; }
   uint64_t shm_bytes() const { return uint64_t{settings.shm_mb} << 20; }
 };
 

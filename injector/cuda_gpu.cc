@@ -218,6 +218,14 @@ bool CudaGpu::SetUpDevice(DeviceFacts* facts) {
   return true;
 }
 
+bool CudaGpu::DeviceMemory(uint64_t* free_bytes, uint64_t* total_bytes) {
+  size_t free = 0, total = 0;
+  if (!SMPROF_CU(cuMemGetInfo(&free, &total))) return false;
+  *free_bytes = free;
+  *total_bytes = total;
+  return true;
+}
+
 bool CudaGpu::Allocate(size_t bytes, DevPtr* ptr) {
   RelaxedCapture relaxed;
   CUdeviceptr p = 0;

@@ -27,6 +27,7 @@ class CudaGpu final : public Gpu {
   bool PushContext(GpuCtx ctx) override;
   void PopContext() override;
   bool SetUpDevice(DeviceFacts* facts) override;
+  bool DeviceMemory(uint64_t* free_bytes, uint64_t* total_bytes) override;
   bool Allocate(size_t bytes, DevPtr* ptr) override;
   void Free(DevPtr ptr) override;
   void* AllocatePinned(size_t bytes) override;

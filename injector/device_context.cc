@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/settings.h"
 #include "injector/kernel_table.h"
 #include "injector/log.h"
 
@@ -67,12 +68,36 @@ DeviceContext::~DeviceContext() {
   if (stream_ != nullptr) gpu_.DestroyStream(stream_);
 }
 
+bool DeviceContext::AllocateArena(uint64_t* bytes) {
+  if (options_.buffer_bytes != 0) {
+    *bytes = options_.buffer_bytes;
+    if (gpu_.Allocate(*bytes, &arena_)) return true;
+    Log().error("could not allocate {} MiB of device memory for profiling: lower SMPROF_BUFFER_MB (or leave it "
+                "unset: the buffer is then sized from the free memory)",
+                *bytes >> 20);
+    return false;
+  }
+  uint64_t free = 0, total = 0;
+  if (!gpu_.DeviceMemory(&free, &total)) free = 0;
+  // A GPU whose memory fills between the query and the allocation gets less.
+  for (*bytes = AutoBufferBytes(free); *bytes >= kAutoBufferMinBytes; *bytes /= 2) {
+    if (gpu_.Allocate(*bytes, &arena_)) {
+      Log().info("device buffer of {} MiB (SMPROF_BUFFER_MB=auto: 1/{} of {} MiB free, a power of two, {}-{} MiB)",
+                 *bytes >> 20, kAutoBufferShare, free >> 20, kAutoBufferMinBytes >> 20, kAutoBufferMaxBytes >> 20);
+      return true;
+    }
+  }
+  Log().error("could not allocate {} MiB of device memory for profiling ({} MiB free): free some, or set "
+              "SMPROF_BUFFER_MB",
+              kAutoBufferMinBytes >> 20, free >> 20);
+  return false;
+}
+
 bool DeviceContext::SetUp() {
-  const uint64_t bytes = options_.buffer_bytes;
+  uint64_t bytes = 0;
   const uint64_t chunk = options_.chunk_bytes;
   words_ = static_cast<uint64_t*>(gpu_.AllocatePinned(4 * sizeof(uint64_t)));
-  if (!gpu_.CreateStream(&stream_) || words_ == nullptr || !gpu_.Allocate(bytes, &arena_)) {
-    Log().error("could not allocate {} MB of device memory for profiling: lower SMPROF_BUFFER_MB", bytes >> 20);
+  if (!gpu_.CreateStream(&stream_) || words_ == nullptr || !AllocateArena(&bytes)) {
     failed_ = true;
     return false;
   }
@@ -109,6 +134,7 @@ bool DeviceContext::SetUp() {
     return false;
   }
   if (facts_.cycles_per_ns <= 0) facts_.cycles_per_ns = 1.0;
+  facts_.info.buffer_bytes = bytes;
   // Optional: without it, read-backs copy to host memory on the
   // application's thread.
   if (!gpu_.CreateStream(&fetch_stream_) || !gpu_.Allocate(chunk_region_bytes_, &staging_)) {
@@ -118,7 +144,7 @@ bool DeviceContext::SetUp() {
         "while the application waits",
         facts_.info.ordinal, chunk_region_bytes_ >> 20);
   }
-  Log().info("GPU {} ({}): {} MB arena, chunks of {} bytes, up to {} for warps of many events", facts_.info.ordinal,
+  Log().info("GPU {} ({}): {} MiB arena, chunks of {} bytes, up to {} for warps of many events", facts_.info.ordinal,
              facts_.info.name, bytes >> 20, ChunkBytesOf(start_chunk_class_), chunk);
   return true;
 }

@@ -74,7 +74,7 @@
 namespace smprof::injector {
 
 struct ArenaOptions {
-  uint64_t buffer_bytes = 64u << 20;
+  uint64_t buffer_bytes = 0;  // 0: sized from the device's free memory (AutoBufferBytes)
   uint32_t chunk_bytes = 65536;  // the largest chunk size (chunk_sizing.h)
   uint32_t warp_mask = 0xffffffffu;
   uint32_t high_water_percent = 75;
@@ -212,6 +212,8 @@ class DeviceContext {
   GpuStream stream() const { return stream_; }
 
  private:
+  // The arena: options_.buffer_bytes, or sized from the free device memory.
+  bool AllocateArena(uint64_t* bytes);
   bool Quiesce(HarvestMode mode, std::chrono::steady_clock::time_point deadline);
   // A slice of the staging area for a read-back of `bytes` (false: none
   // free), held once; each hold is released once, the last frees it.

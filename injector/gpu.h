@@ -78,6 +78,8 @@ class Gpu {
   // marker costs (a few hundred microseconds of GPU time, waited for briefly).
   virtual bool SetUpDevice(DeviceFacts* facts) = 0;
 
+  // The current context's device memory: free and total bytes.
+  virtual bool DeviceMemory(uint64_t* free_bytes, uint64_t* total_bytes) = 0;
   virtual bool Allocate(size_t bytes, DevPtr* ptr) = 0;
   virtual void Free(DevPtr ptr) = 0;
   // Page-locked host memory the GPU copies into asynchronously; nullptr on failure.

@@ -43,7 +43,7 @@ thread_local GraphCache t_graph;
 
 ArenaOptions ArenaOptionsOf(const Settings& s) {
   ArenaOptions o;
-  o.buffer_bytes = uint64_t{s.buffer_mb} << 20;
+  o.buffer_bytes = s.buffer_mb == kAutoBufferMb ? 0 : uint64_t{s.buffer_mb} << 20;
   o.chunk_bytes = s.chunk_bytes;
   o.warp_mask = s.warp_mask;
   o.high_water_percent = s.high_water_percent;

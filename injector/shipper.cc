@@ -78,6 +78,7 @@ void Shipper::SendDevice(const DeviceInfo& d) {
   m.cost_default_centicycles = d.calibration.cost_default_centicycles;
   m.cost_diverged_centicycles = d.calibration.cost_diverged_centicycles;
   m.cost_idle_centicycles = d.calibration.cost_idle_centicycles;
+  m.buffer_mib = static_cast<uint32_t>(std::min<uint64_t>(d.buffer_bytes >> 20, UINT32_MAX));
   m.name_len = ClampedLength(d.name);
   if (Send(wire::kMsgDevice, &m, sizeof(m), d.name.data(), m.name_len, 0)) devices_sent_.push_back(d.ordinal);
 }

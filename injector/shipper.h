@@ -58,6 +58,7 @@ struct DeviceInfo {
   uint32_t sm_clock_khz = 0;
   uint32_t timer_resolution_ns = 0;  // 0: not measured
   Calibration calibration;           // injector/calibration.h; zeros: not measured
+  uint64_t buffer_bytes = 0;         // the device buffer (arena) of the context
   std::string name;
 };
 

@@ -694,6 +694,25 @@ void PrintStats(const CollectorSummary& summary, const std::string& trace) {
   WarnIfTooLarge(trace, run);
 }
 
+// The device buffer each profiled GPU context got, once per distinct size.
+void PrintDeviceBuffers(const CollectorSummary& summary, const RunOptions& options) {
+  std::vector<uint64_t> sizes;
+  for (const nlohmann::json& gpu : summary.gpus) {
+    const auto seen = gpu.find("seen_as");
+    if (seen == gpu.end() || !seen->is_array()) continue;
+    for (const nlohmann::json& as : *seen) {
+      const uint64_t mib = Count(as, "buffer_mib");
+      if (mib != 0 && std::find(sizes.begin(), sizes.end(), mib) == sizes.end()) sizes.push_back(mib);
+    }
+  }
+  if (sizes.empty()) return;
+  std::string text;
+  for (size_t i = 0; i < sizes.size(); ++i) text += (i == 0 ? "" : ", ") + std::to_string(sizes[i]) + " MiB";
+  const bool automatic = options.settings.buffer_mb == kAutoBufferMb;
+  std::fprintf(stderr, "smprof: device buffer per GPU context: %s (%s)\n", text.c_str(),
+               automatic ? "--buffer-mb auto: 1/32 of the free memory, 16-2048 MiB" : "--buffer-mb");
+}
+
 void PrintSummary(const std::optional<CollectorSummary>& read, const std::string& output, const RunOptions& options) {
   if (!read) return;  // ReadSummary said why
   const CollectorSummary& summary = *read;
@@ -711,6 +730,7 @@ void PrintSummary(const std::optional<CollectorSummary>& read, const std::string
                static_cast<unsigned long long>(summary.lost_device_buffer),
                static_cast<unsigned long long>(summary.lost_device_unplaced),
                static_cast<unsigned long long>(summary.lost_transport), host_text.c_str(), orphan_text.c_str());
+  PrintDeviceBuffers(summary, options);
   if (summary.harvests_skipped != 0) {
     std::fprintf(stderr,
                  "smprof: %llu read-backs skipped while the host was behind the GPU (--backlog drop): the application "

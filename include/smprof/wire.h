@@ -265,7 +265,7 @@ struct DeviceMsg {
   uint32_t cost_diverged_centicycles;  //   reached by a diverged warp,
   uint32_t cost_idle_centicycles;      //   and without smprof-run (not recording)
   uint32_t name_len;                   // device name bytes following this struct
-  uint32_t reserved;
+  uint32_t buffer_mib;                 // the device buffer of the process's context on it (0: not known)
 };
 
 // Interns a marker name for this process. Ids start at 1.

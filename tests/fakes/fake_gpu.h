@@ -204,10 +204,29 @@ class FakeGpu final : public Gpu {
     facts->cycles_per_ns = 1.0;
     return true;
   }
+  bool DeviceMemory(uint64_t* free_bytes, uint64_t* total_bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    *free_bytes = free_bytes_;
+    *total_bytes = total_bytes_;
+    return true;
+  }
+  // What DeviceMemory reports (an automatic buffer is sized from it).
+  void set_device_memory(uint64_t free_bytes, uint64_t total_bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_bytes_ = free_bytes;
+    total_bytes_ = total_bytes;
+  }
+  // The sizes of the device allocations made so far, in order.
+  std::vector<size_t> allocation_sizes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return allocation_sizes_;
+  }
   bool Allocate(size_t bytes, DevPtr* ptr) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (fail_allocations_ || allocations_left_ == 0) return false;
     if (allocations_left_ > 0) --allocations_left_;
+    if (bytes > largest_allocation_) return false;
+    allocation_sizes_.push_back(bytes);
     *ptr = AllocLocked(bytes);
     return true;
   }
@@ -432,6 +451,8 @@ class FakeGpu final : public Gpu {
   }
 
   GpuCtx context = reinterpret_cast<GpuCtx>(0xC0);
+  // Allocations larger than this fail (as on a GPU with less free memory).
+  size_t largest_allocation_ = SIZE_MAX;
   bool fail_allocations_ = false;
   int allocations_left_ = -1;                  // -1: no limit
   std::vector<std::thread::id> host_copiers_;  // callers of read-back copies to the host
@@ -562,6 +583,8 @@ class FakeGpu final : public Gpu {
   }
 
   mutable std::mutex mu_;
+  uint64_t free_bytes_ = uint64_t{1} << 30, total_bytes_ = uint64_t{2} << 30;
+  std::vector<size_t> allocation_sizes_;
   std::vector<std::thread::id> pinned_by_;  // AllocatePinned's callers
   uintptr_t next_handle_ = 0x1000;
   DevPtr next_address_ = 0x10000000;

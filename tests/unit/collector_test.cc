@@ -970,8 +970,8 @@ TEST_P(CollectorTest, GpusAreGroupedByPhysicalIdentityNotByOrdinal) {
   EXPECT_EQ(s.gpus[0]["sm_clock_khz"], 1980000);
   EXPECT_EQ(s.gpus[0]["timer_resolution_ns"], 32);
   EXPECT_EQ(s.gpus[0]["compute_capability"], "9.0");
-  EXPECT_EQ(s.gpus[0]["seen_as"], json::parse(R"([{"pid":100,"ordinal":0},{"pid":300,"ordinal":1}])"));
-  EXPECT_EQ(s.gpus[1]["seen_as"], json::parse(R"([{"pid":200,"ordinal":0}])"));
+  EXPECT_EQ(s.gpus[0]["seen_as"], json::parse(R"([{"pid":100,"ordinal":0,"buffer_mib":0},{"pid":300,"ordinal":1,"buffer_mib":0}])"));
+  EXPECT_EQ(s.gpus[1]["seen_as"], json::parse(R"([{"pid":200,"ordinal":0,"buffer_mib":0}])"));
   EXPECT_EQ(t.back()["args"]["gpus"], s.gpus);
 }
 

@@ -23,7 +23,7 @@ TEST(InjectorConfig, Defaults) {
   std::vector<std::string> errors;
   const Config c = Load({}, &errors);
   EXPECT_TRUE(errors.empty());
-  EXPECT_EQ(c.buffer_bytes(), 64ull << 20);
+  EXPECT_EQ(c.settings.buffer_mb, kAutoBufferMb);
   EXPECT_EQ(c.shm_bytes(), 32ull << 20);
   EXPECT_EQ(c.settings.chunk_bytes, 65536u);
   EXPECT_EQ(c.settings.warp_mask, 0xffffffffu);
@@ -42,7 +42,7 @@ TEST(InjectorConfig, ValidValues) {
                         &errors);
   EXPECT_TRUE(errors.empty()) << errors.front();
   EXPECT_EQ(c.run_id, "12-ab");
-  EXPECT_EQ(c.buffer_bytes(), 8ull << 20);
+  EXPECT_EQ(c.settings.buffer_mb, 8u);
   EXPECT_EQ(c.settings.chunk_bytes, 4096u);
   EXPECT_EQ(c.settings.warp_mask, (1u << 0) | (1u << 4) | (1u << 5) | (1u << 31));
   EXPECT_EQ(c.settings.high_water_percent, 50u);
@@ -60,8 +60,9 @@ TEST(InjectorConfig, BadValuesKeepDefaultsWithOneErrorEach) {
                         &errors);
   ASSERT_EQ(errors.size(), 4u);
   EXPECT_EQ(errors[0].rfind("SMPROF_BUFFER_MB: ", 0), 0u) << errors[0];
-  EXPECT_NE(errors[0].find("; using 64"), std::string::npos) << errors[0];
-  EXPECT_EQ(c.buffer_bytes(), 64ull << 20);
+  EXPECT_NE(errors[0].find("is not a size in MiB"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("; using auto"), std::string::npos) << errors[0];
+  EXPECT_EQ(c.settings.buffer_mb, kAutoBufferMb);
   EXPECT_EQ(c.settings.chunk_bytes, 65536u);
   EXPECT_EQ(c.settings.warp_mask, 0xffffffffu);
   EXPECT_EQ(c.settings.high_water_percent, 75u);

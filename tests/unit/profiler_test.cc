@@ -52,6 +52,10 @@ class CaptureSink : public MessageSink {
       wire::HarvestMsg m;
       std::memcpy(&m, data, sizeof(m));
       ++harvests[m.reason];
+    } else if (h.type == wire::kMsgDevice) {
+      wire::DeviceMsg m;
+      std::memcpy(&m, data, sizeof(m));
+      device_buffer_mib = m.buffer_mib;
     } else if (h.type == wire::kMsgName) {
       wire::NameMsg m;
       std::memcpy(&m, data, sizeof(m));
@@ -89,6 +93,7 @@ class CaptureSink : public MessageSink {
   std::map<uint32_t, int> harvests;
   std::vector<std::string> names;
   uint64_t total_events = 0;
+  uint32_t device_buffer_mib = 0;
   wire::StatsMsg stats{};
 };
 
@@ -242,6 +247,34 @@ TEST_F(ProfilerTest, SelectedLaunchesShipEveryEventWithTheirCalls) {
   EXPECT_EQ(sink.stats.events_filtered, 0u);
   EXPECT_EQ(sink.stats.events_unattributed, 0u);
   EXPECT_EQ(gpu.events_written(), 3u * 8 * 8);
+}
+
+// SMPROF_BUFFER_MB=auto: the arena (and its staging copy) from the free
+// device memory, said in the device's announcement; a GPU that cannot give
+// that much gets less.
+TEST_F(ProfilerTest, AnAutomaticBufferIsSizedFromTheFreeDeviceMemory) {
+  gpu.set_device_memory(uint64_t{3} << 30, uint64_t{16} << 30);  // 3 GiB free: 96 MiB share, 64 MiB
+  gpu.largest_allocation_ = size_t{32} << 20;                     // ... but only 32 MiB can be had
+  Start(MakeSettings("", "", "none", kAutoBufferMb));
+  Gemm(s1);
+  Sync();
+  Finish();
+  const std::vector<size_t> sizes = gpu.allocation_sizes();
+  ASSERT_GE(sizes.size(), 2u);
+  EXPECT_EQ(sizes[0], size_t{32} << 20);  // the arena: 64 MiB failed, 32 MiB taken
+  EXPECT_EQ(sink.events["gemm(float*)"], 64u);
+  EXPECT_EQ(sink.device_buffer_mib, 32u);
+}
+
+TEST_F(ProfilerTest, AnExplicitBufferSizeIsTakenAsGiven) {
+  gpu.set_device_memory(uint64_t{96} << 30, uint64_t{141} << 30);
+  Start(MakeSettings("", "", "none", 8));
+  Gemm(s1);
+  Sync();
+  Finish();
+  ASSERT_FALSE(gpu.allocation_sizes().empty());
+  EXPECT_EQ(gpu.allocation_sizes()[0], size_t{8} << 20);
+  EXPECT_EQ(sink.device_buffer_mib, 8u);
 }
 
 TEST_F(ProfilerTest, AKernelThatDidNotOptInCostsNoContext) {

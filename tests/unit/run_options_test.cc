@@ -39,7 +39,7 @@ TEST(RunOptionsTest, Defaults) {
   EXPECT_EQ(p.options.settings.launches_spec, "");
   EXPECT_TRUE(p.options.settings.launches.limits_nothing());
   EXPECT_EQ(p.options.settings.capture_range, CaptureRange::kNone);
-  EXPECT_EQ(p.options.settings.buffer_mb, 64u);
+  EXPECT_EQ(p.options.settings.buffer_mb, kAutoBufferMb);
   EXPECT_EQ(p.options.settings.warps_spec, "");
   EXPECT_EQ(p.options.settings.shm_mb, 32u);
   EXPECT_EQ(p.options.settings.log_level, "warn");
@@ -200,7 +200,7 @@ TEST(RunOptionsTest, ProgramArgumentsThatLookLikeOptionsPassThrough) {
   EXPECT_EQ(p.options.settings.kernels_spec, "gemm");
   EXPECT_FALSE(p.options.quiet);
   EXPECT_EQ(p.options.output, "");
-  EXPECT_EQ(p.options.settings.buffer_mb, 64u);
+  EXPECT_EQ(p.options.settings.buffer_mb, kAutoBufferMb);
   EXPECT_EQ(p.options.program, (Args{"python3", "-o", "out", "--kernels", "!!!", "-q", "--buffer-mb", "0"}));
   // A lone "-" is a program name, not an option.
   p = Parse({"-", "a"});
@@ -234,10 +234,10 @@ TEST(RunOptionsTest, NumbersOutOfRange) {
            Case{{"--buffer-mb", "0", "a"}, "out of range"},
            Case{{"--buffer-mb", "4096", "a"}, "out of range"},
            Case{{"--buffer-mb", "99999999999999999999", "a"}, "out of range"},
-           Case{{"--buffer-mb", "-1", "a"}, "not a positive whole number"},
-           Case{{"--buffer-mb", "12MB", "a"}, "not a positive whole number"},
-           Case{{"--buffer-mb", "", "a"}, "not a positive whole number"},
-           Case{{"--buffer-mb", " 5", "a"}, "not a positive whole number"},
+           Case{{"--buffer-mb", "-1", "a"}, "is not a size in MiB"},
+           Case{{"--buffer-mb", "12MB", "a"}, "is not a size in MiB"},
+           Case{{"--buffer-mb", "", "a"}, "is not a size in MiB"},
+           Case{{"--buffer-mb", " 5", "a"}, "is not a size in MiB"},
            Case{{"--shm-mb", "0", "a"}, "out of range"},
            Case{{"--shm-mb", "4097", "a"}, "out of range"},
            Case{{"--shm-mb", "1.5", "a"}, "not a positive whole number"},
@@ -347,7 +347,7 @@ TEST(RunOptionsTest, EnvironmentIsReadAndValidated) {
     const char* expect;
   };
   for (const Case& c :
-       {Case{"SMPROF_BUFFER_MB", "0", "out of range"}, Case{"SMPROF_BUFFER_MB", "lots", "not a positive whole number"},
+       {Case{"SMPROF_BUFFER_MB", "0", "out of range"}, Case{"SMPROF_BUFFER_MB", "lots", "is not a size in MiB"},
         Case{"SMPROF_SHM_MB", "5000", "out of range"}, Case{"SMPROF_WARPS", "40", "out of range"},
         Case{"SMPROF_LOG_LEVEL", "loud", "unknown log level"}, Case{"SMPROF_CHUNK_BYTES", "1000", "not a power of two"},
         Case{"SMPROF_CHUNK_BYTES", "128", "out of range"}, Case{"SMPROF_CHUNK_BYTES", "131072", "out of range"},

@@ -82,6 +82,24 @@ TEST(SettingsTest, RangesAndRoundTrip) {
   }
 }
 
+TEST(SettingsTest, AutomaticBufferIsAPowerOfTwoShareOfTheFreeMemory) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20, kGiB = uint64_t{1} << 30;
+  EXPECT_EQ(AutoBufferBytes(140 * kGiB), 2048 * kMiB);  // an idle H200: capped
+  EXPECT_EQ(AutoBufferBytes(64 * kGiB), 2048 * kMiB);   // exactly 1/32
+  EXPECT_EQ(AutoBufferBytes(63 * kGiB), 1024 * kMiB);   // rounded down to a power of two
+  EXPECT_EQ(AutoBufferBytes(12 * kGiB), 256 * kMiB);
+  EXPECT_EQ(AutoBufferBytes(100 * kMiB), 16 * kMiB);  // a nearly full GPU: the floor
+  EXPECT_EQ(AutoBufferBytes(0), 16 * kMiB);
+  Settings s;
+  std::string error;
+  ASSERT_TRUE(ParseSetting(Setting::kBufferMb, "8", "SMPROF_BUFFER_MB", &s, &error)) << error;
+  ASSERT_TRUE(ParseSetting(Setting::kBufferMb, "auto", "SMPROF_BUFFER_MB", &s, &error)) << error;
+  EXPECT_EQ(s.buffer_mb, kAutoBufferMb);
+  EXPECT_EQ(SettingText(Setting::kBufferMb, s), "auto");
+  EXPECT_FALSE(ParseSetting(Setting::kBufferMb, "2GB", "SMPROF_BUFFER_MB", &s, &error));
+  EXPECT_NE(error.find("or auto"), std::string::npos) << error;
+}
+
 TEST(SettingsTest, BadValueLeavesSettingsUnchanged) {
   Settings s;
   std::string error;
