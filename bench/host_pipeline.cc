@@ -1,27 +1,31 @@
 // Benchmark: the host side of the record path after the device -> host copy,
 // stage by stage, each on one core, then the ship -> shared memory ->
 // collector part as it runs (a producer thread and the collector's thread).
-// Issue 8's target is >= 50 M events/s end to end: <= 20 ns per event for
-// any stage that runs on one thread.
+// Issue 30's target is >= 100 M events/s end to end on the 16-core GPU
+// machine.
 //
 // A synthetic arena shaped like one launch of smprof_example_gemm 1024: 2048
 // warps over 132 SMs, 258 events each (load/compute ranges and an instant),
 // in 1 KiB chunks (61 events each) claimed as warps fill them, with clock
 // anchors at 1.98 GHz on a 32 ns %globaltimer tick, repeated for `launches`
 // launches. The stages are the real functions:
-//   injector (harvest.h)  DecodeChunks, MapEventClocks, EstimateClockOffset,
-//                         MatchLaunches
-//   ship (shipper.h)      Shipper::SendLaunches into memory (name lookups,
-//                         WireEvents, framing)
-//   transport             the framed messages through a real shared-memory
-//                         ring (transport.h), consumer doing nothing
-//   collect               Collector::HandleMessage for every message (message
-//                         decode, range matching, Perfetto writer and
-//                         statistics), then Finish (writes the statistics,
-//                         places the trace); the trace goes to /tmp
-//   ship->collect         a producer thread shipping through the ring to
-//                         a consumer thread running the collector, as
-//                         smprof-run does (wall time, Finish included)
+//   injector (chunk_scan.h)  ScanChunks: the names and what each warp claimed
+//   ship (shipper.h)         the read-back as it is: records, names, chunks,
+//                            the harvest (framing and copies) into memory
+//   transport                the framed messages through a real shared-memory
+//                            ring (transport.h), consumer doing nothing
+//   collector (arena_decoder.h, launch_matcher.h)
+//                            DecodeChunks, MapEventClocks, EstimateClockOffset,
+//                            MatchLaunches alone, one thread
+//   collect                  Collector::HandleMessage for every message (the
+//                            launch assembler: decode, match, launches; the
+//                            builder: message decode, range matching; the
+//                            Perfetto writer and statistics), then Finish
+//                            (writes the statistics, places the trace); the
+//                            trace goes to /tmp
+//   ship->collect            a producer thread shipping through the ring to
+//                            a consumer thread running the collector, as
+//                            smprof-run does (wall time, Finish included)
 //   The collector runs twice each time: on one thread, and with its trace
 //   writer and statistics on threads of their own (sink threads: what
 //   smprof-collector does on machines of 4 cores or more).
@@ -40,20 +44,20 @@
 #include <unordered_map>
 #include <vector>
 
+#include "collector/arena_decoder.h"
 #include "collector/collector.h"
+#include "collector/launch_matcher.h"
 #include "common/transport.h"
-#include "injector/harvest.h"
+#include "injector/chunk_scan.h"
 #include "injector/shipper.h"
 #include "smprof/wire.h"
 
 namespace {
 
-using smprof::injector::DecodeChunks;
-using smprof::injector::DecodeStats;
-using smprof::injector::KernelRecord;
-using smprof::injector::Launch;
-using smprof::injector::MatchStats;
-using smprof::injector::WarpSegment;
+using smprof::arena::DecodeStats;
+using smprof::arena::Launch;
+using smprof::arena::MatchStats;
+using smprof::arena::WarpSegment;
 namespace wire = smprof::wire;
 namespace transport = smprof::transport;
 
@@ -127,7 +131,7 @@ class MemorySink : public smprof::injector::MessageSink {
   std::vector<size_t> offsets;
 };
 
-std::string NameAt(uint64_t /*generation*/, uint64_t address) {
+std::string NameAt(uint64_t address) {
   switch (address - kNameBase) {
     case 0:
       return "load";
@@ -138,17 +142,26 @@ std::string NameAt(uint64_t /*generation*/, uint64_t address) {
   }
 }
 
-// The messages of one process: who it is, its GPU, its launches, a harvest.
-void Ship(smprof::injector::MessageSink* sink, const std::vector<Launch>& launches) {
+// The messages of one process: who it is, its GPU, one read-back as the
+// injector ships it (its records, the names its scan found, the chunks, the
+// harvest).
+void Ship(smprof::injector::MessageSink* sink, const std::vector<smprof::injector::KernelRecord>& records,
+          const smprof::injector::ChunkScan& scan, const std::vector<uint8_t>& arena, uint32_t chunks) {
   smprof::injector::Shipper shipper(sink);
   shipper.SendProcess(4242, 1, 1700000000000000000ull, 4000000000ull, "bench");
   smprof::injector::DeviceInfo device;
   device.sm_count = 132;
+  device.sm_clock_khz = 1980000;
   device.name = "synthetic";
   shipper.SendDevice(device);
-  shipper.SendLaunches(launches, 0, NameAt, [](const std::string& mangled) { return mangled; });
+  std::vector<smprof::injector::Shipper::Record> shipped;
+  for (const auto& r : records) shipped.push_back({&r, true, wire::HostCall{}});
+  shipper.SendRecords(0, 1, shipped);
+  for (uint64_t address : scan.name_addresses) shipper.SendMarkerName(1, 1, address, NameAt(address));
+  shipper.SendChunks(0, 1, 1, kChunk, arena.data(), chunks, scan.events);
   smprof::injector::HarvestHost host;
-  shipper.SendHarvest(launches.back().record.end_ns, 0, wire::kHarvestSync, 0, 0, 1, 1, 0, host);
+  shipper.SendHarvest(records.back().end_ns, 0, 1, wire::kHarvestSync, 0, 0, chunks, chunks,
+                      static_cast<uint32_t>(scan.empty_chunks), wire::kHarvestFinal | wire::kHarvestProbed, 0, host);
 }
 
 std::unique_ptr<smprof::Collector> OpenCollector(const std::string& path,
@@ -182,24 +195,10 @@ int main(int argc, char** argv) {
   const std::vector<uint8_t> arena = BuildArena(warps, per_warp, launch_count, &used);
   const double events = static_cast<double>(warps) * per_warp * launch_count;
 
-  std::vector<WarpSegment> segments;
-  DecodeStats decode;
-  const double t_decode = Seconds([&] { DecodeChunks(arena.data(), used, kChunk, &segments, &decode); });
-  const double t_map = Seconds([&] { smprof::injector::MapEventClocks(&segments, 1.98); });
-  // The same two stages split over as many threads as a harvest uses for a
-  // large read-back (a quarter of the cores, 1 to 4).
-  const unsigned decode_threads = smprof::injector::QuarterOfTheCores();
-  double t_decode_split = 0;
-  {
-    std::vector<WarpSegment> split;
-    DecodeStats split_stats;
-    t_decode_split = Seconds([&] {
-      smprof::injector::DecodeAndMapClocks(arena.data(), used, kChunk, 1.98, decode_threads, &split, &split_stats);
-    });
-  }
-  std::vector<KernelRecord> records(launch_count);
+  std::vector<smprof::injector::KernelRecord> records(launch_count);
+  std::vector<smprof::arena::KernelRecord> matched_records(launch_count);
   for (uint32_t l = 0; l < launch_count; ++l) {
-    KernelRecord& r = records[l];
+    smprof::injector::KernelRecord& r = records[l];
     r.grid_id = kFirstGrid + l;
     r.start_ns = 5000000000ull + static_cast<uint64_t>(l * kCyclesPerLaunch / 1.98);
     r.end_ns = r.start_ns + 9000000000ull;
@@ -208,33 +207,43 @@ int main(int argc, char** argv) {
     r.grid[0] = warps / 8;
     r.block[0] = 256;
     r.name = "_Z10gemm_tiledPKfS0_Pfi";
+    smprof::arena::KernelRecord& m = matched_records[l];
+    m.grid_id = r.grid_id;
+    m.start_ns = r.start_ns;
+    m.end_ns = r.end_ns;
+    m.correlation_id = r.correlation_id;
+    m.wanted = true;
   }
+
+  // The injector: a scan of the read-back, then the messages it ships.
+  smprof::injector::ChunkScan scan;
+  const double t_scan = Seconds([&] { scan = smprof::injector::ScanChunks(arena.data(), used, kChunk, true); });
+  MemorySink shipped;  // room for everything: the bench measures the shipper, not vector growth
+  shipped.bytes.reserve(arena.size() + (64u << 20));
+  shipped.offsets.reserve(arena.size() / smprof::injector::Shipper::kChunkMessageBytes + 1024);
+  const double t_ship = Seconds([&] { Ship(&shipped, records, scan, arena, used); });
+  if (scan.events != static_cast<uint64_t>(events)) {
+    std::fprintf(stderr, "FAILED: the scan found %llu of %.0f events\n", static_cast<unsigned long long>(scan.events),
+                 events);
+    return 1;
+  }
+
+  // The collector's stages alone (the assembler runs them, on one thread each here).
+  std::vector<WarpSegment> segments;
+  DecodeStats decode;
+  const double t_decode = Seconds([&] { smprof::arena::DecodeChunks(arena.data(), used, kChunk, &segments, &decode); });
+  const double t_map = Seconds([&] { smprof::arena::MapEventClocks(&segments, 1.98); });
   int64_t offset = 0;
-  const double t_offset = Seconds([&] { offset = smprof::injector::EstimateClockOffset(segments, records, 0); });
+  const double t_offset = Seconds([&] { offset = smprof::arena::EstimateClockOffset(segments, matched_records, 0); });
   MatchStats match;
   std::vector<Launch> launches;
-  // Selection as the injector answers it: a lookup by mangled name under a mutex.
-  std::mutex selection_mu;
-  const std::unordered_map<std::string, bool> selection = {{records[0].name, true}};
-  const double t_match = Seconds([&] {
-    launches = smprof::injector::MatchLaunches(
-        &segments, records,
-        [&](const KernelRecord& r) {
-          std::lock_guard<std::mutex> lock(selection_mu);
-          return selection.at(r.name);
-        },
-        offset, &match);
-  });
+  const double t_match =
+      Seconds([&] { launches = smprof::arena::MatchLaunches(&segments, matched_records, offset, &match); });
   if (decode.events != static_cast<uint64_t>(events) || match.events != static_cast<uint64_t>(events)) {
     std::fprintf(stderr, "FAILED: decoded %llu and matched %llu of %.0f events\n",
                  static_cast<unsigned long long>(decode.events), static_cast<unsigned long long>(match.events), events);
     return 1;
   }
-
-  MemorySink shipped;  // room for everything: the bench measures the shipper, not vector growth
-  shipped.bytes.reserve(static_cast<size_t>(events) * 32 + (64u << 20));
-  shipped.offsets.reserve(static_cast<size_t>(events) / 8);
-  const double t_ship = Seconds([&] { Ship(&shipped, launches); });
 
   // The messages through a shared-memory ring (the consumer only counts).
   const std::string run = "bench-" + std::to_string(getpid());
@@ -320,13 +329,13 @@ int main(int argc, char** argv) {
       "host pipeline, %u launches x %u warps x %u events = %.0f events (%u chunks of %u bytes, %.1f MB shipped)\n",
       launch_count, warps, per_warp, events, used, kChunk, shipped.bytes.size() / 1e6);
   std::printf("%-44s %10s %10s %12s\n", "stage (one thread each)", "ms", "ns/event", "M events/s");
-  const Row rows[] = {{"injector: DecodeChunks", t_decode},
-                      {"injector: MapEventClocks", t_map},
-                      {"injector: both, split over threads (below)", t_decode_split},
-                      {"injector: EstimateClockOffset", t_offset},
-                      {"injector: MatchLaunches", t_match},
+  const Row rows[] = {{"injector: ScanChunks", t_scan},
                       {"injector: ship (Shipper into memory)", t_ship},
                       {"transport: ring, consumer idle (2 threads)", t_ring},
+                      {"collector: DecodeChunks", t_decode},
+                      {"collector: MapEventClocks", t_map},
+                      {"collector: EstimateClockOffset", t_offset},
+                      {"collector: MatchLaunches", t_match},
                       {"collector: HandleMessage", t_collect},
                       {"collector: Finish", t_finish},
                       {"collector: both", t_collect + t_finish},
@@ -338,9 +347,7 @@ int main(int argc, char** argv) {
     std::printf("%-44s %10.2f %10.1f %12.1f\n", r.name, r.seconds * 1e3, r.seconds * 1e9 / events,
                 events / r.seconds / 1e6);
   }
-  std::printf("(decode and clock mapping split over %u threads where a harvest has %u chunks or more per thread)\n",
-              decode_threads, smprof::injector::kChunksPerDecodeThread);
-  const double injector = t_decode + t_map + t_offset + t_match + t_ship;
+  const double injector = t_scan + t_ship;
   std::printf("%-44s %10.2f %10.1f %12.1f\n", "injector total (one harvest thread)", injector * 1e3,
               injector * 1e9 / events, events / injector / 1e6);
   return 0;

@@ -1,8 +1,12 @@
 #include "collector/collector.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <deque>
 #include <thread>
 
+#include "collector/intake.h"
 #include "collector/json_sink.h"
 #include "collector/perfetto_sink.h"
 #include "collector/stats_report.h"
@@ -11,6 +15,18 @@
 #include "common/logging.h"
 
 namespace smprof {
+namespace {
+
+// Threads a large read-back is decoded on: half the cores, 1 to 8 (the
+// application runs beside the collector).
+unsigned AssemblerThreads() { return std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u); }
+
+// While the trace is finished after the application ended: a progress line
+// when it takes longer than this, then every kProgressEvery.
+constexpr auto kFirstProgress = std::chrono::seconds(2);
+constexpr auto kProgressEvery = std::chrono::seconds(5);
+
+}  // namespace
 
 TraceFormat TraceFormatOf(const std::string& path) {
   const size_t slash = path.find_last_of('/');
@@ -67,21 +83,28 @@ Collector::Collector(CollectorOptions options, std::unique_ptr<trace::TraceSink>
     sinks = {async_.get()};
   }
   builder_ = std::make_unique<TraceBuilder>(std::move(sinks), options_.logger);
+  assembler_ = std::make_unique<LaunchAssembler>(
+      [this](const transport::ProducerInfo& producer, const uint8_t* data, uint32_t size) {
+        builder_->HandleMessage(producer, data, size);
+      },
+      AssemblerThreads(), options_.logger);
   summary_.trace = options_.trace_path;
 }
 
-// The builder and the sink threads go before the sinks they call.
+// The assembler, the builder and the sink threads go before the stages they call.
 Collector::~Collector() {
+  assembler_.reset();
   builder_.reset();
   async_.reset();
 }
 
 void Collector::HandleMessage(const transport::ProducerInfo& producer, const uint8_t* data, uint32_t size) {
-  if (!finished_) builder_->HandleMessage(producer, data, size);
+  if (!finished_) assembler_->HandleMessage(producer, data, size);
 }
 
 void Collector::HandleProducerEnd(const transport::ProducerInfo& producer, bool clean) {
   if (finished_) return;
+  assembler_->HandleProducerEnd(producer);
   builder_->HandleProducerEnd(producer, clean);
   FlushTrace();
 }
@@ -106,45 +129,57 @@ bool Collector::Run(transport::Consumer& consumer, const std::atomic<bool>& stop
                     std::chrono::milliseconds drain_timeout, ControlChannel* control) {
   const auto on_control = [this](const nlohmann::json& message) { HandleControl(message); };
   bool control_open = control != nullptr;
-  const auto on_message = [this](const transport::ProducerInfo& info, const uint8_t* data, uint32_t size) {
-    HandleMessage(info, data, size);
+  Intake intake(consumer, options_.queue_bytes != 0 ? options_.queue_bytes : Intake::DefaultBudget());
+  std::deque<Intake::Item> batch;
+  uint64_t processed = 0;
+  const auto process = [&] {
+    for (const Intake::Item& item : batch) {
+      if (item.end) {
+        HandleProducerEnd(item.producer, item.clean);
+      } else {
+        HandleMessage(item.producer, item.message.data(), static_cast<uint32_t>(item.message.size()));
+        processed += item.message.size();
+      }
+    }
+    const bool any = !batch.empty();
+    batch.clear();
+    SetTransportStats(intake.stats());
+    if (any) FlushTrace();
   };
-  const auto on_end = [this](const transport::ProducerInfo& info, bool clean) { HandleProducerEnd(info, clean); };
-  const auto poll = [&] {
-    const size_t n = consumer.Poll(on_message, on_end);
-    SetTransportStats(consumer.stats());
-    if (n != 0) FlushTrace();
-    return n;
-  };
-  constexpr auto kIdleSleep = std::chrono::milliseconds(2);
+  constexpr auto kWait = std::chrono::milliseconds(2);
   while (!stop.load(std::memory_order_relaxed)) {
     // The control channel's end is the stop signal too; messages it
     // delivered before closing are handled first.
     if (control_open && !(control_open = control->Poll(on_control))) break;
-    if (poll() == 0) std::this_thread::sleep_for(kIdleSleep);
+    intake.Pop(&batch, kWait);
+    process();
   }
   if (control_open) control->Poll(on_control);  // an "exit" sent just before SIGTERM
   // Final drain: producers drop (and count) what they send from now on, so
   // the drain ends; what is still unread when it times out is counted too.
-  consumer.Close();
-  const auto deadline = std::chrono::steady_clock::now() + drain_timeout;
-  bool drained = false;
-  for (;;) {
-    const size_t n = poll();
-    if (n == 0 && consumer.Idle()) {
-      drained = true;
-      break;
+  // What the intake queued is processed to the end, however long it takes:
+  // the application is gone, the trace is finished now.
+  intake.Close(drain_timeout);
+  const auto finishing = std::chrono::steady_clock::now();
+  auto next_report = finishing + kFirstProgress;
+  while (intake.Pop(&batch, kWait)) {
+    process();
+    if (options_.progress && std::chrono::steady_clock::now() >= next_report) {
+      next_report = std::chrono::steady_clock::now() + kProgressEvery;
+      const uint64_t total = intake.total_bytes();
+      std::fprintf(stderr, "smprof: finishing the trace: %.0f of %.0f MB shipped processed (%.0f%%), %.0f s\n",
+                   processed / 1e6, total / 1e6, total != 0 ? 100.0 * processed / total : 100.0,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - finishing).count());
     }
-    if (std::chrono::steady_clock::now() >= deadline) break;
-    if (n == 0) std::this_thread::sleep_for(kIdleSleep);
   }
-  SetTransportStats(consumer.stats());
-  return drained;
+  process();
+  return intake.drained();
 }
 
 CollectorSummary Collector::Finish() {
   if (finished_) return summary_;
   finished_ = true;
+  assembler_->Finish();
   builder_->Finish(transport_stats_, &summary_);
   // From here on the sinks are used on this thread.
   std::string replay_error;

@@ -1,8 +1,10 @@
 // The collector: transport messages in, one trace (and its statistics) out.
 //
 // The composition root of the collector process: polls the transport
-// (Run), hands messages to the TraceBuilder (trace_builder.h: what
-// happened), which hands records to the sinks (how it is written): the trace
+// (Run), hands messages to the LaunchAssembler (launch_assembler.h: arena
+// read-backs into launches), which hands them to the TraceBuilder
+// (trace_builder.h: what happened), which hands records to the sinks (how
+// it is written): the trace
 // writer chosen by CollectorOptions::format (json_sink.h; the Perfetto
 // protobuf writer) and, when asked, the statistics (stats_sink.h). Finish
 // completes the summary, closes the sinks and moves the trace into place
@@ -27,6 +29,7 @@
 
 #include "collector/async_sink.h"
 #include "collector/control_channel.h"
+#include "collector/launch_assembler.h"
 #include "collector/run_summary.h"
 #include "collector/stats_sink.h"
 #include "collector/trace_builder.h"
@@ -66,6 +69,12 @@ struct CollectorOptions {
   enum class SinkThreads { kAuto, kOn, kOff };
   SinkThreads sink_threads = SinkThreads::kAuto;
   static constexpr unsigned kSinkThreadCores = 4;
+  // Messages read from the transport and not processed yet, at most (0:
+  // Intake::DefaultBudget); past it producers wait (intake.h).
+  uint64_t queue_bytes = 0;
+  // Say on stderr how far the trace is when finishing it outlasts the
+  // application by more than a moment.
+  bool progress = false;
 };
 
 class Collector {
@@ -81,11 +90,14 @@ class Collector {
   // written into the trace at once, {"exit": ...} goes into the summary.
   void HandleControl(const nlohmann::json& message);
 
-  // Polls until `stop` or until `control` (if given) is closed, then closes
-  // the consumer (producers drop and count what they send from then on) and
-  // keeps polling until it is idle or `drain_timeout` passes; then takes the
-  // final transport stats (drops, unread backlog). Flushes the trace after
-  // each non-empty poll. Returns true if the consumer went idle (everything
+  // Reads the transport on a thread of its own (intake.h) and handles what
+  // it queued, until `stop` or until `control` (if given) is closed; then
+  // closes the consumer (producers drop and count what they send from then
+  // on), drains it until it is idle or `drain_timeout` passes, and handles
+  // everything queued to the end (the application is gone: the trace is
+  // finished now, with progress lines on stderr when asked). Takes the final
+  // transport stats (drops, unread backlog). Flushes the trace after each
+  // non-empty batch. Returns true if the consumer went idle (everything
   // drained).
   bool Run(transport::Consumer& consumer, const std::atomic<bool>& stop, std::chrono::milliseconds drain_timeout,
            ControlChannel* control = nullptr);
@@ -112,6 +124,7 @@ class Collector {
   // With sink threads: in front of trace_ and stats_, a thread each (null without).
   std::unique_ptr<AsyncSink> async_;
   std::unique_ptr<TraceBuilder> builder_;
+  std::unique_ptr<LaunchAssembler> assembler_;  // in front of builder_
   transport::ConsumerStats transport_stats_;
   CollectorSummary summary_;
   std::string trace_written_;  // where the trace writer writes (the partial file, or the stream)

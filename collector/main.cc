@@ -45,6 +45,8 @@ constexpr char kUsage[] =
     "  --output PATH           trace file to write (*.json: JSON; else protobuf)\n"
     "  --force                 replace an existing PATH (and PATH.partial)\n"
     "  --summary PATH          also write the run summary as JSON here\n"
+    "  --progress              say on stderr how far the trace is while it is finished\n"
+    "                          after the run's programs have exited (from 2 s on)\n"
     "  --stats                 also write the run's statistics beside the trace:\n"
     "                          PATH.stats.json and PATH.stats.csv\n"
     "  --summary-fd N          ... or to this file descriptor (from its start)\n"
@@ -77,6 +79,7 @@ struct Args {
   std::string output;
   std::string summary;
   bool stats = false;
+  bool progress = false;
   std::string layout = "auto";
   std::string trace_cycles = "none";
   std::string sink_threads = "auto";
@@ -103,6 +106,10 @@ int ParseArgs(int argc, char** argv, Args* args) {
     }
     if (arg == "--stats") {
       args->stats = true;
+      continue;
+    }
+    if (arg == "--progress") {
+      args->progress = true;
       continue;
     }
     std::string value;
@@ -220,6 +227,7 @@ int main(int argc, char** argv) {
   options.overwrite = args.force;
   options.logger = logger;
   options.stats = args.stats;
+  options.progress = args.progress;
   options.layout = args.layout;
   options.trace_cycles = args.trace_cycles;
   options.sink_threads = args.sink_threads == "on"    ? smprof::CollectorOptions::SinkThreads::kOn

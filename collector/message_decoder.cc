@@ -118,6 +118,8 @@ const char* DecodeStatusName(DecodeStatus status) {
       return "64-bit value continuation missing or out of place";
     case DecodeStatus::kBadNameId:
       return "marker name id above 2^31 - 1";
+    case DecodeStatus::kBadChunkSize:
+      return "chunk size not a power of two from 256 to 65536";
   }
   return "?";
 }
@@ -126,6 +128,12 @@ wire::WireEvent DecodedMessage::event(uint32_t i) const {
   wire::WireEvent e;
   std::memcpy(&e, events + static_cast<size_t>(i) * sizeof(wire::WireEvent), sizeof(e));
   return e;
+}
+
+wire::KernelRecordEntry DecodedMessage::record(uint32_t i) const {
+  wire::KernelRecordEntry r;
+  std::memcpy(&r, payload + static_cast<size_t>(i) * sizeof(wire::KernelRecordEntry), sizeof(r));
+  return r;
 }
 
 DecodeStatus MessageDecoder::Decode(const uint8_t* data, uint32_t size, DecodedMessage* out) {
@@ -139,6 +147,7 @@ DecodeStatus MessageDecoder::Decode(const uint8_t* data, uint32_t size, DecodedM
   out->text = {};
   out->events = nullptr;
   out->event_count = 0;
+  out->payload = nullptr;
   const char* const text_at = reinterpret_cast<const char*>(data);
   DecodeStatus st = DecodeStatus::kOk;
   switch (h.type) {
@@ -204,6 +213,40 @@ DecodeStatus MessageDecoder::Decode(const uint8_t* data, uint32_t size, DecodedM
       if (st != DecodeStatus::kOk) return st;
       out->text = {text_at + sizeof(wire::ThreadMsg), out->thread.name_len};
       break;
+    case wire::kMsgKernelName:
+      if (!CopyFixed(data, size, &out->kernel_name)) return DecodeStatus::kBadSize;
+      st = CheckTail<wire::KernelNameMsg>(size, out->kernel_name.name_len);
+      if (st != DecodeStatus::kOk) return st;
+      out->text = {text_at + sizeof(wire::KernelNameMsg), out->kernel_name.name_len};
+      break;
+    case wire::kMsgMarkerName:
+      if (!CopyFixed(data, size, &out->marker_name)) return DecodeStatus::kBadSize;
+      st = CheckTail<wire::MarkerNameMsg>(size, out->marker_name.name_len);
+      if (st != DecodeStatus::kOk) return st;
+      out->text = {text_at + sizeof(wire::MarkerNameMsg), out->marker_name.name_len};
+      break;
+    case wire::kMsgRecords: {
+      if (!CopyFixed(data, size, &out->records)) return DecodeStatus::kBadSize;
+      const uint64_t expected =
+          sizeof(wire::RecordsMsg) + static_cast<uint64_t>(out->records.count) * sizeof(wire::KernelRecordEntry);
+      if (expected != size) return DecodeStatus::kBadSize;
+      out->payload = data + sizeof(wire::RecordsMsg);
+      for (uint32_t i = 0; i < out->records.count; ++i) {
+        const wire::KernelRecordEntry r = out->record(i);
+        if (r.end_ns < r.start_ns) return DecodeStatus::kBadTimeRange;
+        if (!ValidCall(r.call)) return DecodeStatus::kBadHostCall;
+      }
+      break;
+    }
+    case wire::kMsgChunks: {
+      if (!CopyFixed(data, size, &out->chunks)) return DecodeStatus::kBadSize;
+      const uint32_t bytes = out->chunks.chunk_bytes;
+      if (bytes < 256 || bytes > 65536 || (bytes & (bytes - 1)) != 0) return DecodeStatus::kBadChunkSize;
+      const uint64_t expected = sizeof(wire::ChunksMsg) + static_cast<uint64_t>(out->chunks.count) * bytes;
+      if (expected != size) return DecodeStatus::kBadSize;
+      out->payload = data + sizeof(wire::ChunksMsg);
+      break;
+    }
     default:
       return DecodeStatus::kUnknownType;
   }

@@ -15,6 +15,10 @@
 //     PHASE, never with kEventHasValue; other kinds take none), a
 //     kEventValueHigh comes right after a kEventWideValue event and only
 //     there, and its name id is at most kMaxWireNameId;
+//   - RecordsMsg is exactly struct + count*112 and every record's call is
+//     valid and its span does not end before it starts; ChunksMsg is exactly
+//     struct + count*chunk_bytes, chunk_bytes a power of two 256..65536
+//     (chunk contents are the arena decoder's to check);
 //   - a launch does not end before it starts;
 //   - a HostCall's api is kApiNone (and then all its fields are 0) or a
 //     known HostApi that does not end before it starts; a harvest's host
@@ -52,8 +56,9 @@ enum class DecodeStatus : uint8_t {
   kBadEventFlags,  // a flag on a kind that takes none, or flags that exclude each other
   kBadValueHigh,   // a kEventValueHigh not right after a wide event, or a wide event without one
   kBadNameId,      // a name id above kMaxWireNameId
+  kBadChunkSize,   // a ChunksMsg chunk size that is not a power of two in 256..65536
 };
-inline constexpr int kNumDecodeStatus = 14;
+inline constexpr int kNumDecodeStatus = 15;
 
 const char* DecodeStatusName(DecodeStatus status);
 
@@ -72,6 +77,10 @@ struct DecodedMessage {
     wire::StatsMsg stats;
     wire::NoticeMsg notice;
     wire::ThreadMsg thread;
+    wire::KernelNameMsg kernel_name;
+    wire::MarkerNameMsg marker_name;
+    wire::RecordsMsg records;
+    wire::ChunksMsg chunks;
   };
   // Command line / device name / marker name / kernel name / notice bytes /
   // thread name.
@@ -79,8 +88,12 @@ struct DecodedMessage {
   // kMsgWarpEvents: `event_count` WireEvents, possibly unaligned.
   const uint8_t* events = nullptr;
   uint32_t event_count = 0;
+  // kMsgRecords: records.count KernelRecordEntry; kMsgChunks: chunks.count
+  // chunks of chunks.chunk_bytes (possibly unaligned).
+  const uint8_t* payload = nullptr;
 
   wire::WireEvent event(uint32_t i) const;
+  wire::KernelRecordEntry record(uint32_t i) const;
 };
 
 class MessageDecoder {

@@ -284,6 +284,14 @@ void TraceBuilder::HandleMessage(const transport::ProducerInfo& info, const uint
     case wire::kMsgThread:
       p.threads[m.thread.tid] = std::string(m.text);
       break;
+    case wire::kMsgKernelName:
+    case wire::kMsgMarkerName:
+    case wire::kMsgRecords:
+    case wire::kMsgChunks:
+      // Read-backs are the assembler's (launch_assembler.h): one reaching
+      // the builder came without it.
+      CountMalformed(p, "read-back message past the launch assembler", m.type);
+      break;
   }
 }
 

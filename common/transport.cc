@@ -408,6 +408,10 @@ std::unique_ptr<Producer> Producer::Attach(const std::string& run_id, const Prod
 }
 
 bool Producer::Send(const void* message, uint32_t size, uint64_t events) {
+  return Send(message, size, events, impl_->options.max_wait);
+}
+
+bool Producer::Send(const void* message, uint32_t size, uint64_t events, std::chrono::milliseconds max_wait) {
   using Where = Impl::Where;
   Impl& s = *impl_;
   std::lock_guard<std::mutex> lock(s.mu);
@@ -438,7 +442,7 @@ bool Producer::Send(const void* message, uint32_t size, uint64_t events) {
   const uint64_t w = s.write_pos;
   const uint64_t tail = s.capacity - (w & mask);  // multiple of 8, >= 8
   const uint64_t need = size <= tail ? size : tail + size;
-  const auto deadline = std::chrono::steady_clock::now() + s.options.max_wait;
+  const auto deadline = std::chrono::steady_clock::now() + max_wait;
   auto nap = std::chrono::microseconds(50);
   for (;;) {
     const uint64_t r = s.ring->read_pos.load(std::memory_order_acquire);
@@ -790,6 +794,8 @@ std::unique_ptr<Consumer> Consumer::Create(const std::string& run_id, const Cons
     return nullptr;
   }
 }
+
+void Consumer::Beat() { impl_->Beat(MonotonicNs()); }
 
 size_t Consumer::Poll(const MessageFn& on_message, const ProducerEndFn& on_end) {
   Impl& s = *impl_;

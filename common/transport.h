@@ -116,6 +116,8 @@ class Producer {
   // (malformed, detached, collector gone or closed, ring full past max_wait).
   // Thread-safe.
   bool Send(const void* message, uint32_t size, uint64_t events);
+  // The same, waiting up to `max_wait` for room (while the collector is alive).
+  bool Send(const void* message, uint32_t size, uint64_t events, std::chrono::milliseconds max_wait);
 
   // Marks the ring complete; later Sends are dropped and counted. Idempotent.
   void Detach();
@@ -173,6 +175,10 @@ class Consumer {
   // died, or its ring was abandoned: clean_detach false). Returns the number
   // of messages delivered. Not thread-safe (one polling thread).
   size_t Poll(const MessageFn& on_message, const ProducerEndFn& on_end = nullptr);
+
+  // Refreshes the heartbeat alone: a consumer that holds back from reading
+  // (its queue is full) stays alive to producers, which wait for room.
+  void Beat();
 
   // Starts the final drain: from now on producers drop and count new
   // messages and Attach fails. Messages committed (or being committed) before

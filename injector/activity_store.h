@@ -22,9 +22,25 @@
 #include <unordered_set>
 #include <vector>
 
-#include "injector/harvest.h"  // KernelRecord
-
 namespace smprof::injector {
+
+// What CUPTI said about one kernel execution.
+struct KernelRecord {
+  uint64_t grid_id = 0;
+  uint64_t start_ns = 0;
+  uint64_t end_ns = 0;
+  uint64_t correlation_id = 0;
+  uint64_t stream_id = 0;
+  uint32_t device = 0;
+  uint32_t context_id = 0;
+  uint32_t graph_id = 0;
+  uint32_t grid[3] = {0, 0, 0};
+  uint32_t block[3] = {0, 0, 0};
+  uint32_t dynamic_smem = 0;
+  uint32_t static_smem = 0;
+  uint32_t registers = 0;
+  std::string name;  // mangled, as CUPTI reports it
+};
 
 class ActivityStore {
  public:

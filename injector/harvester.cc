@@ -5,9 +5,8 @@
 #include <iterator>
 #include <map>
 #include <optional>
-#include <unordered_set>
 
-#include "common/names.h"
+#include "injector/chunk_scan.h"
 #include "injector/kernel_table.h"
 #include "injector/log.h"
 
@@ -18,59 +17,10 @@ uint64_t Warps(const KernelRecord& r) {
   return (uint64_t{r.block[0]} * r.block[1] * r.block[2] + 31) / 32 * r.grid[0] * r.grid[1] * r.grid[2];
 }
 
-// Calls fn(chunk header, event) for every used event slot of a read-back,
-// without decoding: a scan of chunk headers and event words. Only for
-// chunks in host memory (DeviceContext::Staged says).
-template <typename Fn>
-void ForEachUsedSlot(const ArenaSnapshot& snap, Fn fn) {
-  for (uint32_t c = 0; c < snap.used_chunks; ++c) {
-    const uint8_t* chunk = snap.chunks.data() + static_cast<size_t>(c) * snap.chunk_bytes;
-    wire::ChunkHeader h;
-    std::memcpy(&h, chunk, sizeof(h));
-    for (size_t at = sizeof(h); at + sizeof(wire::Event) <= snap.chunk_bytes; at += sizeof(wire::Event)) {
-      wire::Event e;
-      std::memcpy(&e, chunk + at, sizeof(e));
-      if (e.info != 0) fn(h, e);
-    }
-  }
-}
-
-// The events of a read-back (used slots, valid or not).
-uint64_t EventsIn(const ArenaSnapshot& snap) {
-  uint64_t events = 0;
-  ForEachUsedSlot(snap, [&](const wire::ChunkHeader&, const wire::Event&) { ++events; });
-  return events;
-}
-
-// Marker names of events by (name generation, address), each read once
-// through `read(generation, address)`; most events repeat a few names, and
-// those skip the map.
-class EventNames {
- public:
-  using Key = std::pair<uint64_t, uint64_t>;
-  EventNames() { std::fill(std::begin(recent_), std::end(recent_), Key(UINT64_MAX, UINT64_MAX)); }
-  template <typename Read>
-  void Add(const WarpSegment& s, const std::vector<DecodedEvent>& events, Read read) {
-    for (const DecodedEvent& e : events) {
-      const Key key(s.name_generation, s.name_base + static_cast<int64_t>(e.name_offset));
-      Key& slot = recent_[(key.second >> 3) & 15];
-      if (slot == key) continue;
-      slot = key;
-      if (names_.count(key) == 0) names_.emplace(key, read(key.first, key.second));
-    }
-  }
-  const std::string& At(uint64_t generation, uint64_t address) { return names_[Key(generation, address)]; }
-
- private:
-  std::map<Key, std::string> names_;
-  Key recent_[16];
-};
-
-// The distinct name addresses (name base + offset) of the events in a read-back.
-void CollectNameAddresses(const ArenaSnapshot& snap, std::unordered_set<uint64_t>* out) {
-  ForEachUsedSlot(snap, [&](const wire::ChunkHeader& h, const wire::Event& e) {
-    if (h.magic == wire::kChunkMagic) out->insert(h.name_base + static_cast<int64_t>(e.name_offset));
-  });
+// The scan of a read-back's chunks (only for chunks in host memory:
+// DeviceContext::Staged says).
+ChunkScan Scan(const ArenaSnapshot& snap, bool tally) {
+  return ScanChunks(snap.chunks.data(), snap.used_chunks, snap.chunk_bytes, tally);
 }
 
 uint32_t Micros(uint64_t from, uint64_t to) {
@@ -78,6 +28,8 @@ uint32_t Micros(uint64_t from, uint64_t to) {
 }
 
 }  // namespace
+
+unsigned QuarterOfTheCores() { return std::clamp(std::thread::hardware_concurrency() / 4, 1u, kMaxHarvestThreads); }
 
 struct Harvester::Job {
   DeviceContext* device = nullptr;
@@ -100,16 +52,20 @@ struct Harvester::ContextState {
   std::mutex names_mu;
   std::map<std::pair<uint64_t, uint64_t>, std::string> names;
   std::atomic<uint64_t> name_generation{1};
+  // (ship turn) names sent to the collector, by (generation, address).
+  std::set<std::pair<uint64_t, uint64_t>> names_shipped;
+  // (take turn) the kernel and launched warps of recent grid ids, from their
+  // records: what a read-back's warps teach (a record may come a harvest
+  // after its events). Bounded: cleared past kRecentGrids.
+  struct Grid {
+    KernelClass* kernel = nullptr;
+    uint64_t launched_warps = 0;
+  };
+  std::unordered_map<uint64_t, Grid> recent_grids;
   bool ended = false;  // (mu_) the context is gone: no GPU access
   // (mu_) The context's launch calls (from its read-backs): a final harvest,
-  // which reads nothing back, decides with them which waiting events are wanted.
+  // which reads nothing back, decides with them which records are wanted.
   HostCalls* host_calls = nullptr;
-  // Carried between harvests (mu_): decoded segments without a record yet,
-  // records without events yet, each with the harvests it has waited.
-  std::vector<WarpSegment> carried_segments;
-  std::vector<int> carried_segment_ages;
-  std::vector<KernelRecord> carried_records;
-  std::vector<int> carried_record_ages;
   std::vector<ArenaSnapshot> free;  // buffers to reuse (mu_)
   size_t out = 0;                   // snapshots queued or being processed (mu_)
   size_t queued = 0;                // jobs queued or being processed (mu_)
@@ -127,7 +83,6 @@ Harvester::Harvester(Gpu& gpu, ActivityStore& activity, KernelTable& kernels, Sh
       ship_mu_(ship_mu),
       fill_stats_(std::move(fill_stats)),
       thread_count_(threads != 0 ? threads : QuarterOfTheCores()),
-      decode_threads_(QuarterOfTheCores()),
       backlog_(backlog) {}
 
 Harvester::~Harvester() {
@@ -312,7 +267,10 @@ void Harvester::ReadNamesBeforeUnload(DeviceContext* device) {
     std::lock_guard<std::mutex> lock(mu_);
     state = &StateOf(device);
     generation = state->name_generation.load(std::memory_order_acquire);
-    const auto collect = [&](const ArenaSnapshot& snap) { CollectNameAddresses(snap, &addresses); };
+    const auto collect = [&](const ArenaSnapshot& snap) {
+      const ChunkScan found = Scan(snap, /*tally=*/false);
+      addresses.insert(found.name_addresses.begin(), found.name_addresses.end());
+    };
     const auto scan = [&](Job* job) {
       if (job != nullptr && job->device == device && job->has_snapshot && job->name_generation == generation) {
         // Staged chunks come to host memory now, on this thread: the staging
@@ -322,11 +280,6 @@ void Harvester::ReadNamesBeforeUnload(DeviceContext* device) {
     };
     for (const auto& job : queue_) scan(job.get());
     for (Job* job : processing_) scan(job);
-    // Events that wait for their CUPTI record are named when they ship.
-    for (const WarpSegment& s : state->carried_segments) {
-      if (s.name_generation != generation) continue;
-      for (const DecodedEvent& e : s.events) addresses.insert(s.name_base + static_cast<int64_t>(e.name_offset));
-    }
   }
   for (uint64_t address : addresses) ReadName(*state, device, generation, address);
   state->name_generation.fetch_add(1, std::memory_order_acq_rel);
@@ -367,7 +320,7 @@ void Harvester::Run() {
       Log().error("a harvest failed with an internal error; its events are lost (counted)");
     }
     if (failed && job->has_snapshot) {
-      const uint64_t events = EventsIn(job->snapshot);
+      const uint64_t events = Scan(job->snapshot, /*tally=*/false).events;
       std::lock_guard<std::mutex> ship_lock(ship_mu_);
       stats_.events_lost_host += events;
     }
@@ -427,7 +380,7 @@ void Harvester::Process(Job& job) {
     job.snapshot.retired = HostBuffer();
   } else if (job.has_snapshot && device->Staged(job.snapshot)) {
     // The context went with the chunks still on it (the unload's own copy
-    // failed): its buffer holds an older read-back's bytes, never to decode.
+    // failed): its buffer holds an older read-back's bytes, never to ship.
     job.snapshot.used_chunks = 0;
     Log().warn("GPU {}: a read-back was still in device memory when its context ended; its events are lost",
                device->facts().info.ordinal);
@@ -439,27 +392,12 @@ void Harvester::Process(Job& job) {
     stage_start = now;
   };
 
-  // A final harvest ships everything that waits for a record, and a harvest
-  // before it puts what it leaves waiting back only at its ship turn: so a
-  // final one takes after every earlier one has shipped (its ship turn is
-  // then already its own).
-  if (job.final && !WaitTurn(ship_turn_, job.seq)) return;
   // In read order: the clock probe relates %globaltimer to CUPTI's clock
-  // (given up, the previous offset stays, when the GPU is too busy to run it
-  // now); the records of the kernels that ended before this read-back.
+  // (given up when the GPU is too busy to run it now); the records of the
+  // kernels that ended before this read-back (a final harvest: all of them).
   if (!WaitTurn(take_turn_, job.seq)) return;
-  std::vector<WarpSegment> carried;
-  std::vector<int> carried_ages, record_ages;
-  std::vector<KernelRecord> carried_records;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    carried.swap(state->carried_segments);
-    carried_ages.swap(state->carried_segment_ages);
-    carried_records.swap(state->carried_records);
-    record_ages.swap(state->carried_record_ages);
-  }
   uint64_t probe_time = 0, probe_launched = 0;
-  const bool probed = !gone && job.has_snapshot && gpu_.ProbeClock(&probe_time, &probe_launched);
+  bool probed = !gone && job.has_snapshot && gpu_.ProbeClock(&probe_time, &probe_launched);
   // A kernel launched after the read-back may be running: only complete records now.
   gpu_.FlushActivity(/*incomplete_too=*/job.final);
   const uint32_t context_id = device->facts().context_id;
@@ -469,167 +407,84 @@ void Harvester::Process(Job& job) {
   for (const KernelRecord& r : probes) {
     if (r.start_ns >= probe_launched && (probe == nullptr || r.start_ns < probe->start_ns)) probe = &r;
   }
-  if (probed && probe != nullptr) {
-    state->clock_offset = static_cast<int64_t>((probe->start_ns + probe->end_ns) / 2 - probe_time);
-  }
-  int64_t clock_offset = state->clock_offset;
-  // Only kernels that ended before the read-back: later ones belong to later
-  // harvests. Records carried from earlier harvests come first.
-  std::vector<KernelRecord> records = std::move(carried_records);
-  {
-    std::vector<KernelRecord> taken = activity_.Take(context_id, job.has_snapshot ? job.snapshot.time_ns : gpu_.Now());
-    records.insert(records.end(), std::make_move_iterator(taken.begin()), std::make_move_iterator(taken.end()));
-  }
-  record_ages.resize(records.size(), 0);
-  EndTurn(&take_turn_);
-  stage(wire::kStageClock);
-
-  const ArenaSnapshot& snap = job.snapshot;
-  std::vector<WarpSegment> segments;
-  DecodeStats decode;
-  if (job.has_snapshot) {
-    DecodeAndMapClocks(snap.chunks.data(), snap.used_chunks, snap.chunk_bytes, device->facts().cycles_per_ns,
-                       decode_threads_, &segments, &decode);
-  }
-  const size_t fresh_segments = segments.size();
-  for (WarpSegment& s : segments) s.name_generation = job.name_generation;  // carried ones keep theirs
-  segments.insert(segments.end(), std::make_move_iterator(carried.begin()), std::make_move_iterator(carried.end()));
-  carried_ages.insert(carried_ages.begin(), fresh_segments, 0);  // ages line up with `segments`
-  clock_offset = EstimateClockOffset(segments, records, clock_offset);
+  probed = probed && probe != nullptr;
+  if (probed) state->clock_offset = static_cast<int64_t>((probe->start_ns + probe->end_ns) / 2 - probe_time);
+  const std::vector<KernelRecord> records =
+      activity_.Take(context_id, job.has_snapshot ? job.snapshot.time_ns : gpu_.Now());
   // Wanted launches are those whose API call was noted; a graph's kernel
   // nodes share their cuGraphLaunch's, and are kept if their kernel is
   // selected and the replay took it (not excluded by the call).
   HostCalls* calls = job.host_calls;
-  const auto wanted = [&](const KernelRecord& r) {
-    const KernelClass* kernel = kernels_.FindClass(r.name);
-    return kernel != nullptr && kernel->selected && calls != nullptr &&
-           calls->Find(r.correlation_id).api != wire::kApiNone &&
-           (r.graph_id == 0 || !calls->Excludes(r.correlation_id, kernel));
-  };
-  MatchStats match;
-  std::vector<const WarpSegment*> unmatched;
-  std::vector<size_t> unused;
-  std::vector<Launch> launches = MatchLaunches(&segments, records, wanted, clock_offset, &match, &unmatched, &unused);
-  // Segments still without a record wait (a bounded number of harvests and
-  // events); the rest ship now under synthetic launches.
-  std::vector<WarpSegment> waiting, given_up;
-  std::vector<int> waiting_ages;
-  size_t waiting_events = 0;
-  const size_t carry_limit = std::max<size_t>(
-      kMaxCarriedEvents, static_cast<size_t>(snap.total_chunks) * snap.chunk_bytes / sizeof(wire::Event));
-  for (const WarpSegment* s : unmatched) {
-    const int age = carried_ages[static_cast<size_t>(s - segments.data())] + 1;
-    if (job.final || age > kCarryHarvests || waiting_events + s->events.size() > carry_limit) {
-      given_up.push_back(*s);
-    } else {
-      waiting.push_back(*s);
-      waiting_ages.push_back(age);
-      waiting_events += s->events.size();
+  std::vector<Shipper::Record> shipped(records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    const KernelRecord& r = records[i];
+    KernelClass* kernel = kernels_.FindClass(r.name);
+    const wire::HostCall call = calls != nullptr ? calls->Find(r.correlation_id) : wire::HostCall{};
+    shipped[i].record = &r;
+    shipped[i].call = call;
+    shipped[i].wanted = kernel != nullptr && kernel->selected && call.api != wire::kApiNone &&
+                        (r.graph_id == 0 || !calls->Excludes(r.correlation_id, kernel));
+    if (kernel != nullptr) {
+      if (state->recent_grids.size() >= kRecentGrids) state->recent_grids.clear();
+      ContextState::Grid& g = state->recent_grids[r.grid_id];
+      if (g.kernel != kernel) g = ContextState::Grid{kernel, 0};
+      g.launched_warps += Warps(r);
     }
   }
-  // Segments that start to wait are named now, while the memory of their
-  // modules is surely there: an unload reads the names of what waits in the
-  // context, but not of what a harvest has taken from it and still holds;
-  // that harvest then finds the names cached.
-  const auto read_name = [&](uint64_t generation, uint64_t address) {
-    return ReadName(*state, device, generation, address);
-  };
-  {
-    EventNames waiting_names;
-    for (size_t i = 0; i < waiting.size(); ++i) {
-      if (waiting_ages[i] == 1) waiting_names.Add(waiting[i], waiting[i].events, read_name);  // else named before
-    }
-  }
-  if (!given_up.empty()) {
-    std::vector<Launch> synthetic = MatchLaunches(&given_up, {}, wanted, clock_offset, &match);
-    for (Launch& l : synthetic) launches.push_back(std::move(l));
-    std::stable_sort(launches.begin(), launches.end(), [](const Launch& a, const Launch& b) {
-      return std::tie(a.record.start_ns, a.record.correlation_id) <
-             std::tie(b.record.start_ns, b.record.correlation_id);
-    });
-  }
-  std::vector<KernelRecord> waiting_records;
-  std::vector<int> waiting_record_ages;
-  for (size_t i : unused) {
-    const int age = record_ages[i] + 1;
-    if (!job.final && age <= kCarryHarvests) {
-      waiting_records.push_back(records[i]);
-      waiting_record_ages.push_back(age);
-    } else if (KernelClass* kernel = kernels_.FindClass(records[i].name); kernel != nullptr && wanted(records[i])) {
-      kernel->claims.set_all(0);  // it records nothing
-    }
-  }
-  for (Launch& l : launches) {
-    if (calls != nullptr) l.call = calls->Find(l.record.correlation_id);
-  }
+  EndTurn(&take_turn_);
+  stage(wire::kStageClock);
 
-  // Names are read from device memory, so before a module unload completes;
-  // by generation too (events that waited across an unload may share an
-  // address with a later module's).
-  EventNames names;
-  for (const Launch& l : launches) {
-    for (const LaunchEvents& w : l.warps) names.Add(*w.segment, w.events, read_name);
+  // What the read-back holds: its events' names are read while the modules
+  // that wrote them are loaded; what each kernel's warps claimed sizes the
+  // chunks of its next launches.
+  const ArenaSnapshot& snap = job.snapshot;
+  ChunkScan scan;
+  if (job.has_snapshot) scan = Scan(snap, /*tally=*/true);
+  std::vector<std::pair<uint64_t, std::string>> names;
+  names.reserve(scan.name_addresses.size());
+  for (uint64_t address : scan.name_addresses) {
+    names.emplace_back(address, ReadName(*state, device, job.name_generation, address));
   }
-  // What each kernel claimed per warp this time sizes the chunks and the
-  // drain projection of its next launch (0 above, for kernels whose records
-  // waited for events in vain).
-  for (const Launch& l : launches) {
-    const uint64_t warps = Warps(l.record);
-    if (warps == 0 || l.record.name.empty() || job.snapshot.chunk_bytes == 0) continue;
-    if (KernelClass* kernel = kernels_.FindClass(l.record.name)) {
-      ClaimTally tally(job.snapshot.chunk_bytes);
-      for (const LaunchEvents& w : l.warps) tally.AddWarp(w.events.size(), w.chunks);
-      tally.Teach(warps, &kernel->claims);
-    }
+  for (const auto& [grid, warps] : scan.warps_by_grid) {
+    auto it = state->recent_grids.find(grid);
+    if (it == state->recent_grids.end() || it->second.launched_warps == 0 || snap.chunk_bytes == 0) continue;
+    ClaimTally tally(snap.chunk_bytes);
+    for (const WarpTally& w : warps) tally.AddWarp(w.events, w.chunks);
+    tally.Teach(it->second.launched_warps, &it->second.kernel->claims);
   }
   stage(wire::kStageDecode);
 
-  // In read order: launch ids increase with time across harvests.
+  // In read order: the collector takes each read-back's records with it.
   if (!WaitTurn(ship_turn_, job.seq)) return;
   struct ShipTurn {
     Harvester* h;
     ~ShipTurn() { h->EndTurn(&h->ship_turn_); }
   } ship_turn{this};
-  state->clock_offset = clock_offset;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < waiting.size(); ++i) {
-      state->carried_segments.push_back(std::move(waiting[i]));
-      state->carried_segment_ages.push_back(waiting_ages[i]);
-    }
-    for (size_t i = 0; i < waiting_records.size(); ++i) {
-      state->carried_records.push_back(std::move(waiting_records[i]));
-      state->carried_record_ages.push_back(waiting_record_ages[i]);
-    }
-  }
   std::lock_guard<std::mutex> lock(ship_mu_);
-  if (!job.has_snapshot && launches.empty()) {  // a final flush with nothing left to ship
-    if (match.filtered != 0) {
-      stats_.events_filtered += match.filtered;
-      SendStatsLocked();
+  const uint32_t ordinal = device->facts().info.ordinal;
+  const auto generation = static_cast<uint32_t>(job.name_generation);
+  for (const auto& [address, name] : names) {
+    if (state->names_shipped.emplace(job.name_generation, address).second) {
+      shipper_.SendMarkerName(context_id, generation, address, name);
     }
-    return;
   }
-  shipper_.SendLaunches(
-      launches, job.reason == wire::kHarvestHighWater ? uint32_t{wire::kLaunchForcedDrain} : 0u,
-      [&](uint64_t generation, uint64_t address) { return names.At(generation, address); },
-      [](const std::string& mangled) { return mangled.empty() ? std::string("<unknown kernel>") : Demangle(mangled); });
+  if (!shipped.empty()) shipper_.SendRecords(ordinal, context_id, shipped);
+  if (job.has_snapshot) {
+    shipper_.SendChunks(ordinal, context_id, generation, snap.chunk_bytes, snap.chunks.data(), snap.used_chunks,
+                        scan.events);
+  }
   stage(wire::kStageShip);
-  // A final flush closes the launches it shipped (events that waited for a
-  // record) with a harvest of its own: it read nothing back.
-  shipper_.SendHarvest(job.has_snapshot ? snap.time_ns : gpu_.Now(), device->facts().info.ordinal, job.reason,
+  const uint32_t flags = (job.final ? uint32_t{wire::kHarvestFinal} : 0u) | (probed ? uint32_t{wire::kHarvestProbed} : 0u);
+  shipper_.SendHarvest(job.has_snapshot ? snap.time_ns : gpu_.Now(), ordinal, context_id, job.reason,
                        snap.dropped_events, snap.unplaced_events, snap.used_chunks, snap.total_chunks,
-                       static_cast<uint32_t>(decode.empty_chunks), job.host);  // at most used_chunks
+                       static_cast<uint32_t>(scan.empty_chunks), flags, state->clock_offset, job.host);
   stats_.harvests += job.has_snapshot ? 1 : 0;
   stats_.forced_drains += job.reason == wire::kHarvestHighWater ? 1 : 0;
   stats_.events_dropped_device += snap.dropped_events;
   stats_.events_unplaced_device += snap.unplaced_events;
-  stats_.events_filtered += match.filtered;
-  stats_.events_unattributed += match.unattributed;
-  stats_.events_malformed += decode.malformed_events;
-  Log().debug("harvest on GPU {} ({}): {} chunks ({} empty, {} malformed), {} launches, {} events, {} dropped",
-              device->facts().info.ordinal, static_cast<int>(job.reason), snap.used_chunks, decode.empty_chunks,
-              decode.malformed_chunks, launches.size(), match.events, snap.dropped_events);
+  Log().debug("harvest on GPU {} ({}): {} chunks ({} empty), {} records, {} events, {} dropped", ordinal,
+              static_cast<int>(job.reason), snap.used_chunks, scan.empty_chunks, records.size(), scan.events,
+              snap.dropped_events);
   SendStatsLocked();
 }
 
@@ -645,14 +500,11 @@ uint64_t Harvester::CountUnshipped() {
       if (job->device->Staged(job->snapshot)) {
         ++staged;
       } else {
-        events += EventsIn(job->snapshot);
+        events += Scan(job->snapshot, /*tally=*/false).events;
       }
     };
     for (const auto& job : queue_) count(job.get());
     for (const Job* job : processing_) count(job);
-    for (const auto& [device, state] : states_) {
-      for (const WarpSegment& s : state->carried_segments) events += s.events.size();
-    }
     if (staged != 0) {
       Log().warn("{} read-backs were still in device memory at exit; their events are lost, uncounted", staged);
     }
@@ -670,7 +522,6 @@ void Harvester::SendStats() {
 
 void Harvester::SendStatsLocked() {
   const ShipperCounters& c = shipper_.counters();
-  stats_.launches_profiled = c.launches;
   stats_.events_recorded = c.events;
   stats_.messages_dropped = c.messages_dropped;
   wire::StatsMsg stats = stats_;

@@ -4,15 +4,21 @@
 //   application thread                 smprof's harvest threads
 //   Harvest(): DeviceContext::Read     --> queue --> [in read order] probe the clocks,
 //   (wait for recording work, copy                   take CUPTI's records
-//    the used chunks, reset)                     --> [in parallel] decode, map clocks,
-//                                                    match, read names
-//                                                --> [in read order] ship, send the
-//                                                    harvest and the counters
+//    the used chunks, reset)                     --> [in parallel] bring the chunks to
+//                                                    host memory, scan them (names,
+//                                                    what each kernel claimed), read
+//                                                    the names
+//                                                --> [in read order] ship the records,
+//                                                    names, chunks and the harvest,
+//                                                    then the counters
 //
-// Several harvest threads (a quarter of the cores, 1 to 4) decode read-backs
-// at once, a large one split over as many threads again; taking records and
-// shipping go by turns in the order of the read-backs, so a harvest never
-// takes a later one's records and launch ids keep increasing with time.
+// The chunks ship as they were read back: the collector decodes them and
+// matches them with the records (collector/launch_assembler.h), so a
+// process whose GPU records faster than the host decodes is never held by
+// the decoding, and what it shipped outlives it. Taking records and
+// shipping go by turns in the order of the read-backs, so a read-back's
+// records are those of the kernels that ended before it, and the collector
+// receives them in order.
 //
 // An application thread is held only while the arena is copied (and, for a
 // forced drain, while the recording work it waits for finishes). The queue
@@ -32,28 +38,18 @@
 // modules go (exit, module unload, context end) neither waits nor skips: it
 // takes one buffer beyond the bound.
 //
-// Events whose CUPTI record has not arrived wait for later harvests of their
-// context (and records that got no events wait for theirs), up to
-// kCarryHarvests harvests; then, or at the final harvest (exit, context
-// end), they ship under a synthetic launch, counted as unattributed.
-// CUPTI hands a kernel's record over only with a whole activity buffer, and
-// not while the buffer holds the record of a kernel still running, so under
-// back-to-back launches a record can come a harvest or two late.
-// Overflow policy: at most as many events wait as the arena holds (and at
-// least kMaxCarriedEvents): one arena's launches can wait whole, in about
-// twice the arena's size of host memory; past it the oldest ship at once,
-// unattributed. Only events of *wanted* launches are shipped: a launch
-// whose API call was noted in the context's HostCalls (launches of kernels
+// Which records are wanted (their events kept by the collector): those whose
+// launch's API call was noted in the context's HostCalls (launches of kernels
 // that were excluded, outside the launch range or the capture window but ran
-// while their module recorded are filtered and counted).
+// while their module recorded are filtered there and counted). A final
+// harvest (exit, context end) reads nothing back: it takes every record left
+// and tells the collector to stop waiting for records.
 //
-// Names are read from the modules' memory. Each read-back, and every segment
-// of it that waits for a record, keeps the generation of its context's modules
-// (a module unload or context end starts a new one, after reading the names of
-// everything queued, in progress or waiting), so a name is read only from the
-// memory of the modules that wrote the event. Events are named when they start
-// to wait, so a harvest that took waiting events (which an unload meanwhile
-// does not see) finds their names cached.
+// Names are read from the modules' memory. Each read-back keeps the
+// generation of its context's modules (a module unload or context end starts
+// a new one, after reading the names of everything queued or in progress),
+// so a name is read only from the memory of the modules that wrote the event;
+// the collector receives each (generation, address) once.
 #pragma once
 
 #include <atomic>
@@ -67,6 +63,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/settings.h"
@@ -80,6 +77,11 @@
 namespace smprof::injector {
 
 class KernelTable;
+
+// A quarter of the machine's cores, 1 to kMaxHarvestThreads: how many
+// harvest threads bring read-backs to host memory and ship them at once.
+inline constexpr unsigned kMaxHarvestThreads = 4;
+unsigned QuarterOfTheCores();
 
 // One context as the harvester sees it. The profiler owns it.
 struct HarvestTarget {
@@ -103,8 +105,8 @@ class Harvester {
   bool Harvest(HarvestTarget target, wire::HarvestReason reason, HarvestMode mode, const wire::HostCall& call = {});
   // Waits until every queued harvest of `device` (nullptr: of all contexts)
   // has been shipped, giving up (false) once no harvest has finished for
-  // `stall`. `final`: events still waiting for a CUPTI record ship now under
-  // synthetic launches.
+  // `stall`. `final`: a final harvest of `device` ships every record left
+  // (and the collector stops waiting for records of its events).
   bool Flush(const DeviceContext* device, bool final, std::chrono::milliseconds stall);
   // On the application's thread, inside a module-unload or context-destroy
   // callback (after the forced harvest): reads every marker name the queued
@@ -125,8 +127,8 @@ class Harvester {
   uint64_t CountUnshipped();
 
   static constexpr size_t kSnapshotsPerContext = 4;
-  static constexpr int kCarryHarvests = 4;
-  static constexpr size_t kMaxCarriedEvents = size_t{1} << 22;
+  // Grid ids whose kernel a context remembers for teaching chunk sizes.
+  static constexpr size_t kRecentGrids = 65536;
   static constexpr unsigned kMaxThreads = kMaxHarvestThreads;
 
  private:
@@ -153,8 +155,6 @@ class Harvester {
   std::mutex& ship_mu_;
   StatsFiller fill_stats_;
   const unsigned thread_count_;
-  // Threads one large read-back is decoded on (harvest.h DecodeAndMapClocks).
-  const unsigned decode_threads_;
   wire::StatsMsg stats_{};  // ship_mu_
   const Backlog backlog_;
   std::atomic<uint64_t> skipped_{0};  // read-backs skipped under Backlog::kDrop

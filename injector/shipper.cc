@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/names.h"
+
 namespace smprof::injector {
 namespace {
 
@@ -36,11 +38,11 @@ bool Shipper::Send(uint32_t type, const void* fixed, uint32_t fixed_size, const 
   return Commit(type, events);
 }
 
-bool Shipper::Commit(uint32_t type, uint64_t events) {
+bool Shipper::Commit(uint32_t type, uint64_t events, bool bulk) {
   const auto size = static_cast<uint32_t>(buffer_.size());
   const wire::MsgHeader header{type, size};
   std::memcpy(buffer_.data(), &header, sizeof(header));
-  if (sink_->Send(buffer_.data(), size, events)) {
+  if (bulk ? sink_->SendBulk(buffer_.data(), size, events) : sink_->Send(buffer_.data(), size, events)) {
     counters_.events += events;
     return true;
   }
@@ -90,14 +92,15 @@ void Shipper::SendNotice(wire::NoticeKind kind, const std::string& text) {
   Send(wire::kMsgNotice, &m, sizeof(m), text.data(), m.text_len, 0);
 }
 
-uint32_t Shipper::InternName(const std::string& name) {
-  auto it = name_ids_.find(name);
-  if (it != name_ids_.end()) return it->second;
-  const uint32_t id = next_name_id_++;
-  auto m = Zeroed<wire::NameMsg>();
-  m.name_id = id;
+uint32_t Shipper::KernelId(const std::string& mangled) {
+  auto it = kernel_ids_.find(mangled);
+  if (it != kernel_ids_.end()) return it->second;
+  const uint32_t id = next_kernel_id_++;
+  const std::string name = mangled.empty() ? std::string("<unknown kernel>") : Demangle(mangled);
+  auto m = Zeroed<wire::KernelNameMsg>();
+  m.kernel_id = id;
   m.name_len = ClampedLength(name);
-  if (Send(wire::kMsgName, &m, sizeof(m), name.data(), m.name_len, 0)) name_ids_.emplace(name, id);
+  if (Send(wire::kMsgKernelName, &m, sizeof(m), name.data(), m.name_len, 0)) kernel_ids_.emplace(mangled, id);
   return id;
 }
 
@@ -110,111 +113,81 @@ void Shipper::AnnounceThread(uint32_t tid) {
   if (Send(wire::kMsgThread, &m, sizeof(m), name.data(), m.name_len, 0)) threads_sent_.push_back(tid);
 }
 
-void Shipper::SendLaunches(const std::vector<Launch>& launches, uint32_t extra_flags,
-                           const std::function<std::string(uint64_t, uint64_t)>& name_of,
-                           const std::function<std::string(const std::string&)>& kernel_name) {
-  address_ids_.clear();  // addresses are only stable while modules stay loaded
-  // In front of the map: the last ids by address (a kernel has few names).
-  struct Cached {
-    uint64_t address = 0;
-    uint64_t generation = 0;
-    uint32_t id = 0;
-  };
-  Cached recent[64];
-  for (const Launch& launch : launches) {
-    const KernelRecord& r = launch.record;
-    auto m = Zeroed<wire::LaunchMsg>();
-    m.launch_id = next_launch_id_++;
-    m.start_ns = r.start_ns;
-    m.end_ns = r.end_ns;
-    m.grid_id = r.grid_id;
-    m.correlation_id = r.correlation_id;
-    m.stream_id = r.stream_id;
-    m.device = r.device;
-    m.context_id = r.context_id;
-    m.graph_id = r.graph_id;
-    m.flags = launch.flags | extra_flags | (r.graph_id != 0 ? uint32_t{wire::kLaunchFromGraph} : 0u);
-    std::copy(r.grid, r.grid + 3, m.grid);
-    std::copy(r.block, r.block + 3, m.block);
-    m.dynamic_smem = r.dynamic_smem;
-    m.static_smem = r.static_smem;
-    m.registers = r.registers;
-    if (launch.call.api != wire::kApiNone) {
-      m.call = launch.call;
-      AnnounceThread(launch.call.tid);
+void Shipper::SendRecords(uint32_t device, uint32_t context_id, const std::vector<Record>& records) {
+  constexpr size_t kPerMessage = (kChunkMessageBytes - sizeof(wire::RecordsMsg)) / sizeof(wire::KernelRecordEntry);
+  for (size_t first = 0; first < records.size(); first += kPerMessage) {
+    const size_t count = std::min(kPerMessage, records.size() - first);
+    // Kernel and thread names first: announcing one sends a message (through buffer_).
+    std::vector<uint32_t> kernel_ids(count);
+    for (size_t i = 0; i < count; ++i) {
+      kernel_ids[i] = KernelId(records[first + i].record->name);
+      if (records[first + i].call.api != wire::kApiNone) AnnounceThread(records[first + i].call.tid);
     }
-    const std::string display = (launch.flags & wire::kLaunchNoActivity) && r.name.empty()
-                                    ? "<kernel of grid " + std::to_string(r.grid_id) + ", no CUPTI record>"
-                                    : kernel_name(r.name);
-    m.name_len = ClampedLength(display);
-    Send(wire::kMsgLaunch, &m, sizeof(m), display.data(), m.name_len, 0);
-    ++counters_.launches;
-
-    for (const LaunchEvents& warp : launch.warps) {
-      const WarpSegment& seg = *warp.segment;
-      // A message holds up to kMaxEventsPerMessage wire entries; a wide value
-      // takes two (its event, then a kEventValueHigh entry), never split.
-      for (size_t first = 0; first < warp.events.size();) {
-        size_t count = 0;    // events
-        uint32_t slots = 0;  // wire entries
-        while (first + count < warp.events.size()) {
-          const uint32_t need = (warp.events[first + count].info & wire::kEventWideValue) != 0 ? 2 : 1;
-          if (slots + need > kMaxEventsPerMessage) break;
-          slots += need;
-          ++count;
-        }
-        // Names first: interning one sends a NameMsg (through buffer_).
-        for (size_t i = first; i < first + count; ++i) {
-          const uint64_t address = seg.name_base + static_cast<int64_t>(warp.events[i].name_offset);
-          Cached& slot = recent[(address >> 3) % 64];
-          if (slot.id == 0 || slot.address != address || slot.generation != seg.name_generation) {
-            const auto key = std::make_pair(seg.name_generation, address);
-            auto it = address_ids_.find(key);
-            if (it == address_ids_.end()) {
-              it = address_ids_.emplace(key, InternName(name_of(seg.name_generation, address))).first;
-            }
-            slot = Cached{address, seg.name_generation, it->second};
-          }
-        }
-        auto w = Zeroed<wire::WarpEventsMsg>();
-        w.launch_id = m.launch_id;
-        std::copy(seg.block, seg.block + 3, w.block);
-        w.sm = seg.sm;
-        w.warp = seg.warp;
-        w.hw_warp = seg.hw_warp;
-        w.flags = (seg.flags & wire::kChunkFromTriton) != 0
-                      ? static_cast<uint16_t>(wire::kWarpTritonProgram | (seg.cluster << wire::kWarpClusterShift))
-                      : 0;
-        w.count = slots;
-        uint8_t* message = Frame(static_cast<uint32_t>(sizeof(w) + slots * sizeof(wire::WireEvent)));
-        std::memcpy(message, &w, sizeof(w));
-        uint8_t* out = message + sizeof(w);
-        for (size_t i = first; i < first + count; ++i, out += sizeof(wire::WireEvent)) {
-          const DecodedEvent& e = warp.events[i];
-          const uint64_t address = seg.name_base + static_cast<int64_t>(e.name_offset);
-          const Cached& slot = recent[(address >> 3) % 64];
-          const uint32_t id = slot.id != 0 && slot.address == address && slot.generation == seg.name_generation
-                                  ? slot.id
-                                  : address_ids_.at(std::make_pair(seg.name_generation, address));
-          const wire::WireEvent wire_event{e.time_ns, static_cast<uint32_t>(e.clock), id, e.info, e.value};
-          std::memcpy(out, &wire_event, sizeof(wire_event));
-          if ((e.info & wire::kEventWideValue) != 0) {
-            out += sizeof(wire::WireEvent);
-            const wire::WireEvent high{e.time_ns, static_cast<uint32_t>(e.clock), id, wire::kEventValueHigh,
-                                       e.value_high};
-            std::memcpy(out, &high, sizeof(high));
-          }
-        }
-        Commit(wire::kMsgWarpEvents, count);
-        first += count;
-      }
+    auto m = Zeroed<wire::RecordsMsg>();
+    m.device = device;
+    m.context_id = context_id;
+    m.count = static_cast<uint32_t>(count);
+    uint8_t* message = Frame(static_cast<uint32_t>(sizeof(m) + count * sizeof(wire::KernelRecordEntry)));
+    std::memcpy(message, &m, sizeof(m));
+    for (size_t i = 0; i < count; ++i) {
+      const Record& rec = records[first + i];
+      const KernelRecord& r = *rec.record;
+      auto e = Zeroed<wire::KernelRecordEntry>();
+      e.grid_id = r.grid_id;
+      e.start_ns = r.start_ns;
+      e.end_ns = std::max(r.start_ns, r.end_ns);
+      e.correlation_id = r.correlation_id;
+      e.stream_id = r.stream_id;
+      e.graph_id = r.graph_id;
+      e.kernel_id = kernel_ids[i];
+      std::copy(r.grid, r.grid + 3, e.grid);
+      std::copy(r.block, r.block + 3, e.block);
+      e.dynamic_smem = r.dynamic_smem;
+      e.static_smem = r.static_smem;
+      e.registers = r.registers;
+      e.flags = rec.wanted ? uint32_t{wire::kRecordWanted} : 0u;
+      if (rec.call.api != wire::kApiNone) e.call = rec.call;
+      std::memcpy(message + sizeof(m) + i * sizeof(e), &e, sizeof(e));
     }
+    Commit(wire::kMsgRecords, 0);
   }
 }
 
-void Shipper::SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason reason, uint64_t dropped,
-                          uint64_t unplaced, uint32_t chunks_used, uint32_t chunks_total, uint32_t chunks_empty,
-                          const HarvestHost& host) {
+void Shipper::SendMarkerName(uint32_t context_id, uint32_t generation, uint64_t address, const std::string& name) {
+  auto m = Zeroed<wire::MarkerNameMsg>();
+  m.address = address;
+  m.context_id = context_id;
+  m.generation = generation;
+  m.name_len = ClampedLength(name);
+  Send(wire::kMsgMarkerName, &m, sizeof(m), name.data(), m.name_len, 0);
+}
+
+void Shipper::SendChunks(uint32_t device, uint32_t context_id, uint32_t generation, uint32_t chunk_bytes,
+                         const uint8_t* chunks, uint64_t count, uint64_t events) {
+  if (count == 0 || chunk_bytes == 0) return;
+  const uint64_t per_message = std::max<uint64_t>(1, (kChunkMessageBytes - sizeof(wire::ChunksMsg)) / chunk_bytes);
+  uint64_t events_left = events;
+  for (uint64_t first = 0; first < count; first += per_message) {
+    const uint64_t n = std::min(per_message, count - first);
+    // The loss counters take the events in proportion (the last message the rest).
+    const uint64_t share = first + n == count ? events_left : events * n / count;
+    events_left -= std::min(share, events_left);
+    auto m = Zeroed<wire::ChunksMsg>();
+    m.device = device;
+    m.context_id = context_id;
+    m.chunk_bytes = chunk_bytes;
+    m.count = static_cast<uint32_t>(n);
+    m.name_generation = generation;
+    uint8_t* message = Frame(static_cast<uint32_t>(sizeof(m) + n * chunk_bytes));
+    std::memcpy(message, &m, sizeof(m));
+    std::memcpy(message + sizeof(m), chunks + first * chunk_bytes, n * chunk_bytes);
+    Commit(wire::kMsgChunks, share, /*bulk=*/true);
+  }
+}
+
+void Shipper::SendHarvest(uint64_t time_ns, uint32_t device, uint32_t context_id, wire::HarvestReason reason,
+                          uint64_t dropped, uint64_t unplaced, uint32_t chunks_used, uint32_t chunks_total,
+                          uint32_t chunks_empty, uint32_t flags, int64_t clock_offset_ns, const HarvestHost& host) {
   AnnounceThread(host.tid);
   auto m = Zeroed<wire::HarvestMsg>();
   m.time_ns = time_ns;
@@ -225,6 +198,9 @@ void Shipper::SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason
   m.chunks_used = chunks_used;
   m.chunks_total = chunks_total;
   m.chunks_empty = std::min(chunks_empty, chunks_used);
+  m.context_id = context_id;
+  m.flags = flags;
+  m.clock_offset_ns = (flags & wire::kHarvestProbed) != 0 ? clock_offset_ns : 0;
   if (host.tid != 0) {
     m.host_begin_ns = host.begin_ns;
     m.host_end_ns = std::max(host.begin_ns, host.end_ns);

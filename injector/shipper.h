@@ -1,13 +1,15 @@
-// Shipper: turns harvested launches into transport messages (wire.h).
+// Shipper: turns what a harvest read back into transport messages (wire.h).
 //
-// Owns the process-wide message state: launch ids (increasing with start
-// time across harvests), the interned marker names (a NameMsg precedes the
-// first use of each id), the named host threads (a ThreadMsg precedes the
-// first launch or harvest naming a thread; `thread_name(tid)` says its name),
-// and the counters of what was shipped or lost on the way. A name, thread or
-// device whose message the transport dropped is announced again at its next
-// use. Not thread-safe: the injector calls it
-// under its ship mutex.
+// A read-back ships as it is: its kernel records (RecordsMsg), the marker
+// names its events use (MarkerNameMsg), its chunks (ChunksMsg) and the
+// HarvestMsg that closes it; the collector decodes and matches them
+// (collector/launch_assembler.h). Owns the process-wide message state: the
+// interned kernel names (a KernelNameMsg precedes the first record naming
+// one), the named host threads (a ThreadMsg precedes the first record or
+// harvest naming a thread; `thread_name(tid)` says its name), and the
+// counters of what was shipped or lost on the way. A kernel, thread or device
+// whose message the transport dropped is announced again at its next use.
+// Not thread-safe: the injector calls it under its ship mutex.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "injector/harvest.h"
+#include "injector/activity_store.h"
 #include "smprof/wire.h"
 
 namespace smprof::injector {
@@ -27,10 +29,12 @@ class MessageSink {
   virtual ~MessageSink() = default;
   // Returns false when the message was dropped (already counted by the sink).
   virtual bool Send(const void* data, uint32_t size, uint64_t events) = 0;
+  // The same for events read back: waits longer for room (while the
+  // collector lives) before dropping.
+  virtual bool SendBulk(const void* data, uint32_t size, uint64_t events) { return Send(data, size, events); }
 };
 
 struct ShipperCounters {
-  uint64_t launches = 0;
   uint64_t events = 0;  // events in messages the sink accepted
   uint64_t messages_dropped = 0;
   uint64_t events_dropped = 0;  // events in messages the sink dropped
@@ -82,29 +86,41 @@ class Shipper {
   void SendDevice(const DeviceInfo& device);
   void SendNotice(wire::NoticeKind kind, const std::string& text);
 
-  // `name_of(generation, address)` returns the marker name stored at a
-  // device address by the modules of that name generation (a segment's
-  // name_generation: after a module unload, another module may put another
-  // name at the same address). `kernel_name(mangled)` returns the display
-  // name of a kernel.
-  void SendLaunches(const std::vector<Launch>& launches, uint32_t extra_flags,
-                    const std::function<std::string(uint64_t, uint64_t)>& name_of,
-                    const std::function<std::string(const std::string&)>& kernel_name);
+  // A kernel record of a read-back, with what the launch path knew of it.
+  struct Record {
+    const KernelRecord* record = nullptr;
+    bool wanted = false;    // profiled: the collector keeps its events (wire::kRecordWanted)
+    wire::HostCall call{};  // the API call that launched it (api kApiNone: unknown)
+  };
+  // The records a harvest of context `context_id` took.
+  void SendRecords(uint32_t device, uint32_t context_id, const std::vector<Record>& records);
+  // The marker name at `address` for the modules of `generation`.
+  void SendMarkerName(uint32_t context_id, uint32_t generation, uint64_t address, const std::string& name);
+  // `count` chunks of `chunk_bytes` as read back, holding `events` events
+  // (for the loss counters), in as many messages as they need.
+  void SendChunks(uint32_t device, uint32_t context_id, uint32_t generation, uint32_t chunk_bytes,
+                  const uint8_t* chunks, uint64_t count, uint64_t events);
 
-  // `chunks_used` of `chunks_total`: how full the arena was (its fill
-  // counter); `chunks_empty` of the used ones were claimed but never written.
-  void SendHarvest(uint64_t time_ns, uint32_t device, wire::HarvestReason reason, uint64_t dropped, uint64_t unplaced,
-                   uint32_t chunks_used, uint32_t chunks_total, uint32_t chunks_empty,
+  // Closes a read-back of context `context_id` (wire::HarvestMsg):
+  // `chunks_used` of `chunks_total` is how full the arena was (its fill
+  // counter), `chunks_empty` of the used ones were claimed but never
+  // written; `flags` wire::HarvestFlags, `clock_offset_ns` from the clock
+  // probe (with kHarvestProbed).
+  void SendHarvest(uint64_t time_ns, uint32_t device, uint32_t context_id, wire::HarvestReason reason,
+                   uint64_t dropped, uint64_t unplaced, uint32_t chunks_used, uint32_t chunks_total,
+                   uint32_t chunks_empty, uint32_t flags, int64_t clock_offset_ns,
                    const HarvestHost& host = HarvestHost());
   void SendStats(const wire::StatsMsg& stats);
 
   const ShipperCounters& counters() const { return counters_; }
 
-  // Events per WarpEventsMsg before a warp is split into several messages.
-  static constexpr uint32_t kMaxEventsPerMessage = 4096;
+  // The bytes of chunks one ChunksMsg carries at most (a ring of 1 MiB takes
+  // messages of half its size).
+  static constexpr uint32_t kChunkMessageBytes = 256u << 10;
 
  private:
-  uint32_t InternName(const std::string& name);
+  // The KernelNameMsg id of a kernel (mangled name), announced at first use.
+  uint32_t KernelId(const std::string& mangled);
   // Sends the ThreadMsg of `tid` unless it reached the collector already.
   void AnnounceThread(uint32_t tid);
   bool Send(uint32_t type, const void* fixed, uint32_t fixed_size, const void* tail, uint32_t tail_size,
@@ -112,20 +128,12 @@ class Shipper {
   // A message built in place: Frame() returns room for `bytes` (padding
   // zeroed), Commit() sets the header over the first bytes and sends it.
   uint8_t* Frame(uint32_t bytes);
-  bool Commit(uint32_t type, uint64_t events);
+  bool Commit(uint32_t type, uint64_t events, bool bulk = false);
 
   MessageSink* sink_;
   ShipperCounters counters_;
-  uint64_t next_launch_id_ = 1;
-  uint32_t next_name_id_ = 1;
-  std::unordered_map<std::string, uint32_t> name_ids_;
-  struct NameKeyHash {
-    size_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
-      return std::hash<uint64_t>()(k.second * 0x9E3779B97F4A7C15ull ^ k.first);
-    }
-  };
-  // (name generation, address) -> id, per harvest
-  std::unordered_map<std::pair<uint64_t, uint64_t>, uint32_t, NameKeyHash> address_ids_;
+  uint32_t next_kernel_id_ = 1;
+  std::unordered_map<std::string, uint32_t> kernel_ids_;  // mangled name -> id announced
   std::vector<uint32_t> devices_sent_;
   ThreadNameFn thread_name_;
   std::vector<uint32_t> threads_sent_;

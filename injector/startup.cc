@@ -38,6 +38,12 @@ class ProducerSink : public MessageSink {
  public:
   explicit ProducerSink(transport::Producer* producer) : producer_(producer) {}
   bool Send(const void* data, uint32_t size, uint64_t events) override { return producer_->Send(data, size, events); }
+  // Read-back bytes wait up to kBulkWait for room: the collector's intake
+  // queues them, so the ring fills only when the collector is far behind.
+  bool SendBulk(const void* data, uint32_t size, uint64_t events) override {
+    return producer_->Send(data, size, events, kBulkWait);
+  }
+  static constexpr std::chrono::milliseconds kBulkWait{30000};
 
  private:
   transport::Producer* producer_;

@@ -71,6 +71,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <iterator>
 #include <initializer_list>
 #include <optional>
 #include <sstream>
@@ -101,6 +102,7 @@ constexpr int kExitCollectorFailed = 1;
 constexpr int kExitNotFound = 127;  // as a shell says "command not found"
 constexpr int kExitNotExecutable = 126;
 constexpr std::chrono::seconds kReadyTimeout{10};
+// The collector is killed when it makes no progress (uses no CPU) for this long.
 constexpr std::chrono::seconds kCollectorStopTimeout{30};
 constexpr std::chrono::seconds kDescendantTimeout{10};
 constexpr int kForwardedSignals[] = {SIGTERM, SIGHUP, SIGQUIT};
@@ -259,7 +261,7 @@ struct Collector {
 // With --serve (`serving`) the collector's stdout is our stderr: our stdout
 // is the caller's pipe, whose end must come when we end.
 bool StartCollector(const std::string& path, const std::string& run_id, const std::string& output, bool force,
-                    int summary_fd, const Settings& settings, bool serving, Collector* collector) {
+                    int summary_fd, const Settings& settings, bool serving, bool progress, Collector* collector) {
   int ready[2];
   int control[2];
   if (pipe2(ready, O_CLOEXEC) != 0 || pipe2(control, O_CLOEXEC) != 0) {
@@ -305,6 +307,7 @@ bool StartCollector(const std::string& path, const std::string& run_id, const st
                                      "--sink-threads",
                                      settings.sink_threads};
     if (force) args.push_back("--force");
+    if (progress) args.push_back("--progress");
     if (!StatsBase(output).empty()) args.push_back("--stats");
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -393,6 +396,24 @@ void KeepPartialTrace(const std::string& output) {
 // Closes the control pipe and sends SIGTERM (either one makes the collector
 // drain, finish and exit; it reads what is left in the pipe first) and waits
 // for it. Returns false if it had to be killed or failed.
+// The CPU time `pid` used so far, in clock ticks (utime + stime of
+// /proc/<pid>/stat); 0 if unreadable.
+uint64_t ProcessCpuTicks(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');  // the command may hold spaces and parentheses
+  if (paren == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string field;
+  uint64_t utime = 0, stime = 0;
+  // Fields 3.. after the command: state is field 3; utime and stime are 14 and 15.
+  for (int i = 3; i <= 15 && (fields >> field); ++i) {
+    if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+    if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return utime + stime;
+}
+
 bool StopCollector(Collector* collector, const std::string& output) {
   if (collector->control >= 0) {
     close(collector->control);
@@ -402,15 +423,23 @@ bool StopCollector(Collector* collector, const std::string& output) {
   if (!collector->reaped) {
     if (collector->pid <= 0) return false;
     kill(collector->pid, SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + kCollectorStopTimeout;
+    // It finishes the trace from what the program shipped, however long
+    // that takes, as long as it works on it (its CPU time grows).
+    uint64_t cpu = ProcessCpuTicks(collector->pid);
+    auto deadline = std::chrono::steady_clock::now() + kCollectorStopTimeout;
     while (true) {
       const pid_t r = waitpid(collector->pid, &status, WNOHANG);
       if (r == collector->pid || (r < 0 && errno != EINTR)) break;
-      if (std::chrono::steady_clock::now() >= deadline) {
+      const auto now = std::chrono::steady_clock::now();
+      if (const uint64_t used = ProcessCpuTicks(collector->pid); used != cpu) {
+        cpu = used;
+        deadline = now + kCollectorStopTimeout;
+      }
+      if (now >= deadline) {
         kill(-collector->pid, SIGKILL);
         WaitFor(collector->pid, &status);
         collector->pid = -1;
-        Error("the collector did not finish within " + std::to_string(kCollectorStopTimeout.count()) +
+        Error("the collector made no progress for " + std::to_string(kCollectorStopTimeout.count()) +
               " s and was killed");
         KeepPartialTrace(output);
         return false;
@@ -713,7 +742,10 @@ void PrintDeviceBuffers(const CollectorSummary& summary, const RunOptions& optio
                automatic ? "--buffer-mb auto: 1/32 of the free memory, 16-2048 MiB" : "--buffer-mb");
 }
 
-void PrintSummary(const std::optional<CollectorSummary>& read, const std::string& output, const RunOptions& options) {
+// `finishing_s`: how long the trace took after the program and its
+// processes had ended (negative: not measured).
+void PrintSummary(const std::optional<CollectorSummary>& read, const std::string& output, const RunOptions& options,
+                  double finishing_s) {
   if (!read) return;  // ReadSummary said why
   const CollectorSummary& summary = *read;
   const std::string trace = summary.trace.empty() ? output : Absolute(summary.trace);
@@ -767,6 +799,10 @@ void PrintSummary(const std::optional<CollectorSummary>& read, const std::string
     std::fprintf(stderr, "smprof: %s appeared during the run, so the trace was written beside it\n", output.c_str());
   }
   PrintStats(summary, trace);
+  if (finishing_s >= 0.5) {
+    std::fprintf(stderr, "smprof: the trace was finished %.1f s after the program ended (the program did not wait)\n",
+                 finishing_s);
+  }
   std::fprintf(stderr, "smprof: trace: %s (open it at https://ui.perfetto.dev)%s\n", trace.c_str(),
                summary.layout.empty() || summary.launches == 0 ? "" : ("; layout: " + summary.layout).c_str());
   const std::string hint = NothingProfiledHint(summary, options);
@@ -862,8 +898,10 @@ int RunAndReport(const RunOptions& options, const std::vector<std::pair<std::str
                      "on are not in the trace\n",
                      left);
       }
+      const auto program_end = std::chrono::steady_clock::now();
       StopCollector(collector, output);
-      PrintSummary(ReadSummary(summary_fd), output, options);
+      const double finishing = std::chrono::duration<double>(std::chrono::steady_clock::now() - program_end).count();
+      PrintSummary(ReadSummary(summary_fd), output, options, finishing);
       break;
     }
   }
@@ -889,7 +927,7 @@ int Serve(const RunOptions& options, const std::vector<std::pair<std::string, st
   SendControl(collector, {{"exit", ServeExitMetadata(end.stopped, end.signal)}});
   const bool stopped = StopCollector(collector, output);
   const std::optional<CollectorSummary> summary = ReadSummary(summary_fd);
-  PrintSummary(summary, output, options);
+  PrintSummary(summary, output, options, -1);
   ServeResult result;
   result.ok = stopped && summary.has_value();
   result.trace = summary && !summary->trace.empty() ? Absolute(summary->trace) : output;
@@ -996,7 +1034,7 @@ int Main(int argc, char** argv) {
   Collector collector;
   int exit_code = kExitCollectorFailed;
   if (StartCollector(collector_path, run_id, output, options.force, summary_fd, options.settings, options.serve,
-                     &collector)) {
+                     /*progress=*/!options.quiet && !options.serve, &collector)) {
     const auto vars = options.serve ? InjectorEnvironment(options, run_id, helpers.injector)
                                     : AppEnvironment(options, run_id, helpers, preload);
     RunContext context;

@@ -36,6 +36,12 @@
 //  2. The transport (kTransportVersion): messages the injector ships to the
 //     collector through shared memory. Every message starts with MsgHeader;
 //     sizes are multiples of 8. The collector treats them as untrusted input.
+//     An injected process ships what it reads back as it is (ChunksMsg), with
+//     the CUPTI kernel records it took for that read-back (RecordsMsg), the
+//     names they use (KernelNameMsg, MarkerNameMsg) and a HarvestMsg closing
+//     it; the collector decodes and matches them (collector/launch_assembler.h)
+//     into launches (LaunchMsg, WarpEventsMsg, NameMsg), which it also
+//     accepts as such.
 #pragma once
 
 #include <cstddef>
@@ -210,7 +216,7 @@ static_assert(sizeof(ArenaRef) == 64 && offsetof(ArenaRef, num_chunks) == 16 && 
 // Transport messages (injector -> collector)
 // ---------------------------------------------------------------------------
 
-inline constexpr uint32_t kTransportVersion = 7;
+inline constexpr uint32_t kTransportVersion = 8;
 inline constexpr uint32_t kMaxMessageBytes = 1u << 20;  // collector rejects larger
 
 enum MsgType : uint32_t {
@@ -224,7 +230,11 @@ enum MsgType : uint32_t {
   kMsgStats = 7,       // StatsMsg: cumulative counters of the process
   kMsgNotice = 8,      // NoticeMsg + text: why the process is not (fully) profiled
   kMsgThread = 9,      // ThreadMsg + name: a host thread named by a HostCall
-  kMsgLastType = kMsgThread,
+  kMsgKernelName = 10,  // KernelNameMsg + demangled kernel name
+  kMsgMarkerName = 11,  // MarkerNameMsg + name bytes: the marker name at a device address
+  kMsgRecords = 12,     // RecordsMsg + count x KernelRecordEntry
+  kMsgChunks = 13,      // ChunksMsg + count x chunk_bytes of arena chunks
+  kMsgLastType = kMsgChunks,
 };
 
 struct MsgHeader {
@@ -380,7 +390,78 @@ enum HarvestReason : uint32_t {
   kHarvestExit = 5,
 };
 
-// Closes a harvest: all launches announced before it are complete.
+// Names a kernel of a process for its RecordsMsgs. Ids start at 1.
+struct KernelNameMsg {
+  MsgHeader h;
+  uint32_t kernel_id;
+  uint32_t name_len;  // demangled name bytes following this struct
+};
+
+// The marker name stored at `address` by the modules of a GPU context's name
+// generation (a module unload starts a new one: another module may put
+// another name at the same address). Events name it as their chunk's
+// name_base + name_offset.
+struct MarkerNameMsg {
+  MsgHeader h;
+  uint64_t address;
+  uint32_t context_id;
+  uint32_t generation;
+  uint32_t name_len;  // bytes following this struct
+  uint32_t reserved;
+};
+
+enum RecordFlags : uint32_t {
+  kRecordWanted = 1u << 0,  // the launch was profiled: its events are kept (others are counted filtered)
+};
+
+// One CUPTI kernel record, with what the injector knew of its launch.
+struct KernelRecordEntry {
+  uint64_t grid_id;  // %gridid (graph replays reuse it)
+  uint64_t start_ns;
+  uint64_t end_ns;
+  uint64_t correlation_id;
+  uint64_t stream_id;
+  uint32_t graph_id;
+  uint32_t kernel_id;  // KernelNameMsg id; 0: unnamed
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t dynamic_smem;
+  uint32_t static_smem;
+  uint32_t registers;
+  uint32_t flags;  // RecordFlags
+  HostCall call;   // the API call that launched it (a graph's: its cuGraphLaunch); api kApiNone if unknown
+};
+
+// Kernel records of one GPU context that a harvest took: kernels that ended
+// before its read-back, and records CUPTI delivered late.
+struct RecordsMsg {
+  MsgHeader h;
+  uint32_t device;  // CUDA ordinal in the process
+  uint32_t context_id;
+  uint32_t count;  // KernelRecordEntry entries following this struct
+  uint32_t reserved;
+};
+
+// Chunks of one GPU context's arena, as read back (wire::ChunkHeader and
+// events; all-zero chunks were claimed and never written). One read-back
+// takes as many messages as it needs; its HarvestMsg closes it.
+struct ChunksMsg {
+  MsgHeader h;
+  uint32_t device;
+  uint32_t context_id;
+  uint32_t chunk_bytes;      // a power of two, 256..65536
+  uint32_t count;            // chunks following this struct
+  uint32_t name_generation;  // of the context when read back (MarkerNameMsg)
+  uint32_t reserved;
+};
+
+enum HarvestFlags : uint32_t {
+  kHarvestFinal = 1u << 0,   // the context's last: events still waiting for a record ship without one
+  kHarvestProbed = 1u << 1,  // clock_offset_ns was measured by the clock probe at this harvest
+};
+
+// Closes a harvest: all launches announced before it are complete, and the
+// chunks and records of its context sent since the previous one are its own.
 struct HarvestMsg {
   MsgHeader h;
   uint64_t time_ns;  // GPU clock when the harvest started
@@ -404,6 +485,9 @@ struct HarvestMsg {
   // Where the host span went, in us (HarvestStage order; they add up to at
   // most host_end_ns - host_begin_ns):
   uint32_t stage_us[6];
+  uint32_t context_id;      // the GPU context read back (CUPTI's id)
+  uint32_t flags;           // HarvestFlags
+  int64_t clock_offset_ns;  // CUPTI clock - %globaltimer, from the clock probe (kHarvestProbed)
 };
 
 // The stages of a harvest on the host (HarvestMsg::stage_us).
@@ -421,7 +505,7 @@ enum HarvestStage : uint32_t {
 struct StatsMsg {
   MsgHeader h;
   uint64_t launches_profiled;
-  uint64_t events_recorded;  // events shipped
+  uint64_t events_recorded;  // events shipped (read back; the collector filters and counts)
   uint64_t events_dropped_device;
   uint64_t events_unplaced_device;
   uint64_t events_filtered;      // recorded by kernels SMPROF_KERNELS did not select
@@ -472,9 +556,17 @@ static_assert(sizeof(LaunchMsg) == 136 && offsetof(LaunchMsg, grid) == 72 && off
               "LaunchMsg layout");
 static_assert(sizeof(WireEvent) == 24 && offsetof(WireEvent, name_id) == 12, "WireEvent layout");
 static_assert(sizeof(WarpEventsMsg) == 40 && offsetof(WarpEventsMsg, count) == 32, "WarpEventsMsg layout");
-static_assert(sizeof(HarvestMsg) == 120 && offsetof(HarvestMsg, host_begin_ns) == 48 &&
-                  offsetof(HarvestMsg, call) == 72 && offsetof(HarvestMsg, stage_us) == 96,
+static_assert(sizeof(HarvestMsg) == 136 && offsetof(HarvestMsg, host_begin_ns) == 48 &&
+                  offsetof(HarvestMsg, call) == 72 && offsetof(HarvestMsg, stage_us) == 96 &&
+                  offsetof(HarvestMsg, context_id) == 120 && offsetof(HarvestMsg, clock_offset_ns) == 128,
               "HarvestMsg layout");
+static_assert(sizeof(KernelNameMsg) == 16, "KernelNameMsg layout");
+static_assert(sizeof(MarkerNameMsg) == 32 && offsetof(MarkerNameMsg, name_len) == 24, "MarkerNameMsg layout");
+static_assert(sizeof(KernelRecordEntry) == 112 && offsetof(KernelRecordEntry, graph_id) == 40 &&
+                  offsetof(KernelRecordEntry, flags) == 84 && offsetof(KernelRecordEntry, call) == 88,
+              "KernelRecordEntry layout");
+static_assert(sizeof(RecordsMsg) == 24, "RecordsMsg layout");
+static_assert(sizeof(ChunksMsg) == 32 && offsetof(ChunksMsg, count) == 20, "ChunksMsg layout");
 static_assert(sizeof(StatsMsg) == 136, "StatsMsg layout");
 static_assert(sizeof(NoticeMsg) == 16, "NoticeMsg layout");
 

@@ -159,4 +159,74 @@ inline Bytes HostHarvest(uint64_t time_ns, uint32_t reason, uint32_t tid, uint64
   return Frame(m, wire::kMsgHarvest);
 }
 
+// --- a read-back as the injector ships it (collector/launch_assembler.h) ---
+
+inline Bytes KernelName(uint32_t id, std::string_view name) {
+  wire::KernelNameMsg m{};
+  m.kernel_id = id;
+  m.name_len = static_cast<uint32_t>(name.size());
+  return Frame(m, wire::kMsgKernelName, name);
+}
+
+inline Bytes MarkerName(uint32_t context_id, uint32_t generation, uint64_t address, std::string_view name) {
+  wire::MarkerNameMsg m{};
+  m.address = address;
+  m.context_id = context_id;
+  m.generation = generation;
+  m.name_len = static_cast<uint32_t>(name.size());
+  return Frame(m, wire::kMsgMarkerName, name);
+}
+
+// A wanted record of kernel `kernel_id` for grid `grid` (a 4x1x1 grid of 128-thread blocks).
+inline wire::KernelRecordEntry Record(uint64_t grid, uint64_t start, uint64_t end, uint64_t correlation,
+                                      uint32_t kernel_id, bool wanted = true) {
+  wire::KernelRecordEntry r{};
+  r.grid_id = grid;
+  r.start_ns = start;
+  r.end_ns = end;
+  r.correlation_id = correlation;
+  r.kernel_id = kernel_id;
+  r.grid[0] = 4;
+  r.grid[1] = r.grid[2] = 1;
+  r.block[0] = 128;
+  r.block[1] = r.block[2] = 1;
+  r.flags = wanted ? uint32_t{wire::kRecordWanted} : 0u;
+  return r;
+}
+
+inline Bytes Records(uint32_t device, uint32_t context_id, const std::vector<wire::KernelRecordEntry>& records) {
+  wire::RecordsMsg m{};
+  m.device = device;
+  m.context_id = context_id;
+  m.count = static_cast<uint32_t>(records.size());
+  return Frame(m, wire::kMsgRecords,
+               std::string_view(reinterpret_cast<const char*>(records.data()),
+                                records.size() * sizeof(wire::KernelRecordEntry)));
+}
+
+// `bytes` (whole chunks of `chunk_bytes`) as one ChunksMsg.
+inline Bytes Chunks(uint32_t device, uint32_t context_id, uint32_t chunk_bytes, const std::vector<uint8_t>& bytes,
+                    uint32_t generation = 1) {
+  wire::ChunksMsg m{};
+  m.device = device;
+  m.context_id = context_id;
+  m.chunk_bytes = chunk_bytes;
+  m.count = static_cast<uint32_t>(bytes.size() / chunk_bytes);
+  m.name_generation = generation;
+  return Frame(m, wire::kMsgChunks, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+}
+
+// The harvest that closes a read-back of context `context_id`.
+inline Bytes ReadBackHarvest(uint64_t time_ns, uint32_t device, uint32_t context_id, uint32_t reason,
+                             uint32_t chunks_used, uint32_t flags = 0, int64_t clock_offset_ns = 0) {
+  wire::HarvestMsg m = HarvestFields(time_ns, reason);
+  m.device = device;
+  m.context_id = context_id;
+  m.chunks_used = chunks_used;
+  m.chunks_total = chunks_used;
+  m.flags = flags;
+  m.clock_offset_ns = clock_offset_ns;
+  return Frame(m, wire::kMsgHarvest);
+}
+
 }  // namespace smprof::testing

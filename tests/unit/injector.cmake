@@ -1,5 +1,5 @@
 smprof_add_test(injector_core_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/harvest_test.cc ${CMAKE_CURRENT_LIST_DIR}/shipper_test.cc
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/chunk_scan_test.cc ${CMAKE_CURRENT_LIST_DIR}/shipper_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/injector_config_test.cc ${CMAKE_CURRENT_LIST_DIR}/host_calls_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/chunk_sizing_test.cc
   LIBS smprof_injector_core
@@ -14,8 +14,10 @@ add_test(NAME injector.exports_only_its_entry_point
 set_tests_properties(injector.exports_only_its_entry_point PROPERTIES LABELS unit)
 
 # The launch policy, device contexts and harvester against a fake GPU
-# (tests/fakes/fake_gpu.h): CUPTI callbacks are the test's calls.
+# (tests/fakes/fake_gpu.h): CUPTI callbacks are the test's calls, and what
+# the injector ships is assembled into launches by the collector's first
+# stage (collector/launch_assembler.h).
 smprof_add_test(injector_logic_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/profiler_test.cc ${CMAKE_CURRENT_LIST_DIR}/host_buffer_test.cc
-  LIBS smprof_injector_logic
+  LIBS smprof_injector_logic smprof::collector
   LABELS unit)

@@ -1,16 +1,21 @@
-// Shipper: message framing, name interning, launch ids, splitting, loss counting.
+// Shipper: message framing, kernel and thread naming, splitting, loss counting.
 #include "injector/shipper.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <map>
+#include <string>
+#include <vector>
 
 namespace smprof::injector {
 namespace {
 
 class RecordingSink : public MessageSink {
  public:
+  bool SendBulk(const void* data, uint32_t size, uint64_t events) override {
+    ++bulk;
+    return Send(data, size, events);
+  }
   bool Send(const void* data, uint32_t size, uint64_t events) override {
     if (reject_all) return false;
     messages.emplace_back(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + size);
@@ -29,145 +34,166 @@ class RecordingSink : public MessageSink {
     return t;
   }
   bool reject_all = false;
+  size_t bulk = 0;
   std::vector<std::vector<uint8_t>> messages;
   std::vector<uint64_t> event_counts;
 };
 
-Launch MakeLaunch(const WarpSegment* seg, uint64_t start, size_t events) {
-  Launch l;
-  l.record.start_ns = start;
-  l.record.end_ns = start + 100;
-  l.record.name = "_Z4gemmPf";
-  l.record.grid[0] = 3;
-  LaunchEvents w;
-  w.segment = seg;
-  for (size_t i = 0; i < events; ++i) {
-    DecodedEvent e;
-    e.time_ns = start + i;
-    e.clock = 1000 + i;
-    e.name_offset = static_cast<int32_t>(i % 2) * 8;
-    e.info = wire::kEventInstant;
-    w.events.push_back(e);
-  }
-  l.warps.push_back(w);
-  l.event_count = events;
-  return l;
+KernelRecord MakeRecord(uint64_t grid, uint64_t correlation, const std::string& mangled) {
+  KernelRecord r;
+  r.grid_id = grid;
+  r.start_ns = 100 * grid;
+  r.end_ns = 100 * grid + 50;
+  r.correlation_id = correlation;
+  r.stream_id = 9;
+  r.graph_id = 0;
+  r.grid[0] = 3;
+  r.grid[1] = r.grid[2] = 1;
+  r.block[0] = 128;
+  r.block[1] = r.block[2] = 1;
+  r.registers = 40;
+  r.name = mangled;
+  return r;
 }
 
-TEST(Shipper, FramesLaunchesNamesAndEvents) {
+// Records carry what the launch path knew (wanted, the call); a kernel and a
+// thread are named once, before the first record naming them.
+TEST(Shipper, RecordsNameTheirKernelsAndThreadsFirst) {
   RecordingSink sink;
-  Shipper s(&sink);
-  WarpSegment seg;
-  seg.name_base = 0x1000;
-  seg.block[0] = 2;
-  seg.warp = 1;
-  seg.hw_warp = 41;
-  const std::vector<Launch> launches = {MakeLaunch(&seg, 10, 3)};
-  s.SendLaunches(
-      launches, 0, [](uint64_t, uint64_t a) { return a == 0x1000 ? std::string("even") : std::string("odd"); },
-      [](const std::string&) { return std::string("gemm(float*)"); });
-  // launch, name "even", name "odd", warp events
+  Shipper s(&sink, [](uint32_t tid) { return std::string(tid == 77 ? "main" : "worker"); });
+  const KernelRecord gemm1 = MakeRecord(1, 11, "_Z4gemmPf"), gemm2 = MakeRecord(2, 12, "_Z4gemmPf");
+  const KernelRecord other = MakeRecord(3, 13, "_Z5otherPf");
+  s.SendRecords(0, 5, {{&gemm1, true, wire::HostCall{1, 5, 77, wire::kApiLaunchKernel}},
+                       {&gemm2, false, wire::HostCall{}},
+                       {&other, true, wire::HostCall{6, 8, 77, wire::kApiLaunchKernel}}});
+  // kernel "gemm", thread 77, kernel "other", the records
   ASSERT_EQ(sink.messages.size(), 4u);
-  EXPECT_EQ(sink.TypeAt(0), wire::kMsgLaunch);
-  EXPECT_EQ(sink.TypeAt(1), wire::kMsgName);
-  EXPECT_EQ(sink.TypeAt(2), wire::kMsgName);
-  EXPECT_EQ(sink.TypeAt(3), wire::kMsgWarpEvents);
+  EXPECT_EQ(sink.TypeAt(0), wire::kMsgKernelName);
+  EXPECT_EQ(sink.TypeAt(1), wire::kMsgThread);
+  EXPECT_EQ(sink.TypeAt(2), wire::kMsgKernelName);
+  ASSERT_EQ(sink.TypeAt(3), wire::kMsgRecords);
   for (const auto& m : sink.messages) EXPECT_EQ(m.size() % 8, 0u);
-  const auto launch = sink.As<wire::LaunchMsg>(0);
-  EXPECT_EQ(launch.launch_id, 1u);
-  EXPECT_EQ(launch.name_len, std::strlen("gemm(float*)"));
-  const auto warp = sink.As<wire::WarpEventsMsg>(3);
-  EXPECT_EQ(warp.count, 3u);
-  EXPECT_EQ(warp.block[0], 2u);
-  EXPECT_EQ(sink.event_counts[3], 3u);
-  wire::WireEvent e[3];
-  std::memcpy(e, sink.messages[3].data() + sizeof(wire::WarpEventsMsg), sizeof(e));
-  EXPECT_EQ(e[0].name_id, 1u);
-  EXPECT_EQ(e[1].name_id, 2u);
-  EXPECT_EQ(e[2].name_id, 1u);
-  EXPECT_EQ(e[2].cycles, 1002u);
-  EXPECT_EQ(e[2].time_ns, 12u);
-  EXPECT_EQ(e[2].kind, uint32_t{wire::kEventInstant});
-  EXPECT_EQ(warp.hw_warp, 41u);
-  EXPECT_EQ(warp.flags, 0u);
-  EXPECT_EQ(s.counters().events, 3u);
-
-  // Launch ids keep increasing across harvests; known names are not resent.
-  s.SendLaunches(
-      launches, wire::kLaunchForcedDrain, [](uint64_t, uint64_t) { return std::string("even"); },
-      [](const std::string&) { return std::string("gemm(float*)"); });
-  EXPECT_EQ(sink.As<wire::LaunchMsg>(4).launch_id, 2u);
-  EXPECT_TRUE(sink.As<wire::LaunchMsg>(4).flags & wire::kLaunchForcedDrain);
-  EXPECT_EQ(sink.TypeAt(5), wire::kMsgWarpEvents);
+  const auto k = sink.As<wire::KernelNameMsg>(0);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(sink.messages[0].data()) + sizeof(k), k.name_len),
+            "gemm(float*)");
+  const auto m = sink.As<wire::RecordsMsg>(3);
+  EXPECT_EQ(m.context_id, 5u);
+  ASSERT_EQ(m.count, 3u);
+  ASSERT_EQ(sink.messages[3].size(), sizeof(m) + 3 * sizeof(wire::KernelRecordEntry));
+  wire::KernelRecordEntry e[3];
+  std::memcpy(e, sink.messages[3].data() + sizeof(m), sizeof(e));
+  EXPECT_EQ(e[0].grid_id, 1u);
+  EXPECT_EQ(e[0].kernel_id, k.kernel_id);
+  EXPECT_EQ(e[1].kernel_id, k.kernel_id);
+  EXPECT_NE(e[2].kernel_id, k.kernel_id);
+  EXPECT_EQ(e[0].flags, uint32_t{wire::kRecordWanted});
+  EXPECT_EQ(e[1].flags, 0u);
+  EXPECT_EQ(e[0].call.tid, 77u);
+  EXPECT_EQ(e[1].call.api, wire::kApiNone);
+  EXPECT_EQ(e[2].registers, 40u);
+  // Known kernels and threads are not named again.
+  sink.messages.clear();
+  s.SendRecords(0, 5, {{&gemm1, true, wire::HostCall{1, 5, 77, wire::kApiLaunchKernel}}});
+  ASSERT_EQ(sink.messages.size(), 1u);
+  EXPECT_EQ(sink.TypeAt(0), wire::kMsgRecords);
 }
 
-// A chunk written by a Triton kernel's markers marks its warp's messages,
-// with its cluster's shape; another chunk's shape is not shipped.
-TEST(Shipper, TritonChunksMarkTheirWarpsAPrograms) {
-  for (const uint8_t flags : {uint8_t{wire::kChunkFromTriton}, uint8_t{0}}) {
-    RecordingSink sink;
-    Shipper s(&sink);
-    WarpSegment seg;
-    seg.name_base = 0x1000;
-    seg.flags = flags;
-    seg.cluster = 0x213;  // 4 x 2 x 3 CTAs
-    const std::vector<Launch> launches = {MakeLaunch(&seg, 10, 1)};
-    s.SendLaunches(
-        launches, 0, [](uint64_t, uint64_t) { return std::string("load"); }, [](const std::string& n) { return n; });
-    ASSERT_EQ(sink.TypeAt(sink.messages.size() - 1), wire::kMsgWarpEvents);
-    EXPECT_EQ(sink.As<wire::WarpEventsMsg>(sink.messages.size() - 1).flags,
-              flags != 0 ? uint16_t{wire::kWarpTritonProgram | 0x2130} : uint16_t{0});
-  }
-}
-
-TEST(Shipper, HarvestCarriesLossesAndArenaFill) {
+TEST(Shipper, KernelWhoseNameWasDroppedIsNamedAgain) {
   RecordingSink sink;
   Shipper s(&sink);
-  s.SendHarvest(123, 1, wire::kHarvestHighWater, 4, 5, 96, 128, 7);
+  const KernelRecord r = MakeRecord(1, 11, "_Z4gemmPf");
+  sink.reject_all = true;
+  s.SendRecords(0, 1, {{&r, true, {}}});
+  sink.reject_all = false;
+  s.SendRecords(0, 1, {{&r, true, {}}});
+  ASSERT_EQ(sink.messages.size(), 2u);
+  EXPECT_EQ(sink.TypeAt(0), wire::kMsgKernelName);
+  const auto k = sink.As<wire::KernelNameMsg>(0);
+  wire::KernelRecordEntry e;
+  std::memcpy(&e, sink.messages[1].data() + sizeof(wire::RecordsMsg), sizeof(e));
+  EXPECT_EQ(e.kernel_id, k.kernel_id);
+}
+
+// A read-back ships as it is, in messages of at most kChunkMessageBytes;
+// its events are counted in proportion, and counted lost when dropped.
+TEST(Shipper, ChunksShipAsReadInBoundedMessages) {
+  RecordingSink sink;
+  Shipper s(&sink);
+  constexpr uint32_t kChunk = 64u << 10;
+  const uint64_t per_message = (Shipper::kChunkMessageBytes - sizeof(wire::ChunksMsg)) / kChunk;
+  const uint64_t count = 2 * per_message + 1;
+  std::vector<uint8_t> chunks(count * kChunk);
+  for (size_t i = 0; i < chunks.size(); ++i) chunks[i] = static_cast<uint8_t>(i * 7);
+  s.SendChunks(1, 2, 3, kChunk, chunks.data(), count, 1000);
+  ASSERT_EQ(sink.messages.size(), 3u);
+  std::vector<uint8_t> joined;
+  uint64_t events = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(sink.TypeAt(i), wire::kMsgChunks);
+    const auto m = sink.As<wire::ChunksMsg>(i);
+    EXPECT_EQ(m.device, 1u);
+    EXPECT_EQ(m.context_id, 2u);
+    EXPECT_EQ(m.name_generation, 3u);
+    EXPECT_EQ(m.chunk_bytes, kChunk);
+    EXPECT_LE(sink.messages[i].size(), Shipper::kChunkMessageBytes);
+    joined.insert(joined.end(), sink.messages[i].begin() + sizeof(m), sink.messages[i].end());
+    events += sink.event_counts[i];
+  }
+  EXPECT_EQ(joined, chunks);
+  EXPECT_EQ(events, 1000u);
+  EXPECT_EQ(sink.bulk, 3u);  // patient sends
+  EXPECT_EQ(s.counters().events, 1000u);
+  sink.reject_all = true;
+  s.SendChunks(1, 2, 3, kChunk, chunks.data(), count, 1000);
+  EXPECT_EQ(s.counters().events_dropped, 1000u);
+  EXPECT_EQ(s.counters().messages_dropped, 3u);
+}
+
+TEST(Shipper, MarkerNamesCarryTheirContextGenerationAndAddress) {
+  RecordingSink sink;
+  Shipper s(&sink);
+  s.SendMarkerName(4, 2, 0x7000, "load");
+  ASSERT_EQ(sink.messages.size(), 1u);
+  const auto m = sink.As<wire::MarkerNameMsg>(0);
+  EXPECT_EQ(m.context_id, 4u);
+  EXPECT_EQ(m.generation, 2u);
+  EXPECT_EQ(m.address, 0x7000u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(sink.messages[0].data()) + sizeof(m), m.name_len), "load");
+}
+
+TEST(Shipper, HarvestCarriesLossesArenaFillAndItsContext) {
+  RecordingSink sink;
+  Shipper s(&sink);
+  s.SendHarvest(123, 1, 6, wire::kHarvestHighWater, 4, 5, 96, 128, 7, wire::kHarvestProbed, -250);
   ASSERT_EQ(sink.messages.size(), 1u);
   ASSERT_EQ(sink.TypeAt(0), wire::kMsgHarvest);
   ASSERT_EQ(sink.messages[0].size(), sizeof(wire::HarvestMsg));
   const auto h = sink.As<wire::HarvestMsg>(0);
   EXPECT_EQ(h.time_ns, 123u);
   EXPECT_EQ(h.device, 1u);
+  EXPECT_EQ(h.context_id, 6u);
   EXPECT_EQ(h.reason, wire::kHarvestHighWater);
   EXPECT_EQ(h.dropped_events, 4u);
   EXPECT_EQ(h.unplaced_events, 5u);
   EXPECT_EQ(h.chunks_used, 96u);
   EXPECT_EQ(h.chunks_total, 128u);
   EXPECT_EQ(h.chunks_empty, 7u);
+  EXPECT_EQ(h.flags, uint32_t{wire::kHarvestProbed});
+  EXPECT_EQ(h.clock_offset_ns, -250);
+  // Without a probe there is no offset to tell.
+  s.SendHarvest(124, 1, 6, wire::kHarvestSync, 0, 0, 0, 128, 5, wire::kHarvestFinal, -250);  // more empty than used: clamped
+  EXPECT_EQ(sink.As<wire::HarvestMsg>(1).clock_offset_ns, 0);
+  EXPECT_EQ(sink.As<wire::HarvestMsg>(1).flags, uint32_t{wire::kHarvestFinal});
+  EXPECT_EQ(sink.As<wire::HarvestMsg>(1).chunks_empty, 0u);
 }
 
-TEST(Shipper, NamesAThreadOnceBeforeTheLaunchOrHarvestThatNamesIt) {
+TEST(Shipper, NamesAThreadOnceBeforeTheHarvestThatNamesIt) {
   RecordingSink sink;
   std::vector<uint32_t> asked;
   Shipper s(&sink, [&](uint32_t tid) {
     asked.push_back(tid);
-    return std::string(tid == 77 ? "main" : "worker");
+    return std::string(tid == 78 ? "main" : "worker");
   });
-  WarpSegment seg;
-  std::vector<Launch> launches = {MakeLaunch(&seg, 10, 1), MakeLaunch(&seg, 20, 1)};
-  launches[0].call = wire::HostCall{1, 5, 77, wire::kApiLaunchKernel};
-  launches[1].call = wire::HostCall{6, 8, 77, wire::kApiLaunchKernel};
-  const auto name = [](uint64_t, uint64_t) { return std::string("x"); };
-  const auto kernel = [](const std::string& m) { return m; };
-  s.SendLaunches(launches, 0, name, kernel);
-  ASSERT_GE(sink.messages.size(), 2u);
-  ASSERT_EQ(sink.TypeAt(0), wire::kMsgThread);
-  const auto t = sink.As<wire::ThreadMsg>(0);
-  EXPECT_EQ(t.tid, 77u);
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(sink.messages[0].data()) + sizeof(t), t.name_len), "main");
-  ASSERT_EQ(sink.TypeAt(1), wire::kMsgLaunch);
-  const auto l = sink.As<wire::LaunchMsg>(1);
-  EXPECT_EQ(l.call.start_ns, 1u);
-  EXPECT_EQ(l.call.end_ns, 5u);
-  EXPECT_EQ(l.call.tid, 77u);
-  EXPECT_EQ(l.call.api, wire::kApiLaunchKernel);
-  size_t threads = 0;
-  for (size_t i = 0; i < sink.messages.size(); ++i) threads += sink.TypeAt(i) == wire::kMsgThread;
-  EXPECT_EQ(threads, 1u);
-
-  sink.messages.clear();
   HarvestHost host;
   host.begin_ns = 30;
   host.end_ns = 50;
@@ -175,21 +201,24 @@ TEST(Shipper, NamesAThreadOnceBeforeTheLaunchOrHarvestThatNamesIt) {
   host.call = wire::HostCall{25, 30, 78, wire::kApiStreamSynchronize};
   host.stage_us[wire::kStageCopy] = 7;
   host.stage_us[wire::kStageShip] = 9;
-  s.SendHarvest(40, 0, wire::kHarvestSync, 0, 0, 1, 2, 5, host);  // more empty than used: clamped
-  ASSERT_EQ(sink.messages.size(), 2u);
+  s.SendHarvest(40, 0, 1, wire::kHarvestSync, 0, 0, 1, 2, 0, 0, 0, host);
+  s.SendHarvest(41, 0, 1, wire::kHarvestSync, 0, 0, 1, 2, 0, 0, 0, host);
+  ASSERT_EQ(sink.messages.size(), 3u);
   EXPECT_EQ(sink.TypeAt(0), wire::kMsgThread);
-  EXPECT_EQ(sink.As<wire::ThreadMsg>(0).tid, 78u);
+  const auto t = sink.As<wire::ThreadMsg>(0);
+  EXPECT_EQ(t.tid, 78u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(sink.messages[0].data()) + sizeof(t), t.name_len), "main");
   const auto h = sink.As<wire::HarvestMsg>(1);
   EXPECT_EQ(h.host_begin_ns, 30u);
   EXPECT_EQ(h.host_end_ns, 50u);
   EXPECT_EQ(h.host_tid, 78u);
-  EXPECT_EQ(h.chunks_empty, 1u);
   EXPECT_EQ(h.call.api, wire::kApiStreamSynchronize);
   EXPECT_EQ(h.call.start_ns, 25u);
   EXPECT_EQ(h.stage_us[wire::kStageCopy], 7u);
   EXPECT_EQ(h.stage_us[wire::kStageShip], 9u);
   EXPECT_EQ(h.stage_us[wire::kStageWait], 0u);
-  EXPECT_EQ(asked, (std::vector<uint32_t>{77, 78}));
+  EXPECT_EQ(sink.TypeAt(2), wire::kMsgHarvest);
+  EXPECT_EQ(asked, (std::vector<uint32_t>{78}));
 }
 
 TEST(Shipper, ThreadWhoseMessageWasDroppedIsNamedAgain) {
@@ -198,139 +227,12 @@ TEST(Shipper, ThreadWhoseMessageWasDroppedIsNamedAgain) {
   HarvestHost host;
   host.tid = 77;
   sink.reject_all = true;
-  s.SendHarvest(40, 0, wire::kHarvestExit, 0, 0, 0, 0, 0, host);
+  s.SendHarvest(40, 0, 1, wire::kHarvestExit, 0, 0, 0, 0, 0, 0, 0, host);
   sink.reject_all = false;
-  s.SendHarvest(50, 0, wire::kHarvestExit, 0, 0, 0, 0, 0, host);
+  s.SendHarvest(50, 0, 1, wire::kHarvestExit, 0, 0, 0, 0, 0, 0, 0, host);
   ASSERT_EQ(sink.messages.size(), 2u);
   EXPECT_EQ(sink.TypeAt(0), wire::kMsgThread);
   EXPECT_EQ(sink.TypeAt(1), wire::kMsgHarvest);
-}
-
-TEST(Shipper, SplitsLargeWarpsAndCountsDrops) {
-  RecordingSink sink;
-  Shipper s(&sink);
-  WarpSegment seg;
-  const size_t n = Shipper::kMaxEventsPerMessage * 2 + 5;
-  const std::vector<Launch> launches = {MakeLaunch(&seg, 10, n)};
-  const auto name = [](uint64_t, uint64_t) { return std::string("x"); };
-  const auto kernel = [](const std::string& m) { return m; };
-  s.SendLaunches(launches, 0, name, kernel);
-  uint64_t total = 0;
-  int warp_messages = 0;
-  for (size_t i = 0; i < sink.messages.size(); ++i) {
-    if (sink.TypeAt(i) == wire::kMsgWarpEvents) {
-      ++warp_messages;
-      total += sink.As<wire::WarpEventsMsg>(i).count;
-    }
-  }
-  EXPECT_EQ(warp_messages, 3);
-  EXPECT_EQ(total, n);
-  sink.reject_all = true;
-  s.SendLaunches(launches, 0, name, kernel);
-  EXPECT_EQ(s.counters().events_dropped, n);
-  EXPECT_EQ(s.counters().events, n);
-  EXPECT_EQ(s.counters().messages_dropped, 4u);  // launch + 3 warp messages
-}
-
-// A wide value ships as its event and a kEventValueHigh entry right after it,
-// never split across messages; counts are of events, not entries.
-TEST(Shipper, WideValuesShipAsPairsNeverSplit) {
-  RecordingSink sink;
-  Shipper s(&sink);
-  WarpSegment seg;
-  const size_t n = Shipper::kMaxEventsPerMessage + 1;
-  std::vector<Launch> launches = {MakeLaunch(&seg, 10, n)};
-  std::vector<DecodedEvent>& events = launches[0].warps[0].events;
-  // Every event wide but the first: the first message holds the narrow one
-  // and (kMax - 1) / 2 pairs, and would split the next pair.
-  for (size_t i = 1; i < n; ++i) {
-    events[i].info = wire::kEventInstant | wire::kEventHasValue | wire::kEventWideValue;
-    events[i].value = static_cast<uint32_t>(i);
-    events[i].value_high = static_cast<uint32_t>(i + 1000);
-  }
-  const auto name = [](uint64_t, uint64_t) { return std::string("x"); };
-  const auto kernel = [](const std::string& m) { return m; };
-  s.SendLaunches(launches, 0, name, kernel);
-  size_t events_seen = 0;
-  uint64_t counted = 0;
-  for (size_t i = 0; i < sink.messages.size(); ++i) {
-    if (sink.TypeAt(i) != wire::kMsgWarpEvents) continue;
-    const auto w = sink.As<wire::WarpEventsMsg>(i);
-    ASSERT_LE(w.count, Shipper::kMaxEventsPerMessage);
-    ASSERT_EQ(sink.messages[i].size(), sizeof(w) + w.count * sizeof(wire::WireEvent));
-    counted += sink.event_counts[i];
-    for (uint32_t k = 0; k < w.count; ++k) {
-      wire::WireEvent e;
-      std::memcpy(&e, sink.messages[i].data() + sizeof(w) + k * sizeof(e), sizeof(e));
-      ASSERT_NE(e.kind, uint32_t{wire::kEventValueHigh}) << "a continuation without its event, message " << i;
-      const size_t index = events_seen++;
-      EXPECT_EQ(e.value, index);
-      if ((e.kind & wire::kEventWideValue) == 0) continue;
-      ASSERT_LT(k + 1, w.count) << "a pair split across messages";
-      wire::WireEvent high;
-      std::memcpy(&high, sink.messages[i].data() + sizeof(w) + (k + 1) * sizeof(high), sizeof(high));
-      EXPECT_EQ(high.kind, uint32_t{wire::kEventValueHigh});
-      EXPECT_EQ(high.value, index + 1000);
-      EXPECT_EQ(high.time_ns, e.time_ns);
-      EXPECT_EQ(high.name_id, e.name_id);
-      ++k;
-    }
-  }
-  EXPECT_EQ(events_seen, n);
-  EXPECT_EQ(counted, n);
-  EXPECT_EQ(s.counters().events, n);
-}
-
-// Events of two name generations at one address (a module unloaded, another
-// put its own name there) keep their own names within one harvest.
-TEST(Shipper, OneAddressOfTwoNameGenerationsNamesEachItsOwn) {
-  RecordingSink sink;
-  Shipper s(&sink);
-  WarpSegment old_module, new_module;
-  old_module.name_base = new_module.name_base = 0x1000;
-  old_module.name_generation = 1;
-  new_module.name_generation = 2;
-  new_module.warp = 1;
-  const std::vector<Launch> launches = {MakeLaunch(&old_module, 10, 1), MakeLaunch(&new_module, 20, 1)};
-  s.SendLaunches(
-      launches, 0,
-      [](uint64_t generation, uint64_t) { return generation == 1 ? std::string("old") : std::string("new"); },
-      [](const std::string& m) { return m; });
-  std::map<uint32_t, std::string> names;
-  std::vector<uint32_t> used;
-  for (size_t i = 0; i < sink.messages.size(); ++i) {
-    if (sink.TypeAt(i) == wire::kMsgName) {
-      const auto m = sink.As<wire::NameMsg>(i);
-      names[m.name_id] = std::string(reinterpret_cast<const char*>(sink.messages[i].data() + sizeof(m)), m.name_len);
-    } else if (sink.TypeAt(i) == wire::kMsgWarpEvents) {
-      wire::WireEvent e;
-      std::memcpy(&e, sink.messages[i].data() + sizeof(wire::WarpEventsMsg), sizeof(e));
-      used.push_back(e.name_id);
-    }
-  }
-  ASSERT_EQ(used.size(), 2u);
-  EXPECT_EQ(names[used[0]], "old");
-  EXPECT_EQ(names[used[1]], "new");
-}
-
-TEST(Shipper, NameWhoseMessageWasDroppedIsAnnouncedAgain) {
-  RecordingSink sink;
-  Shipper s(&sink);
-  WarpSegment seg;
-  const std::vector<Launch> launches = {MakeLaunch(&seg, 10, 1)};
-  const auto name = [](uint64_t, uint64_t) { return std::string("load"); };
-  const auto kernel = [](const std::string& m) { return m; };
-  sink.reject_all = true;
-  s.SendLaunches(launches, 0, name, kernel);
-  sink.reject_all = false;
-  s.SendLaunches(launches, 0, name, kernel);
-  // launch, the name again (under a fresh id), the warp's events
-  ASSERT_EQ(sink.messages.size(), 3u);
-  EXPECT_EQ(sink.TypeAt(1), wire::kMsgName);
-  const auto announced = sink.As<wire::NameMsg>(1);
-  wire::WireEvent e;
-  std::memcpy(&e, sink.messages[2].data() + sizeof(wire::WarpEventsMsg), sizeof(e));
-  EXPECT_EQ(e.name_id, announced.name_id);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Arena decoding and launch matching, fed with chunks written the way the
 // device recorder writes them.
-#include "injector/harvest.h"
+#include "collector/arena_decoder.h"
 
 #include <gtest/gtest.h>
 
@@ -10,65 +10,16 @@
 #include <cstring>
 #include <vector>
 
-#include "injector/clock_map.h"
+#include "collector/clock_map.h"
+#include "collector/launch_matcher.h"
+#include "tests/support/arena_builder.h"
 
-namespace smprof::injector {
+namespace smprof::arena {
 namespace {
 
 constexpr uint32_t kChunk = 256;  // 3 header slots + 13 events
 
-class ArenaBuilder {
- public:
-  explicit ArenaBuilder(uint32_t chunks) : bytes_(static_cast<size_t>(chunks) * kChunk, 0) {}
-
-  // Writes a chunk header like ClaimChunk does; returns the chunk index. The
-  // default anchor (clock 0 at time 0) makes clocks read as nanoseconds with
-  // a rate of 1 cycle/ns.
-  uint32_t Claim(uint64_t grid, uint32_t bx, uint16_t warp, uint16_t sm, uint64_t name_base = 0x1000,
-                 uint64_t anchor_clock = 0, uint64_t anchor_time = 0, uint8_t flags = 0) {
-    const uint32_t c = next_++;
-    wire::ChunkHeader h{};
-    h.grid_id = grid;
-    h.name_base = name_base;
-    h.block_x = bx;
-    h.sm = sm;
-    h.warp = static_cast<uint8_t>(warp);
-    h.magic = wire::kChunkMagic;
-    h.hw_warp = static_cast<uint8_t>(warp + 40);
-    h.flags = flags;
-    h.anchor_clock = anchor_clock;
-    h.anchor_time_ns = anchor_time;
-    std::memcpy(At(c, 0), &h, sizeof(h));
-    fill_.push_back(wire::kChunkHeaderSlots);
-    return c;
-  }
-  // Writes an event the way the recorder packs it.
-  void Add(uint32_t chunk, uint64_t clock, int32_t name, uint32_t kind, uint32_t value = 0) {
-    const wire::Event e{static_cast<uint32_t>(clock),
-                        static_cast<uint32_t>(clock >> 32 << wire::kEventClockShift) | kind, name, value};
-    std::memcpy(At(chunk, fill_[chunk]++), &e, sizeof(e));
-  }
-  void Skip(uint32_t chunk) { ++fill_[chunk]; }  // leaves an unused slot
-  // Claims a chunk and writes nothing (a Triton warp's first chunk, claimed
-  // at the kernel's start, when the warp then reaches no marker).
-  uint32_t ClaimUnwritten() {
-    fill_.push_back(0);
-    return next_++;
-  }
-  // Writes 8-byte slot `slot` of a kChunkCompact chunk (0-5 are the header).
-  void Compact(uint32_t chunk, uint32_t slot, uint32_t word0, uint32_t word1) {
-    const wire::CompactEvent e{word0, word1};
-    std::memcpy(bytes_.data() + chunk * kChunk + slot * sizeof(e), &e, sizeof(e));
-  }
-  uint8_t* At(uint32_t chunk, uint32_t slot) { return bytes_.data() + chunk * kChunk + slot * 16; }
-  const uint8_t* data() const { return bytes_.data(); }
-  uint32_t used() const { return next_; }
-
- private:
-  std::vector<uint8_t> bytes_;
-  std::vector<uint32_t> fill_;
-  uint32_t next_ = 0;
-};
+using testing::ArenaBuilder;
 
 // Decodes and maps clocks at 1 cycle/ns (the builder's default anchors).
 std::vector<WarpSegment> Decode(const ArenaBuilder& a, DecodeStats* stats) {
@@ -321,7 +272,7 @@ TEST(MapEventClocks, MapsThroughTheNearestEarlierAnchorOfTheSameSm) {
 
 // Split over threads, a large read-back decodes to exactly what one pass
 // gives: the same segments in the same order, the same times and counts.
-TEST(DecodeAndMapClocks, SplitOverThreadsGivesWhatOnePassGives) {
+TEST(DecodeChunks, SplitOverThreadsGivesWhatOnePassGives) {
   const uint32_t chunks = 3 * kChunksPerDecodeThread + 77;
   ArenaBuilder a(chunks);
   uint64_t clock = 1000000;
@@ -344,7 +295,8 @@ TEST(DecodeAndMapClocks, SplitOverThreadsGivesWhatOnePassGives) {
   DecodeStats one_stats, split_stats;
   DecodeChunks(a.data(), a.used(), kChunk, &one, &one_stats);
   MapEventClocks(&one, 1.9);
-  DecodeAndMapClocks(a.data(), a.used(), kChunk, 1.9, 4, &split, &split_stats);
+  DecodeChunks(a.data(), a.used(), kChunk, 4, &split, &split_stats);
+  MapEventClocks(&split, 1.9, 4);
   ASSERT_EQ(split.size(), one.size());
   EXPECT_EQ(split_stats.chunks, one_stats.chunks);
   EXPECT_EQ(split_stats.events, one_stats.events);
@@ -450,17 +402,15 @@ TEST(ClockMap, KeepsTheFallbackWhenAnchorsContradictIt) {
   EXPECT_EQ(map.ToNs(7, 40), 0u) << "an SM without anchors cannot be mapped";
 }
 
-KernelRecord Record(uint64_t grid, uint64_t start, uint64_t end, uint64_t corr, const std::string& name) {
+KernelRecord Record(uint64_t grid, uint64_t start, uint64_t end, uint64_t corr, bool wanted = true) {
   KernelRecord r;
   r.grid_id = grid;
   r.start_ns = start;
   r.end_ns = end;
   r.correlation_id = corr;
-  r.name = name;
+  r.wanted = wanted;
   return r;
 }
-
-const auto kAll = [](const KernelRecord&) { return true; };
 
 TEST(MatchLaunches, SeparatesGraphReplaysSharingAGridIdByTime) {
   // One warp continued the same chunk across two replays of grid 9.
@@ -471,9 +421,9 @@ TEST(MatchLaunches, SeparatesGraphReplaysSharingAGridIdByTime) {
   a.Add(c, 50000, 0, wire::kEventInstant);
   DecodeStats ds;
   std::vector<WarpSegment> segs = Decode(a, &ds);
-  const std::vector<KernelRecord> records = {Record(9, 40000, 60000, 2, "k"), Record(9, 900, 1200, 1, "k")};
+  const std::vector<KernelRecord> records = {Record(9, 40000, 60000, 2), Record(9, 900, 1200, 1)};
   MatchStats ms;
-  const auto launches = MatchLaunches(&segs, records, kAll, 0, &ms);
+  const auto launches = MatchLaunches(&segs, records, 0, &ms);
   ASSERT_EQ(launches.size(), 2u);
   EXPECT_EQ(launches[0].record.correlation_id, 1u);  // sorted by start
   EXPECT_EQ(launches[0].event_count, 2u);
@@ -481,7 +431,7 @@ TEST(MatchLaunches, SeparatesGraphReplaysSharingAGridIdByTime) {
   EXPECT_EQ(ms.events, 3u);
 }
 
-TEST(MatchLaunches, FiltersUnselectedKernelsAndKeepsOrphans) {
+TEST(MatchLaunches, FiltersUnwantedLaunchesAndKeepsOrphans) {
   ArenaBuilder a(3);
   const uint32_t keep = a.Claim(1, 0, 0, 0);
   a.Add(keep, 100, 0, wire::kEventInstant);
@@ -492,11 +442,10 @@ TEST(MatchLaunches, FiltersUnselectedKernelsAndKeepsOrphans) {
   a.Add(orphan, 300, 0, wire::kEventInstant);
   DecodeStats ds;
   std::vector<WarpSegment> segs = Decode(a, &ds);
-  const std::vector<KernelRecord> records = {Record(1, 50, 150, 1, "gemm"), Record(2, 50, 150, 2, "other"),
-                                             Record(4, 10, 20, 3, "gemm")};
+  const std::vector<KernelRecord> records = {Record(1, 50, 150, 1), Record(2, 50, 150, 2, /*wanted=*/false),
+                                             Record(4, 10, 20, 3)};
   MatchStats ms;
-  const auto launches = MatchLaunches(
-      &segs, records, [](const KernelRecord& r) { return r.name == "gemm"; }, 0, &ms);
+  const auto launches = MatchLaunches(&segs, records, 0, &ms);
   ASSERT_EQ(launches.size(), 2u);  // gemm with events, orphan grid 3; not "other", not the silent gemm
   EXPECT_EQ(ms.filtered, 2u);
   EXPECT_EQ(ms.unattributed, 1u);
@@ -516,7 +465,7 @@ TEST(MatchLaunches, MovesEventsOntoCuptiClock) {
   DecodeStats ds;
   std::vector<WarpSegment> segs = Decode(a, &ds);
   MatchStats ms;
-  const auto launches = MatchLaunches(&segs, {Record(5, 100900, 101200, 1, "k")}, kAll, 100000, &ms);
+  const auto launches = MatchLaunches(&segs, {Record(5, 100900, 101200, 1)}, 100000, &ms);
   ASSERT_EQ(launches.size(), 1u);
   EXPECT_EQ(launches[0].warps[0].events[0].time_ns, 101000u);
 }
@@ -534,13 +483,13 @@ TEST(EstimateClockOffset, ClampsTheProbeIntoWhatUnambiguousLaunchesAllow) {
   std::vector<WarpSegment> segs = Decode(a, &ds);
   // Grid 1 allows offsets [100800-1000, 101600-1500] = [99800, 100100];
   // grid 2 allows [104950-5000, 105100-5000] = [99950, 100100].
-  const std::vector<KernelRecord> records = {Record(1, 100800, 101600, 1, "k"), Record(2, 104950, 105100, 2, "k"),
-                                             Record(3, 0, 10, 3, "k"), Record(3, 50, 60, 4, "k")};
+  const std::vector<KernelRecord> records = {Record(1, 100800, 101600, 1), Record(2, 104950, 105100, 2),
+                                             Record(3, 0, 10, 3), Record(3, 50, 60, 4)};
   EXPECT_EQ(EstimateClockOffset(segs, records, 99000), 99950);
   EXPECT_EQ(EstimateClockOffset(segs, records, 100000), 100000);
   EXPECT_EQ(EstimateClockOffset(segs, records, 200000), 100100);
   // Contradicting launches: keep the estimate.
-  const std::vector<KernelRecord> bad = {Record(1, 100800, 101600, 1, "k"), Record(2, 5000, 5100, 2, "k")};
+  const std::vector<KernelRecord> bad = {Record(1, 100800, 101600, 1), Record(2, 5000, 5100, 2)};
   EXPECT_EQ(EstimateClockOffset(segs, bad, 12345), 12345);
 }
 
@@ -561,7 +510,7 @@ TEST(MatchLaunches, MergesTheChunksOfOneWarpInClockOrder) {
   DecodeStats ds;
   std::vector<WarpSegment> segs = Decode(a, &ds);
   MatchStats ms;
-  const auto launches = MatchLaunches(&segs, {Record(7, 0, 1000, 1, "k")}, kAll, 0, &ms);
+  const auto launches = MatchLaunches(&segs, {Record(7, 0, 1000, 1)}, 0, &ms);
   ASSERT_EQ(launches.size(), 1u);
   ASSERT_EQ(launches[0].warps.size(), 2u);
   const LaunchEvents& w0 = launches[0].warps[0];
@@ -574,4 +523,4 @@ TEST(MatchLaunches, MergesTheChunksOfOneWarpInClockOrder) {
 }
 
 }  // namespace
-}  // namespace smprof::injector
+}  // namespace smprof::arena

@@ -1,9 +1,9 @@
-#include "injector/clock_map.h"
+#include "collector/clock_map.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace smprof::injector {
+namespace smprof::arena {
 
 void ClockMap::AddAnchor(uint16_t sm, uint64_t clock, uint64_t time_ns) {
   if (sms_.size() <= sm) sms_.resize(static_cast<size_t>(sm) + 1);
@@ -122,4 +122,4 @@ double ClockMap::CyclesPerNs(uint16_t sm) const {
   return sm < sms_.size() && !sms_[sm].anchors.empty() ? sms_[sm].cycles_per_ns : fallback_;
 }
 
-}  // namespace smprof::injector
+}  // namespace smprof::arena

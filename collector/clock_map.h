@@ -19,7 +19,7 @@
 // (Cursor keeps the ranking of the anchor it last used), and an event
 // computes the exact estimate only of the neighbours that could still be the
 // largest: usually one or two multiplications instead of up to 33. The result is
-// the same as evaluating every neighbour (tests/unit/harvest_test.cc).
+// the same as evaluating every neighbour (tests/unit/arena_decoder_test.cc).
 #pragma once
 
 #include <cstddef>
@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-namespace smprof::injector {
+namespace smprof::arena {
 
 class ClockMap {
  public:
@@ -79,4 +79,4 @@ class ClockMap {
   std::vector<Sm> sms_;  // by SM id (ids are small: a GPU's SM count); no anchors: unknown
 };
 
-}  // namespace smprof::injector
+}  // namespace smprof::arena
