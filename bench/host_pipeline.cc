@@ -9,7 +9,8 @@
 // in 1 KiB chunks (61 events each) claimed as warps fill them, with clock
 // anchors at 1.98 GHz on a 32 ns %globaltimer tick, repeated for `launches`
 // launches. The stages are the real functions:
-//   injector (chunk_scan.h)  ScanChunks: the names and what each warp claimed
+//   injector (chunk_scan.h)  ChunkScanner: the names, the written bytes of
+//                            each chunk and what each warp claimed
 //   ship (shipper.h)         the read-back as it is: records, names, chunks,
 //                            the harvest (framing and copies) into memory
 //   transport                the framed messages through a real shared-memory
@@ -146,7 +147,8 @@ std::string NameAt(uint64_t address) {
 // injector ships it (its records, the names its scan found, the chunks, the
 // harvest).
 void Ship(smprof::injector::MessageSink* sink, const std::vector<smprof::injector::KernelRecord>& records,
-          const smprof::injector::ChunkScan& scan, const std::vector<uint8_t>& arena, uint32_t chunks) {
+          const smprof::injector::ChunkScanner& scan, const std::vector<uint32_t>& used,
+          const std::vector<uint8_t>& arena, uint32_t chunks) {
   smprof::injector::Shipper shipper(sink);
   shipper.SendProcess(4242, 1, 1700000000000000000ull, 4000000000ull, "bench");
   smprof::injector::DeviceInfo device;
@@ -157,11 +159,11 @@ void Ship(smprof::injector::MessageSink* sink, const std::vector<smprof::injecto
   std::vector<smprof::injector::Shipper::Record> shipped;
   for (const auto& r : records) shipped.push_back({&r, true, wire::HostCall{}});
   shipper.SendRecords(0, 1, shipped);
-  for (uint64_t address : scan.name_addresses) shipper.SendMarkerName(1, 1, address, NameAt(address));
-  shipper.SendChunks(0, 1, 1, kChunk, arena.data(), chunks, scan.events);
+  for (uint64_t address : scan.name_addresses()) shipper.SendMarkerName(1, 1, address, NameAt(address));
+  shipper.SendChunks(0, 1, 1, kChunk, arena.data(), used, scan.events());
   smprof::injector::HarvestHost host;
   shipper.SendHarvest(records.back().end_ns, 0, 1, wire::kHarvestSync, 0, 0, chunks, chunks,
-                      static_cast<uint32_t>(scan.empty_chunks), wire::kHarvestFinal | wire::kHarvestProbed, 0, host);
+                      static_cast<uint32_t>(scan.empty_chunks()), wire::kHarvestFinal | wire::kHarvestProbed, 0, host);
 }
 
 std::unique_ptr<smprof::Collector> OpenCollector(const std::string& path,
@@ -216,15 +218,17 @@ int main(int argc, char** argv) {
   }
 
   // The injector: a scan of the read-back, then the messages it ships.
-  smprof::injector::ChunkScan scan;
-  const double t_scan = Seconds([&] { scan = smprof::injector::ScanChunks(arena.data(), used, kChunk, true); });
+  smprof::injector::ChunkScanner scan(kChunk, used);
+  std::vector<uint32_t> used_bytes;
+  used_bytes.reserve(used);
+  const double t_scan = Seconds([&] { scan.Add(arena.data(), used, &used_bytes); });
   MemorySink shipped;  // room for everything: the bench measures the shipper, not vector growth
   shipped.bytes.reserve(arena.size() + (64u << 20));
   shipped.offsets.reserve(arena.size() / smprof::injector::Shipper::kChunkMessageBytes + 1024);
-  const double t_ship = Seconds([&] { Ship(&shipped, records, scan, arena, used); });
-  if (scan.events != static_cast<uint64_t>(events)) {
-    std::fprintf(stderr, "FAILED: the scan found %llu of %.0f events\n", static_cast<unsigned long long>(scan.events),
-                 events);
+  const double t_ship = Seconds([&] { Ship(&shipped, records, scan, used_bytes, arena, used); });
+  if (scan.events() != static_cast<uint64_t>(events)) {
+    std::fprintf(stderr, "FAILED: the scan found %llu of %.0f events\n",
+                 static_cast<unsigned long long>(scan.events()), events);
     return 1;
   }
 
@@ -329,7 +333,7 @@ int main(int argc, char** argv) {
       "host pipeline, %u launches x %u warps x %u events = %.0f events (%u chunks of %u bytes, %.1f MB shipped)\n",
       launch_count, warps, per_warp, events, used, kChunk, shipped.bytes.size() / 1e6);
   std::printf("%-44s %10s %10s %12s\n", "stage (one thread each)", "ms", "ns/event", "M events/s");
-  const Row rows[] = {{"injector: ScanChunks", t_scan},
+  const Row rows[] = {{"injector: ChunkScanner", t_scan},
                       {"injector: ship (Shipper into memory)", t_ship},
                       {"transport: ring, consumer idle (2 threads)", t_ring},
                       {"collector: DecodeChunks", t_decode},

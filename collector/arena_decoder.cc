@@ -38,9 +38,10 @@ bool WellFormedEvent(uint32_t kind_flags) {
 namespace {
 
 // The events of a chunk of 16-byte Events (the CUDA C++ markers).
-void DecodeEvents(const uint8_t* base, uint32_t chunk_bytes, WarpSegment* segment, DecodeStats* stats) {
-  const uint32_t capacity = chunk_bytes / sizeof(wire::Event);
-  segment->events.reserve(capacity - wire::kChunkHeaderSlots);
+// `used`: the chunk's bytes that were read (the rest were zero).
+void DecodeEvents(const uint8_t* base, uint32_t used, WarpSegment* segment, DecodeStats* stats) {
+  const uint32_t capacity = used / sizeof(wire::Event);
+  if (capacity > wire::kChunkHeaderSlots) segment->events.reserve(capacity - wire::kChunkHeaderSlots);
   for (uint32_t i = wire::kChunkHeaderSlots; i < capacity; ++i) {
     wire::Event e;
     std::memcpy(&e, base + static_cast<uint64_t>(i) * sizeof(wire::Event), sizeof(e));
@@ -77,8 +78,8 @@ void DecodeEvents(const uint8_t* base, uint32_t chunk_bytes, WarpSegment* segmen
 // The events of a kChunkCompact chunk. Clocks are 32 bits: the first event
 // is read relative to the anchor (it may precede it: a marker reads the clock
 // before it claims the chunk), each later one forward from its predecessor.
-void DecodeCompactEvents(const uint8_t* base, uint32_t chunk_bytes, WarpSegment* segment, DecodeStats* stats) {
-  const uint32_t capacity = chunk_bytes / sizeof(wire::CompactEvent);
+void DecodeCompactEvents(const uint8_t* base, uint32_t used, WarpSegment* segment, DecodeStats* stats) {
+  const uint32_t capacity = used / sizeof(wire::CompactEvent);
   uint64_t clock = segment->anchor_clock;
   bool first = true;
   for (uint32_t i = wire::kCompactHeaderSlots; i < capacity; ++i) {
@@ -117,38 +118,42 @@ void DecodeCompactEvents(const uint8_t* base, uint32_t chunk_bytes, WarpSegment*
 
 }  // namespace
 
+void DecodeChunk(ChunkPart chunk, uint32_t chunk_bytes, std::vector<WarpSegment>* out, DecodeStats* stats) {
+  ++stats->chunks;
+  wire::ChunkHeader header{};
+  const uint32_t used = std::min(chunk.bytes, chunk_bytes);
+  std::memcpy(&header, chunk.data, std::min<uint32_t>(used, sizeof(header)));
+  if (header.magic != wire::kChunkMagic || used < sizeof(wire::ChunkHeader)) {
+    const uint8_t* h = chunk.data;
+    const bool empty = std::all_of(h, h + std::min<uint32_t>(used, sizeof(header)), [](uint8_t b) { return b == 0; });
+    ++(empty ? stats->empty_chunks : stats->malformed_chunks);
+    return;
+  }
+  WarpSegment segment;
+  segment.grid_id = header.grid_id;
+  segment.name_base = header.name_base;
+  segment.block[0] = header.block_x;
+  segment.block[1] = header.block_y;
+  segment.block[2] = header.block_z;
+  segment.sm = header.sm;
+  segment.warp = header.warp;
+  segment.hw_warp = header.hw_warp;
+  segment.flags = header.flags;
+  segment.cluster = header.cluster & wire::kClusterShapeMask;
+  segment.anchor_clock = header.anchor_clock;
+  segment.anchor_time_ns = header.anchor_time_ns;
+  if ((header.flags & wire::kChunkCompact) != 0)
+    DecodeCompactEvents(chunk.data, used, &segment, stats);
+  else
+    DecodeEvents(chunk.data, used, &segment, stats);
+  stats->events += segment.events.size();
+  if (!segment.events.empty()) out->push_back(std::move(segment));
+}
+
 void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes, std::vector<WarpSegment>* out,
                   DecodeStats* stats) {
   for (uint32_t c = 0; c < num_chunks; ++c) {
-    const uint8_t* base = chunks + static_cast<uint64_t>(c) * chunk_bytes;
-    wire::ChunkHeader header;
-    std::memcpy(&header, base, sizeof(header));
-    ++stats->chunks;
-    if (header.magic != wire::kChunkMagic || chunk_bytes < sizeof(wire::ChunkHeader)) {
-      const bool empty =
-          chunk_bytes >= sizeof(header) && std::all_of(base, base + sizeof(header), [](uint8_t b) { return b == 0; });
-      ++(empty ? stats->empty_chunks : stats->malformed_chunks);
-      continue;
-    }
-    WarpSegment segment;
-    segment.grid_id = header.grid_id;
-    segment.name_base = header.name_base;
-    segment.block[0] = header.block_x;
-    segment.block[1] = header.block_y;
-    segment.block[2] = header.block_z;
-    segment.sm = header.sm;
-    segment.warp = header.warp;
-    segment.hw_warp = header.hw_warp;
-    segment.flags = header.flags;
-    segment.cluster = header.cluster & wire::kClusterShapeMask;
-    segment.anchor_clock = header.anchor_clock;
-    segment.anchor_time_ns = header.anchor_time_ns;
-    if ((header.flags & wire::kChunkCompact) != 0)
-      DecodeCompactEvents(base, chunk_bytes, &segment, stats);
-    else
-      DecodeEvents(base, chunk_bytes, &segment, stats);
-    stats->events += segment.events.size();
-    if (!segment.events.empty()) out->push_back(std::move(segment));
+    DecodeChunk(ChunkPart{chunks + static_cast<uint64_t>(c) * chunk_bytes, chunk_bytes}, chunk_bytes, out, stats);
   }
 }
 
@@ -196,20 +201,21 @@ void MapEventClocks(std::vector<WarpSegment>* segments, double fallback_cycles_p
   RunParts(parts, [&](unsigned i) { MapRange(map, base + n * i / parts, base + n * (i + 1) / parts); });
 }
 
-void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes, unsigned threads,
+void DecodeChunks(const std::vector<ChunkPart>& chunks, uint32_t chunk_bytes, unsigned threads,
                   std::vector<WarpSegment>* out, DecodeStats* stats) {
-  const unsigned parts = std::max(1u, std::min(threads, num_chunks / kChunksPerDecodeThread));
+  const size_t n = chunks.size();
+  const auto parts = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, n / kChunksPerDecodeThread)));
   if (parts == 1) {
-    DecodeChunks(chunks, num_chunks, chunk_bytes, out, stats);
+    for (const ChunkPart& c : chunks) DecodeChunk(c, chunk_bytes, out, stats);
     return;
   }
   // Contiguous ranges of chunks, concatenated in order: what one pass appends.
   std::vector<std::vector<WarpSegment>> decoded(parts);
   std::vector<DecodeStats> part_stats(parts);
   RunParts(parts, [&](unsigned i) {
-    const uint32_t begin = static_cast<uint32_t>(uint64_t{num_chunks} * i / parts);
-    const uint32_t end = static_cast<uint32_t>(uint64_t{num_chunks} * (i + 1) / parts);
-    DecodeChunks(chunks + uint64_t{begin} * chunk_bytes, end - begin, chunk_bytes, &decoded[i], &part_stats[i]);
+    for (size_t c = n * i / parts; c < n * (i + 1) / parts; ++c) {
+      DecodeChunk(chunks[c], chunk_bytes, &decoded[i], &part_stats[i]);
+    }
   });
   size_t total = out->size();
   for (const auto& d : decoded) total += d.size();

@@ -65,11 +65,22 @@ namespace internal {
 bool WellFormedEvent(uint32_t kind_flags);
 }  // namespace internal
 
-// `chunks` holds `num_chunks` chunks of `chunk_bytes` each (a power of two
-// >= 64). Appends one segment per valid, non-empty chunk. A chunk whose
-// header is all zero is empty, not malformed: a Triton warp claims its first
-// chunk at the kernel's start (python/smprof/triton/_marker_ptx.py) and may
-// then reach no marker; the arena is zero wherever nothing was written.
+// The part of one chunk that was read: its first `bytes` bytes (the rest
+// were zero: never written, wire::kChunksUsedBytes).
+struct ChunkPart {
+  const uint8_t* data = nullptr;
+  uint32_t bytes = 0;
+};
+
+// Appends `chunk`'s segment to *out if it is valid and not empty. A chunk
+// whose header is all zero (or that has no bytes) is empty, not malformed: a
+// Triton warp claims its first chunk at the kernel's start
+// (python/smprof/triton/_marker_ptx.py) and may then reach no marker; the
+// arena is zero wherever nothing was written.
+void DecodeChunk(ChunkPart chunk, uint32_t chunk_bytes, std::vector<WarpSegment>* out, DecodeStats* stats);
+
+// `chunks` holds `num_chunks` whole chunks of `chunk_bytes` each (a power of
+// two >= 64): one segment per valid, non-empty chunk, in order.
 void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes, std::vector<WarpSegment>* out,
                   DecodeStats* stats);
 
@@ -82,10 +93,10 @@ void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_byt
 void MapEventClocks(std::vector<WarpSegment>* segments, double fallback_cycles_per_ns, unsigned threads = 1);
 inline constexpr size_t kSegmentsPerMapThread = 16384;
 
-// DecodeChunks with the work split over up to `threads` threads when there
-// are at least kChunksPerDecodeThread chunks per thread: the same segments,
-// in the same order.
-void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_bytes, unsigned threads,
+// DecodeChunk for every part, the work split over up to `threads` threads
+// when there are at least kChunksPerDecodeThread chunks per thread: the same
+// segments, in the same order.
+void DecodeChunks(const std::vector<ChunkPart>& chunks, uint32_t chunk_bytes, unsigned threads,
                   std::vector<WarpSegment>* out, DecodeStats* stats);
 inline constexpr uint32_t kChunksPerDecodeThread = 16384;
 

@@ -59,11 +59,13 @@ class Outgoing {
 
 struct LaunchAssembler::Context {
   uint32_t device = 0;  // CUDA ordinal in the process
-  // Chunks of the read-back in progress (until its HarvestMsg), by size.
+  // Chunks of the read-back in progress (until its HarvestMsg), by size:
+  // their bytes back to back, and where each chunk's part is.
   struct Block {
     uint32_t chunk_bytes = 0;
     uint32_t generation = 0;
     std::vector<uint8_t> bytes;
+    std::vector<std::pair<uint64_t, uint32_t>> parts;  // offset in `bytes`, length
   };
   std::vector<Block> blocks;
   uint64_t read_chunks = 0;                   // in `blocks`
@@ -171,8 +173,20 @@ void LaunchAssembler::HandleMessage(const transport::ProducerInfo& producer, con
           c.blocks.back().generation != m.chunks.name_generation) {
         c.blocks.push_back(Context::Block{m.chunks.chunk_bytes, m.chunks.name_generation, {}});
       }
-      std::vector<uint8_t>& bytes = c.blocks.back().bytes;
-      bytes.insert(bytes.end(), m.payload, m.payload + static_cast<size_t>(m.chunks.count) * m.chunks.chunk_bytes);
+      Context::Block& block = c.blocks.back();
+      const uint8_t* at = m.payload;
+      for (uint32_t i = 0; i < m.chunks.count; ++i) {
+        uint32_t part = m.chunks.chunk_bytes;
+        if ((m.chunks.flags & wire::kChunksUsedBytes) != 0) {  // lengths checked by the decoder
+          wire::ChunkBytes prefix;
+          std::memcpy(&prefix, at, sizeof(prefix));
+          part = prefix.bytes;
+          at += sizeof(prefix);
+        }
+        block.parts.emplace_back(block.bytes.size(), part);
+        block.bytes.insert(block.bytes.end(), at, at + part);
+        at += part;
+      }
       c.read_chunks += m.chunks.count;
       return;
     }
@@ -231,10 +245,12 @@ size_t LaunchAssembler::Assemble(Producer& p, Context& c, bool final, uint32_t r
   uint64_t read_events_capacity = 0;
   for (Context::Block& b : c.blocks) {
     const size_t first = segments.size();
-    const auto n = static_cast<uint32_t>(b.bytes.size() / b.chunk_bytes);
-    arena::DecodeChunks(b.bytes.data(), n, b.chunk_bytes, threads_, &segments, &decode);
+    std::vector<arena::ChunkPart> parts;
+    parts.reserve(b.parts.size());
+    for (const auto& [offset, bytes] : b.parts) parts.push_back(arena::ChunkPart{b.bytes.data() + offset, bytes});
+    arena::DecodeChunks(parts, b.chunk_bytes, threads_, &segments, &decode);
     for (size_t i = first; i < segments.size(); ++i) segments[i].name_generation = b.generation;
-    read_events_capacity += b.bytes.size() / sizeof(wire::Event);
+    read_events_capacity += b.parts.size() * b.chunk_bytes / sizeof(wire::Event);
   }
   c.blocks.clear();
   c.read_chunks = 0;

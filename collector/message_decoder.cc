@@ -119,7 +119,7 @@ const char* DecodeStatusName(DecodeStatus status) {
     case DecodeStatus::kBadNameId:
       return "marker name id above 2^31 - 1";
     case DecodeStatus::kBadChunkSize:
-      return "chunk size not a power of two from 256 to 65536";
+      return "chunk size not a power of two from 256 to 65536, or a chunk part that does not fit it";
   }
   return "?";
 }
@@ -242,9 +242,23 @@ DecodeStatus MessageDecoder::Decode(const uint8_t* data, uint32_t size, DecodedM
       if (!CopyFixed(data, size, &out->chunks)) return DecodeStatus::kBadSize;
       const uint32_t bytes = out->chunks.chunk_bytes;
       if (bytes < 256 || bytes > 65536 || (bytes & (bytes - 1)) != 0) return DecodeStatus::kBadChunkSize;
-      const uint64_t expected = sizeof(wire::ChunksMsg) + static_cast<uint64_t>(out->chunks.count) * bytes;
-      if (expected != size) return DecodeStatus::kBadSize;
+      if ((out->chunks.flags & ~uint32_t{wire::kChunksUsedBytes}) != 0) return DecodeStatus::kBadChunkSize;
       out->payload = data + sizeof(wire::ChunksMsg);
+      if ((out->chunks.flags & wire::kChunksUsedBytes) == 0) {
+        const uint64_t expected = sizeof(wire::ChunksMsg) + static_cast<uint64_t>(out->chunks.count) * bytes;
+        if (expected != size) return DecodeStatus::kBadSize;
+        break;
+      }
+      // Each chunk's written part: its length, then that many bytes.
+      uint64_t at = sizeof(wire::ChunksMsg);
+      for (uint32_t i = 0; i < out->chunks.count; ++i) {
+        if (at + sizeof(wire::ChunkBytes) > size) return DecodeStatus::kBadSize;
+        wire::ChunkBytes c;
+        std::memcpy(&c, data + at, sizeof(c));
+        if (c.bytes > bytes || c.bytes % 8 != 0 || c.reserved != 0) return DecodeStatus::kBadChunkSize;
+        at += sizeof(c) + c.bytes;
+      }
+      if (at != size) return DecodeStatus::kBadSize;
       break;
     }
     default:

@@ -17,8 +17,10 @@
 //     there, and its name id is at most kMaxWireNameId;
 //   - RecordsMsg is exactly struct + count*112 and every record's call is
 //     valid and its span does not end before it starts; ChunksMsg is exactly
-//     struct + count*chunk_bytes, chunk_bytes a power of two 256..65536
-//     (chunk contents are the arena decoder's to check);
+//     struct + count*chunk_bytes (or, with kChunksUsedBytes, count
+//     ChunkBytes-prefixed parts of at most chunk_bytes, multiples of 8,
+//     filling it exactly), chunk_bytes a power of two 256..65536 (chunk
+//     contents are the arena decoder's to check);
 //   - a launch does not end before it starts;
 //   - a HostCall's api is kApiNone (and then all its fields are 0) or a
 //     known HostApi that does not end before it starts; a harvest's host
@@ -56,7 +58,8 @@ enum class DecodeStatus : uint8_t {
   kBadEventFlags,  // a flag on a kind that takes none, or flags that exclude each other
   kBadValueHigh,   // a kEventValueHigh not right after a wide event, or a wide event without one
   kBadNameId,      // a name id above kMaxWireNameId
-  kBadChunkSize,   // a ChunksMsg chunk size that is not a power of two in 256..65536
+  kBadChunkSize,   // a ChunksMsg chunk size that is not a power of two in 256..65536, a chunk part
+                   // longer than it or not a multiple of 8, or unknown flags
 };
 inline constexpr int kNumDecodeStatus = 15;
 

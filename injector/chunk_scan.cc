@@ -1,97 +1,96 @@
 #include "injector/chunk_scan.h"
 
 #include <cstring>
-#include <tuple>
-#include <unordered_set>
 
 #include "smprof/wire.h"
 
 namespace smprof::injector {
-namespace {
 
-struct WarpKey {
-  uint64_t grid;
-  uint32_t block_x;
-  uint32_t block_yz;
-  uint32_t warp;
-  bool operator==(const WarpKey& o) const {
-    return std::tie(grid, block_x, block_yz, warp) == std::tie(o.grid, o.block_x, o.block_yz, o.warp);
+size_t ChunkScanner::WarpKeyHash::operator()(const WarpKey& k) const {
+  // splitmix64's finalizer over the identity's words: every bit of each
+  // reaches the low bits, which the tally samples by.
+  const auto mix = [](uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+  };
+  return static_cast<size_t>(mix(mix(k.grid) ^ (uint64_t{k.block_x} << 32 | k.block_yz)) ^ k.warp);
+}
+
+ChunkScanner::ChunkScanner(uint32_t chunk_bytes, uint64_t expected_chunks) : chunk_bytes_(chunk_bytes) {
+  while ((uint64_t{sample_mask_} + 1) * kTallyWarps < expected_chunks && sample_mask_ < (1u << 30)) {
+    sample_mask_ = sample_mask_ * 2 + 1;
   }
-};
+}
 
-struct WarpKeyHash {
-  size_t operator()(const WarpKey& k) const {
-    uint64_t h = k.grid * 0x9E3779B97F4A7C15ull;
-    h ^= (uint64_t{k.block_x} << 32 | k.block_yz) + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
-    h ^= k.warp + 0x85EBCA77C2B2AE63ull + (h << 6) + (h >> 2);
-    return static_cast<size_t>(h);
-  }
-};
+void ChunkScanner::AddName(uint64_t address) {
+  uint64_t& slot = recent_names_[(address >> 3) & 63];
+  if (slot == address + 1) return;
+  slot = address + 1;
+  if (seen_names_.insert(address).second) names_.push_back(address);
+}
 
-// Distinct addresses, with a direct-mapped cache in front of the set: a
-// kernel's events repeat a few names.
-class Addresses {
- public:
-  explicit Addresses(std::vector<uint64_t>* out) : out_(out) {}
-  void Add(uint64_t address) {
-    uint64_t& slot = recent_[(address >> 3) & 63];
-    if (slot == address + 1) return;
-    slot = address + 1;
-    if (seen_.insert(address).second) out_->push_back(address);
-  }
-
- private:
-  std::vector<uint64_t>* out_;
-  std::unordered_set<uint64_t> seen_;
-  uint64_t recent_[64] = {};
-};
-
-}  // namespace
-
-ChunkScan ScanChunks(const uint8_t* chunks, uint64_t num_chunks, uint32_t chunk_bytes, bool tally) {
-  ChunkScan scan;
-  Addresses names(&scan.name_addresses);
-  std::unordered_map<WarpKey, WarpTally, WarpKeyHash> warps;
-  if (chunk_bytes < sizeof(wire::ChunkHeader)) return scan;
-  for (uint64_t c = 0; c < num_chunks; ++c) {
-    const uint8_t* base = chunks + c * chunk_bytes;
-    ++scan.chunks;
+void ChunkScanner::Add(const uint8_t* chunks, uint64_t count, std::vector<uint32_t>* used_bytes) {
+  if (chunk_bytes_ < sizeof(wire::ChunkHeader)) return;
+  for (uint64_t c = 0; c < count; ++c) {
+    const uint8_t* base = chunks + c * chunk_bytes_;
+    ++chunks_;
     wire::ChunkHeader h;
     std::memcpy(&h, base, sizeof(h));
+    uint32_t used = 0;
+    uint64_t events = 0;
     if (h.magic != wire::kChunkMagic) {
       bool empty = true;
       for (size_t i = 0; i < sizeof(h) && empty; ++i) empty = base[i] == 0;
-      scan.empty_chunks += empty ? 1 : 0;
-      continue;
-    }
-    uint64_t events = 0;
-    if ((h.flags & wire::kChunkCompact) != 0) {
-      for (uint32_t at = sizeof(h); at + sizeof(wire::CompactEvent) <= chunk_bytes; at += sizeof(wire::CompactEvent)) {
+      empty_ += empty ? 1 : 0;
+      used = empty ? 0 : chunk_bytes_;  // not ours to judge: the collector counts it malformed
+    } else if ((h.flags & wire::kChunkCompact) != 0) {
+      used = sizeof(h);
+      for (uint32_t at = sizeof(h); at + sizeof(wire::CompactEvent) <= chunk_bytes_; at += sizeof(wire::CompactEvent)) {
         wire::CompactEvent e;
         std::memcpy(&e, base + at, sizeof(e));
+        if (e.tag == 0 && e.clock_lo == 0) continue;
+        used = at + sizeof(e);
         if (e.tag == 0) continue;
         ++events;
-        names.Add(h.name_base + ((e.tag & ~wire::kCompactValueFollows) >> wire::kCompactNameShift));
-        if ((e.tag & wire::kCompactValueFollows) != 0) at += sizeof(wire::CompactEvent);  // its value slot
+        AddName(h.name_base + ((e.tag & ~wire::kCompactValueFollows) >> wire::kCompactNameShift));
+        if ((e.tag & wire::kCompactValueFollows) != 0 && at + 2 * sizeof(e) <= chunk_bytes_) {
+          at += sizeof(e);  // its value slot
+          used = at + sizeof(e);
+        }
       }
     } else {
-      for (uint32_t at = sizeof(h); at + sizeof(wire::Event) <= chunk_bytes; at += sizeof(wire::Event)) {
+      used = sizeof(h);
+      for (uint32_t at = sizeof(h); at + sizeof(wire::Event) <= chunk_bytes_; at += sizeof(wire::Event)) {
+        uint64_t words[2];
+        std::memcpy(words, base + at, sizeof(words));
+        if ((words[0] | words[1]) == 0) continue;
+        used = at + sizeof(wire::Event);
         wire::Event e;
         std::memcpy(&e, base + at, sizeof(e));
         if (e.info == 0 || (e.info & wire::kEventKindMask) == wire::kEventValueHigh) continue;
         ++events;
-        names.Add(h.name_base + static_cast<int64_t>(e.name_offset));
+        AddName(h.name_base + static_cast<int64_t>(e.name_offset));
       }
     }
-    scan.events += events;
-    if (tally) {
-      WarpTally& w = warps[WarpKey{h.grid_id, h.block_x, uint32_t{h.block_y} | uint32_t{h.block_z} << 16, h.warp}];
-      w.events += events;
-      ++w.chunks;
-    }
+    used_ += used;
+    events_ += events;
+    if (used_bytes != nullptr) used_bytes->push_back(used);
+    if (h.magic != wire::kChunkMagic) continue;
+    const WarpKey key{h.grid_id, h.block_x, uint32_t{h.block_y} | uint32_t{h.block_z} << 16, h.warp};
+    if ((WarpKeyHash()(key) & sample_mask_) != 0) continue;
+    WarpTally& w = warps_[key];
+    w.events += events;
+    ++w.chunks;
   }
-  for (const auto& [key, w] : warps) scan.warps_by_grid[key.grid].push_back(w);
-  return scan;
+}
+
+std::unordered_map<uint64_t, std::vector<WarpTally>> ChunkScanner::TallyByGrid() const {
+  std::unordered_map<uint64_t, std::vector<WarpTally>> by_grid;
+  for (const auto& [key, w] : warps_) by_grid[key.grid].push_back(w);
+  return by_grid;
 }
 
 }  // namespace smprof::injector

@@ -64,6 +64,9 @@ DeviceContext::~DeviceContext() {
   if (arena_ != 0) gpu_.Free(arena_);
   if (staging_ != 0) gpu_.Free(staging_);
   if (fetch_stream_ != nullptr) gpu_.DestroyStream(fetch_stream_);
+  for (uint8_t* b : bounce_) {
+    if (b != nullptr) gpu_.FreePinned(b);
+  }
   if (words_ != nullptr) gpu_.FreePinned(words_);
   if (stream_ != nullptr) gpu_.DestroyStream(stream_);
 }
@@ -137,6 +140,14 @@ bool DeviceContext::SetUp() {
   facts_.info.buffer_bytes = bytes;
   // Optional: without it, read-backs copy to host memory on the
   // application's thread.
+  // Allocated once, at setup (page-locking later would hold the application's driver calls).
+  for (uint8_t*& b : bounce_) b = static_cast<uint8_t*>(gpu_.AllocatePinned(options_.bounce_bytes));
+  if (bounce_[0] == nullptr || bounce_[1] == nullptr) {
+    for (uint8_t*& b : bounce_) {
+      if (b != nullptr) gpu_.FreePinned(b);
+      b = nullptr;
+    }
+  }
   if (!gpu_.CreateStream(&fetch_stream_) || !gpu_.Allocate(chunk_region_bytes_, &staging_)) {
     staging_ = 0;
     Log().info(
@@ -585,37 +596,72 @@ bool DeviceContext::CopyFromStaging(uint64_t offset, size_t bytes, GpuStream str
          gpu_.Wait(stream, kOwnCopyTimeout);
 }
 
-bool DeviceContext::Fetch(ArenaSnapshot* snapshot) {
+bool DeviceContext::VisitChunks(ArenaSnapshot* snapshot,
+                                const std::function<void(const uint8_t*, uint32_t)>& visit) {
   {
     std::lock_guard<std::mutex> lock(slices_mu_);
-    if (!snapshot->staged) return true;  // not staged, or an unload brought it
+    if (!snapshot->staged) {  // not staged, or an unload brought it
+      if (snapshot->used_chunks != 0) visit(snapshot->chunks.data(), snapshot->used_chunks);
+      return true;
+    }
     snapshot->fetching = true;
   }
-  // No lock across the copy: an unload's callback may hold the driver until
+  // No lock across the copies: an unload's callback may hold the driver until
   // it returns, and must not wait for this thread meanwhile.
-  const size_t bytes = static_cast<size_t>(snapshot->used_chunks) * snapshot->chunk_bytes;
-  if (snapshot->chunks.size() < bytes) snapshot->retired = std::move(snapshot->chunks);
-  bool ok = CopyFromStaging(snapshot->staging_offset, bytes, fetch_stream_, &snapshot->chunks);
-  HostBuffer spent;  // unmapped outside the lock
-  std::lock_guard<std::mutex> lock(slices_mu_);
-  snapshot->fetching = false;
-  snapshot->staged = false;
-  if (!ok && snapshot->rescued.size() >= bytes) {  // the context went while this copy waited
-    snapshot->chunks.Abandon();                    // a copy may still land in it
-    snapshot->chunks = std::move(snapshot->rescued);
-    ok = true;
+  const uint32_t chunk = snapshot->chunk_bytes;
+  const uint32_t total = snapshot->used_chunks;
+  const bool pinned = bounce_[0] != nullptr && chunk <= options_.bounce_bytes;
+  const uint32_t per_piece = pinned ? static_cast<uint32_t>(options_.bounce_bytes / chunk) : total;
+  const auto piece_at = [&](uint32_t first) { return std::min(per_piece, total - first); };
+  bool ok = true;
+  uint32_t visited = 0;
+  if (pinned) {
+    // Piece p lands in bounce_[p % 2] while piece p - 1 is visited.
+    const auto copy = [&](uint32_t first) {
+      return gpu_.CopyToHost(bounce_[(first / per_piece) % 2], staging_ + snapshot->staging_offset + uint64_t{first} * chunk,
+                             uint64_t{piece_at(first)} * chunk, fetch_stream_);
+    };
+    ok = total == 0 || copy(0);
+    for (uint32_t first = 0; ok && first < total; first += per_piece) {
+      ok = gpu_.Wait(fetch_stream_, kOwnCopyTimeout);  // this piece, and nothing after it yet
+      if (ok && first + per_piece < total) ok = copy(first + per_piece);
+      if (!ok) break;
+      visit(bounce_[(first / per_piece) % 2], piece_at(first));
+      visited = first + piece_at(first);
+    }
+  } else {
+    const size_t bytes = static_cast<size_t>(total) * chunk;
+    if (snapshot->chunks.size() < bytes) snapshot->retired = std::move(snapshot->chunks);
+    ok = CopyFromStaging(snapshot->staging_offset, bytes, fetch_stream_, &snapshot->chunks);
+    if (ok) {
+      if (total != 0) visit(snapshot->chunks.data(), total);
+      visited = total;
+    }
   }
-  spent = std::move(snapshot->rescued);
-  if (ok) {
-    ReleaseSliceLocked(snapshot->staging_offset);
+  HostBuffer spent;  // unmapped outside the lock
+  HostBuffer rescued;
+  {
+    std::lock_guard<std::mutex> lock(slices_mu_);
+    snapshot->fetching = false;
+    snapshot->staged = false;
+    rescued = std::move(snapshot->rescued);
+    if (ok || rescued.size() >= static_cast<size_t>(total) * chunk) ReleaseSliceLocked(snapshot->staging_offset);
+  }
+  if (!ok && rescued.size() >= static_cast<size_t>(total) * chunk) {
+    // The context went while this thread copied: the unload's copy of the
+    // read-back stands in for what is left.
+    if (total > visited) visit(rescued.data() + static_cast<size_t>(visited) * chunk, total - visited);
+    snapshot->chunks.Abandon();  // a copy may still land in it
+    snapshot->chunks = std::move(rescued);
     return true;
   }
+  spent = std::move(rescued);
+  if (ok) return true;
   // The slice stays held: a copy from it may still be under way.
   failed_ = true;
   snapshot->chunks.Abandon();  // a copy may still land in it
-  snapshot->used_chunks = 0;
-  Log().error("profiling stops on GPU {}: a read-back could not be brought to host memory; its events are lost",
-              facts_.info.ordinal);
+  Log().error("profiling stops on GPU {}: a read-back could not be brought to host memory; {} of its {} chunks are lost",
+              facts_.info.ordinal, total - visited, total);
   return false;
 }
 

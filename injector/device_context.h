@@ -78,6 +78,9 @@ struct ArenaOptions {
   uint32_t chunk_bytes = 65536;  // the largest chunk size (chunk_sizing.h)
   uint32_t warp_mask = 0xffffffffu;
   uint32_t high_water_percent = 75;
+  // Each of the two page-locked buffers staged chunks come to host memory
+  // through (DeviceContext::VisitChunks).
+  uint64_t bounce_bytes = uint64_t{32} << 20;
 };
 
 // When a harvest may read the arena.
@@ -194,11 +197,15 @@ class DeviceContext {
   // Reads and resets the arena if no recording kernel can still run (see
   // HarvestMode; kForce waits until `deadline`). kBusy: not now.
   ReadBack Read(HarvestMode mode, std::chrono::steady_clock::time_point deadline, ArenaSnapshot* out);
-  // Brings a staged read-back's chunks into `snapshot->chunks` (its harvest
-  // thread, the context current) and frees its slice of the staging area.
-  // True if nothing was staged or the chunks arrived; false if the copy
-  // failed (the chunks are lost and the context stops profiling).
-  bool Fetch(ArenaSnapshot* snapshot);
+  // Hands a read-back's chunks to `visit(chunks, count)` in host memory, in
+  // order (a harvest thread, the context current): staged ones piece by piece
+  // through the context's page-locked buffers (the next piece is copied while
+  // one is visited; nothing is page-locked or mapped per read-back, which
+  // would hold the application's driver calls), the rest at once from the
+  // snapshot's buffer. Frees its slice of the staging area. True if every
+  // chunk was visited; false if a copy failed (the rest are lost and the
+  // context stops profiling). One thread at a time per context.
+  bool VisitChunks(ArenaSnapshot* snapshot, const std::function<void(const uint8_t*, uint32_t)>& visit);
   // On the thread of an unload or a context's end (its callback: the
   // context current): `scan` sees `snapshot`'s chunks, brought to host
   // memory here if they are still staged. Then they are the snapshot's
@@ -246,6 +253,10 @@ class DeviceContext {
   GpuStream stream_ = nullptr;  // private, non-blocking
   DevPtr staging_ = 0;          // as large as the chunk region; 0: none could be had
   GpuStream fetch_stream_ = nullptr;  // private: the fetches' copies
+  // The page-locked buffers staged chunks come to host memory through
+  // (options_.bounce_bytes each; none: VisitChunks copies into the
+  // snapshot's buffer instead).
+  uint8_t* bounce_[2] = {nullptr, nullptr};
   std::mutex slices_mu_;              // never held across a Gpu call
   // Slices of the staging area holding read-backs not fetched yet:
   // offset -> (bytes, holds).

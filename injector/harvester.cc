@@ -17,10 +17,15 @@ uint64_t Warps(const KernelRecord& r) {
   return (uint64_t{r.block[0]} * r.block[1] * r.block[2] + 31) / 32 * r.grid[0] * r.grid[1] * r.grid[2];
 }
 
-// The scan of a read-back's chunks (only for chunks in host memory:
-// DeviceContext::Staged says).
-ChunkScan Scan(const ArenaSnapshot& snap, bool tally) {
-  return ScanChunks(snap.chunks.data(), snap.used_chunks, snap.chunk_bytes, tally);
+// A scan of a read-back's chunks in host memory (DeviceContext::Staged says
+// whether they are; a read-back visited through the page-locked buffers
+// has none: then nothing).
+ChunkScanner ScanHostChunks(const ArenaSnapshot& snap) {
+  ChunkScanner scanner(snap.chunk_bytes, snap.used_chunks);
+  if (snap.chunks.data() != nullptr && snap.chunks.size() >= uint64_t{snap.used_chunks} * snap.chunk_bytes) {
+    scanner.Add(snap.chunks.data(), snap.used_chunks, nullptr);
+  }
+  return scanner;
 }
 
 uint32_t Micros(uint64_t from, uint64_t to) {
@@ -41,6 +46,10 @@ struct Harvester::Job {
   uint64_t name_generation = 0;  // of its context when read back
   wire::HarvestReason reason = wire::kHarvestSync;
   HarvestHost host;  // the application thread's part is filled in
+  // (mu_) The name addresses its scan found so far: published piece by
+  // piece, before its chunks leave the staging area, so that an unload reads
+  // them whether it finds the chunks still staged or not.
+  std::vector<uint64_t> name_addresses;
 };
 
 // What the harvest thread keeps per context.
@@ -268,14 +277,15 @@ void Harvester::ReadNamesBeforeUnload(DeviceContext* device) {
     state = &StateOf(device);
     generation = state->name_generation.load(std::memory_order_acquire);
     const auto collect = [&](const ArenaSnapshot& snap) {
-      const ChunkScan found = Scan(snap, /*tally=*/false);
-      addresses.insert(found.name_addresses.begin(), found.name_addresses.end());
+      const ChunkScanner found = ScanHostChunks(snap);
+      addresses.insert(found.name_addresses().begin(), found.name_addresses().end());
     };
     const auto scan = [&](Job* job) {
       if (job != nullptr && job->device == device && job->has_snapshot && job->name_generation == generation) {
         // Staged chunks come to host memory now, on this thread: the staging
         // area goes with the context, and the names are in the chunks.
         device->FetchAtUnload(&job->snapshot, collect);
+        addresses.insert(job->name_addresses.begin(), job->name_addresses.end());
       }
     };
     for (const auto& job : queue_) scan(job.get());
@@ -320,7 +330,7 @@ void Harvester::Run() {
       Log().error("a harvest failed with an internal error; its events are lost (counted)");
     }
     if (failed && job->has_snapshot) {
-      const uint64_t events = Scan(job->snapshot, /*tally=*/false).events;
+      const uint64_t events = job->device->Staged(job->snapshot) ? 0 : ScanHostChunks(job->snapshot).events();
       std::lock_guard<std::mutex> ship_lock(ship_mu_);
       stats_.events_lost_host += events;
     }
@@ -373,12 +383,7 @@ void Harvester::Process(Job& job) {
   std::optional<ContextScope> scope;
   if (!gone) scope.emplace(gpu_, device->ctx());
   if (scope && !scope->ok()) gone = true;
-  // The chunks to host memory first, if they wait on the device (an unload
-  // may have fetched them already). A buffer that was too small goes now.
-  if (!gone && job.has_snapshot) {
-    device->Fetch(&job.snapshot);
-    job.snapshot.retired = HostBuffer();
-  } else if (job.has_snapshot && device->Staged(job.snapshot)) {
+  if (gone && job.has_snapshot && device->Staged(job.snapshot)) {
     // The context went with the chunks still on it (the unload's own copy
     // failed): its buffer holds an older read-back's bytes, never to ship.
     job.snapshot.used_chunks = 0;
@@ -434,57 +439,77 @@ void Harvester::Process(Job& job) {
   EndTurn(&take_turn_);
   stage(wire::kStageClock);
 
-  // What the read-back holds: its events' names are read while the modules
-  // that wrote them are loaded; what each kernel's warps claimed sizes the
-  // chunks of its next launches.
-  const ArenaSnapshot& snap = job.snapshot;
-  ChunkScan scan;
-  if (job.has_snapshot) scan = Scan(snap, /*tally=*/true);
-  std::vector<std::pair<uint64_t, std::string>> names;
-  names.reserve(scan.name_addresses.size());
-  for (uint64_t address : scan.name_addresses) {
-    names.emplace_back(address, ReadName(*state, device, job.name_generation, address));
-  }
-  for (const auto& [grid, warps] : scan.warps_by_grid) {
-    auto it = state->recent_grids.find(grid);
-    if (it == state->recent_grids.end() || it->second.launched_warps == 0 || snap.chunk_bytes == 0) continue;
-    ClaimTally tally(snap.chunk_bytes);
-    for (const WarpTally& w : warps) tally.AddWarp(w.events, w.chunks);
-    tally.Teach(it->second.launched_warps, &it->second.kernel->claims);
-  }
-  stage(wire::kStageDecode);
-
-  // In read order: the collector takes each read-back's records with it.
+  // In read order, so the collector takes each read-back's records with its
+  // chunks: the records; the chunks, piece by piece as they come to host
+  // memory, each scanned (the names its events use, how much of each chunk
+  // was written, what each warp claimed) and shipped up to its written
+  // bytes; the names, read while the modules that wrote them are loaded;
+  // the harvest.
   if (!WaitTurn(ship_turn_, job.seq)) return;
   struct ShipTurn {
     Harvester* h;
     ~ShipTurn() { h->EndTurn(&h->ship_turn_); }
   } ship_turn{this};
-  std::lock_guard<std::mutex> lock(ship_mu_);
   const uint32_t ordinal = device->facts().info.ordinal;
   const auto generation = static_cast<uint32_t>(job.name_generation);
-  for (const auto& [address, name] : names) {
-    if (state->names_shipped.emplace(job.name_generation, address).second) {
-      shipper_.SendMarkerName(context_id, generation, address, name);
-    }
+  if (!shipped.empty()) {
+    std::lock_guard<std::mutex> lock(ship_mu_);
+    shipper_.SendRecords(ordinal, context_id, shipped);
   }
-  if (!shipped.empty()) shipper_.SendRecords(ordinal, context_id, shipped);
+  ArenaSnapshot& snap = job.snapshot;
+  ChunkScanner scanner(snap.chunk_bytes, snap.used_chunks);
   if (job.has_snapshot) {
-    shipper_.SendChunks(ordinal, context_id, generation, snap.chunk_bytes, snap.chunks.data(), snap.used_chunks,
-                        scan.events);
+    std::vector<uint32_t> used;
+    device->VisitChunks(&snap, [&](const uint8_t* chunks, uint32_t count) {
+      stage(wire::kStageCopy);
+      used.clear();
+      const uint64_t events_before = scanner.events();
+      const size_t names_before = scanner.name_addresses().size();
+      scanner.Add(chunks, count, &used);
+      if (scanner.name_addresses().size() != names_before) {
+        std::lock_guard<std::mutex> lock(mu_);
+        job.name_addresses.assign(scanner.name_addresses().begin(), scanner.name_addresses().end());
+      }
+      stage(wire::kStageDecode);
+      std::lock_guard<std::mutex> lock(ship_mu_);
+      shipper_.SendChunks(ordinal, context_id, generation, snap.chunk_bytes, chunks, used,
+                          scanner.events() - events_before);
+      stage(wire::kStageShip);
+    });
+    job.snapshot.retired = HostBuffer();
   }
-  stage(wire::kStageShip);
+  std::vector<std::pair<uint64_t, std::string>> names;
+  for (uint64_t address : scanner.name_addresses()) {
+    if (state->names_shipped.count({job.name_generation, address}) != 0) continue;
+    names.emplace_back(address, ReadName(*state, device, job.name_generation, address));
+  }
+  // What each kernel's warps claimed sizes the chunks of its next launches.
+  const uint32_t one_in = scanner.tally_one_in();
+  for (const auto& [grid, warps] : scanner.TallyByGrid()) {
+    auto it = state->recent_grids.find(grid);
+    if (it == state->recent_grids.end() || it->second.launched_warps < one_in || snap.chunk_bytes == 0) continue;
+    ClaimTally tally(snap.chunk_bytes);
+    for (const WarpTally& w : warps) tally.AddWarp(w.events, w.chunks);
+    tally.Teach(it->second.launched_warps / one_in, &it->second.kernel->claims);
+  }
+  stage(wire::kStageDecode);
+  std::lock_guard<std::mutex> lock(ship_mu_);
+  for (const auto& [address, name] : names) {
+    state->names_shipped.emplace(job.name_generation, address);
+    shipper_.SendMarkerName(context_id, generation, address, name);
+  }
   const uint32_t flags = (job.final ? uint32_t{wire::kHarvestFinal} : 0u) | (probed ? uint32_t{wire::kHarvestProbed} : 0u);
+  stage(wire::kStageShip);
   shipper_.SendHarvest(job.has_snapshot ? snap.time_ns : gpu_.Now(), ordinal, context_id, job.reason,
                        snap.dropped_events, snap.unplaced_events, snap.used_chunks, snap.total_chunks,
-                       static_cast<uint32_t>(scan.empty_chunks), flags, state->clock_offset, job.host);
+                       static_cast<uint32_t>(scanner.empty_chunks()), flags, state->clock_offset, job.host);
   stats_.harvests += job.has_snapshot ? 1 : 0;
   stats_.forced_drains += job.reason == wire::kHarvestHighWater ? 1 : 0;
   stats_.events_dropped_device += snap.dropped_events;
   stats_.events_unplaced_device += snap.unplaced_events;
-  Log().debug("harvest on GPU {} ({}): {} chunks ({} empty), {} records, {} events, {} dropped", ordinal,
-              static_cast<int>(job.reason), snap.used_chunks, scan.empty_chunks, records.size(), scan.events,
-              snap.dropped_events);
+  Log().debug("harvest on GPU {} ({}): {} chunks ({} empty, {} MB written), {} records, {} events, {} dropped", ordinal,
+              static_cast<int>(job.reason), snap.used_chunks, scanner.empty_chunks(), scanner.used_bytes() >> 20,
+              records.size(), scanner.events(), snap.dropped_events);
   SendStatsLocked();
 }
 
@@ -500,7 +525,7 @@ uint64_t Harvester::CountUnshipped() {
       if (job->device->Staged(job->snapshot)) {
         ++staged;
       } else {
-        events += Scan(job->snapshot, /*tally=*/false).events;
+        events += ScanHostChunks(job->snapshot).events();
       }
     };
     for (const auto& job : queue_) count(job.get());

@@ -41,8 +41,9 @@ struct GraphCache {
 };
 thread_local GraphCache t_graph;
 
-ArenaOptions ArenaOptionsOf(const Settings& s) {
+ArenaOptions ArenaOptionsOf(const Settings& s, uint64_t bounce_bytes) {
   ArenaOptions o;
+  o.bounce_bytes = bounce_bytes;
   o.buffer_bytes = s.buffer_mb == kAutoBufferMb ? 0 : uint64_t{s.buffer_mb} << 20;
   o.chunk_bytes = s.chunk_bytes;
   o.warp_mask = s.warp_mask;
@@ -66,10 +67,11 @@ void HoldGate(DeviceContext& device) {
 
 }  // namespace
 
-Profiler::Profiler(Gpu& gpu, const Settings& settings, Shipper& shipper, unsigned harvest_threads)
+Profiler::Profiler(Gpu& gpu, const Settings& settings, Shipper& shipper, unsigned harvest_threads,
+                   uint64_t bounce_bytes)
     : gpu_(gpu),
       settings_(settings),
-      arena_options_(ArenaOptionsOf(settings)),
+      arena_options_(ArenaOptionsOf(settings, bounce_bytes)),
       shipper_(shipper),
       launch_counters_(settings_.launches),
       kernels_(gpu,

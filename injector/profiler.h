@@ -60,7 +60,8 @@ class Profiler {
  public:
   // `shipper` must outlive the profiler; its calls are serialised here.
   // `harvest_threads`: 0 chooses by the core count (harvester.h).
-  Profiler(Gpu& gpu, const Settings& settings, Shipper& shipper, unsigned harvest_threads = 0);
+  Profiler(Gpu& gpu, const Settings& settings, Shipper& shipper, unsigned harvest_threads = 0,
+           uint64_t bounce_bytes = ArenaOptions().bounce_bytes);
   ~Profiler();
 
   void OnLaunchEnter(const LaunchCall& call);

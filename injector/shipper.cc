@@ -163,25 +163,44 @@ void Shipper::SendMarkerName(uint32_t context_id, uint32_t generation, uint64_t 
 }
 
 void Shipper::SendChunks(uint32_t device, uint32_t context_id, uint32_t generation, uint32_t chunk_bytes,
-                         const uint8_t* chunks, uint64_t count, uint64_t events) {
-  if (count == 0 || chunk_bytes == 0) return;
-  const uint64_t per_message = std::max<uint64_t>(1, (kChunkMessageBytes - sizeof(wire::ChunksMsg)) / chunk_bytes);
-  uint64_t events_left = events;
-  for (uint64_t first = 0; first < count; first += per_message) {
-    const uint64_t n = std::min(per_message, count - first);
-    // The loss counters take the events in proportion (the last message the rest).
-    const uint64_t share = first + n == count ? events_left : events * n / count;
+                         const uint8_t* chunks, const std::vector<uint32_t>& used_bytes, uint64_t events) {
+  const size_t count = used_bytes.size();
+  uint64_t total = 0;
+  for (uint32_t used : used_bytes) total += std::min(used, chunk_bytes);
+  uint64_t events_left = events, bytes_left = total;
+  for (size_t first = 0; first < count;) {
+    // As many chunks as fit in one message (at least one).
+    size_t n = 0;
+    uint64_t bytes = 0;
+    while (first + n < count) {
+      const uint64_t part = sizeof(wire::ChunkBytes) + std::min(used_bytes[first + n], chunk_bytes);
+      if (n > 0 && sizeof(wire::ChunksMsg) + bytes + part > kChunkMessageBytes) break;
+      bytes += part;
+      ++n;
+    }
+    // The loss counters take the events in proportion to the bytes (the last message the rest).
+    const uint64_t written = bytes - n * sizeof(wire::ChunkBytes);
+    const uint64_t share = first + n == count || bytes_left == 0 ? events_left : events * written / total;
     events_left -= std::min(share, events_left);
+    bytes_left -= std::min(written, bytes_left);
     auto m = Zeroed<wire::ChunksMsg>();
     m.device = device;
     m.context_id = context_id;
     m.chunk_bytes = chunk_bytes;
     m.count = static_cast<uint32_t>(n);
     m.name_generation = generation;
-    uint8_t* message = Frame(static_cast<uint32_t>(sizeof(m) + n * chunk_bytes));
+    m.flags = wire::kChunksUsedBytes;
+    uint8_t* message = Frame(static_cast<uint32_t>(sizeof(m) + bytes));
     std::memcpy(message, &m, sizeof(m));
-    std::memcpy(message + sizeof(m), chunks + first * chunk_bytes, n * chunk_bytes);
+    uint8_t* at = message + sizeof(m);
+    for (size_t i = first; i < first + n; ++i) {
+      const wire::ChunkBytes part{std::min(used_bytes[i], chunk_bytes), 0};
+      std::memcpy(at, &part, sizeof(part));
+      std::memcpy(at + sizeof(part), chunks + i * chunk_bytes, part.bytes);
+      at += sizeof(part) + part.bytes;
+    }
     Commit(wire::kMsgChunks, share, /*bulk=*/true);
+    first += n;
   }
 }
 

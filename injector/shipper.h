@@ -96,10 +96,11 @@ class Shipper {
   void SendRecords(uint32_t device, uint32_t context_id, const std::vector<Record>& records);
   // The marker name at `address` for the modules of `generation`.
   void SendMarkerName(uint32_t context_id, uint32_t generation, uint64_t address, const std::string& name);
-  // `count` chunks of `chunk_bytes` as read back, holding `events` events
-  // (for the loss counters), in as many messages as they need.
+  // Chunks of `chunk_bytes` as read back, each up to its written bytes
+  // (`used_bytes`, one per chunk: wire::kChunksUsedBytes), holding `events`
+  // events (for the loss counters), in as many messages as they need.
   void SendChunks(uint32_t device, uint32_t context_id, uint32_t generation, uint32_t chunk_bytes,
-                  const uint8_t* chunks, uint64_t count, uint64_t events);
+                  const uint8_t* chunks, const std::vector<uint32_t>& used_bytes, uint64_t events);
 
   // Closes a read-back of context `context_id` (wire::HarvestMsg):
   // `chunks_used` of `chunks_total` is how full the arena was (its fill

@@ -442,6 +442,12 @@ struct RecordsMsg {
   uint32_t reserved;
 };
 
+enum ChunksFlags : uint32_t {
+  // Each chunk is a ChunkBytes, then its first `bytes` bytes: the rest of its
+  // chunk_bytes were zero (never written). Without it, chunks are whole.
+  kChunksUsedBytes = 1u << 0,
+};
+
 // Chunks of one GPU context's arena, as read back (wire::ChunkHeader and
 // events; all-zero chunks were claimed and never written). One read-back
 // takes as many messages as it needs; its HarvestMsg closes it.
@@ -452,7 +458,14 @@ struct ChunksMsg {
   uint32_t chunk_bytes;      // a power of two, 256..65536
   uint32_t count;            // chunks following this struct
   uint32_t name_generation;  // of the context when read back (MarkerNameMsg)
-  uint32_t reserved;
+  uint32_t flags;            // ChunksFlags
+};
+
+// The written part of a chunk (kChunksUsedBytes): `bytes` (a multiple of 8,
+// at most chunk_bytes; 0: claimed and never written) follow.
+struct ChunkBytes {
+  uint32_t bytes;
+  uint32_t reserved;  // 0
 };
 
 enum HarvestFlags : uint32_t {
@@ -567,6 +580,7 @@ static_assert(sizeof(KernelRecordEntry) == 112 && offsetof(KernelRecordEntry, gr
               "KernelRecordEntry layout");
 static_assert(sizeof(RecordsMsg) == 24, "RecordsMsg layout");
 static_assert(sizeof(ChunksMsg) == 32 && offsetof(ChunksMsg, count) == 20, "ChunksMsg layout");
+static_assert(sizeof(ChunkBytes) == 8, "ChunkBytes layout");
 static_assert(sizeof(StatsMsg) == 136, "StatsMsg layout");
 static_assert(sizeof(NoticeMsg) == 16, "NoticeMsg layout");
 

@@ -319,6 +319,11 @@ class FakeGpu final : public Gpu {
     std::lock_guard<std::mutex> lock(mu_);
     allocations_left_ = n;
   }
+  // Read-back copies to the host (1 KiB or more), by any thread.
+  size_t host_copies() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return host_copiers_.size();
+  }
   // Read-back copies to the host (1 KiB or more) that thread `t` queued.
   size_t host_copies_from(std::thread::id t) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -295,7 +295,9 @@ TEST(DecodeChunks, SplitOverThreadsGivesWhatOnePassGives) {
   DecodeStats one_stats, split_stats;
   DecodeChunks(a.data(), a.used(), kChunk, &one, &one_stats);
   MapEventClocks(&one, 1.9);
-  DecodeChunks(a.data(), a.used(), kChunk, 4, &split, &split_stats);
+  std::vector<ChunkPart> parts;
+  for (uint32_t c = 0; c < a.used(); ++c) parts.push_back(ChunkPart{a.data() + size_t{c} * kChunk, kChunk});
+  DecodeChunks(parts, kChunk, 4, &split, &split_stats);
   MapEventClocks(&split, 1.9, 4);
   ASSERT_EQ(split.size(), one.size());
   EXPECT_EQ(split_stats.chunks, one_stats.chunks);

@@ -1,4 +1,4 @@
-// ChunkScan: names, events and per-warp claims of a read-back, without decoding.
+// ChunkScanner: names, events, written bytes and per-warp claims of a read-back, without decoding.
 #include "injector/chunk_scan.h"
 
 #include <gtest/gtest.h>
@@ -26,12 +26,16 @@ TEST(ChunkScan, FindsEachNameOnceAndCountsEvents) {
   a.Add(c1, 4, 16, wire::kEventBegin);  // another module: another address
   a.ClaimUnwritten();                    // claimed and never written
   std::memset(a.At(a.ClaimUnwritten(), 0), 0xAB, 48);  // not a chunk of ours
-  const ChunkScan scan = ScanChunks(a.data(), a.used(), a.chunk_bytes(), /*tally=*/false);
-  EXPECT_EQ(scan.chunks, 4u);
-  EXPECT_EQ(scan.events, 4u);
-  EXPECT_EQ(scan.empty_chunks, 1u);
-  EXPECT_EQ(scan.name_addresses, (std::vector<uint64_t>{0x1010, 0x1050, 0x2010}));
-  EXPECT_TRUE(scan.warps_by_grid.empty());
+  ChunkScanner scan(a.chunk_bytes(), a.used());
+  std::vector<uint32_t> used;
+  scan.Add(a.data(), a.used(), &used);
+  EXPECT_EQ(scan.chunks(), 4u);
+  EXPECT_EQ(scan.events(), 4u);
+  EXPECT_EQ(scan.empty_chunks(), 1u);
+  EXPECT_EQ(scan.name_addresses(), (std::vector<uint64_t>{0x1010, 0x1050, 0x2010}));
+  // Written bytes: header + 4 slots, header + 1 slot, nothing, all (not ours: whole).
+  EXPECT_EQ(used, (std::vector<uint32_t>{48 + 64, 48 + 16, 0, 256}));
+  EXPECT_EQ(scan.used_bytes(), 112u + 64u + 256u);
 }
 
 TEST(ChunkScan, CompactChunksSkipTheirValueSlots) {
@@ -41,12 +45,16 @@ TEST(ChunkScan, CompactChunksSkipTheirValueSlots) {
   a.Compact(c, 7, 20,
             (24u << wire::kCompactNameShift) | wire::kEventEnd | wire::kEventHasValue | wire::kCompactValueFollows);
   a.Compact(c, 8, 0xFFFF, 0xFFFFFFFF);  // the value: not an event
-  const ChunkScan scan = ScanChunks(a.data(), a.used(), a.chunk_bytes(), /*tally=*/true);
-  EXPECT_EQ(scan.events, 2u);
-  EXPECT_EQ(scan.name_addresses, (std::vector<uint64_t>{0x4008, 0x4018}));
-  ASSERT_EQ(scan.warps_by_grid.count(3), 1u);
-  ASSERT_EQ(scan.warps_by_grid.at(3).size(), 1u);
-  EXPECT_EQ(scan.warps_by_grid.at(3)[0].events, 2u);
+  ChunkScanner scan(a.chunk_bytes(), a.used());
+  std::vector<uint32_t> used;
+  scan.Add(a.data(), a.used(), &used);
+  EXPECT_EQ(scan.events(), 2u);
+  EXPECT_EQ(scan.name_addresses(), (std::vector<uint64_t>{0x4008, 0x4018}));
+  EXPECT_EQ(used, (std::vector<uint32_t>{9 * 8}));  // header (6 slots), the events and the value slot
+  const auto tally = scan.TallyByGrid();
+  ASSERT_EQ(tally.count(3), 1u);
+  ASSERT_EQ(tally.at(3).size(), 1u);
+  EXPECT_EQ(tally.at(3)[0].events, 2u);
 }
 
 // A warp's chunks add up (what sizes its kernel's next chunks); warps and
@@ -59,13 +67,38 @@ TEST(ChunkScan, TalliesEventsAndChunksPerWarp) {
   a.Add(a.Claim(1, 0, 1, 0), 1, 0, wire::kEventInstant);   // warp 1
   a.Add(a.Claim(1, 5, 0, 0), 1, 0, wire::kEventInstant);   // another block, warp 0
   a.Add(a.Claim(2, 0, 0, 0), 1, 0, wire::kEventInstant);   // another grid
-  const ChunkScan scan = ScanChunks(a.data(), a.used(), a.chunk_bytes(), /*tally=*/true);
-  ASSERT_EQ(scan.warps_by_grid.size(), 2u);
+  ChunkScanner scan(a.chunk_bytes(), a.used());
+  scan.Add(a.data(), 2, nullptr);  // in two pieces: a warp's chunks add up across them
+  scan.Add(a.data() + 2 * a.chunk_bytes(), a.used() - 2, nullptr);
+  EXPECT_EQ(scan.tally_one_in(), 1u);
+  const auto tally = scan.TallyByGrid();
+  ASSERT_EQ(tally.size(), 2u);
   std::vector<std::pair<uint64_t, uint32_t>> warps;
-  for (const WarpTally& w : scan.warps_by_grid.at(1)) warps.emplace_back(w.events, w.chunks);
+  for (const WarpTally& w : tally.at(1)) warps.emplace_back(w.events, w.chunks);
   std::sort(warps.begin(), warps.end());
   EXPECT_EQ(warps, (std::vector<std::pair<uint64_t, uint32_t>>{{1, 1}, {1, 1}, {14, 2}}));
-  EXPECT_EQ(scan.warps_by_grid.at(2).size(), 1u);
+  EXPECT_EQ(tally.at(2).size(), 1u);
+}
+
+// A read-back of many warps tallies a sample of them: whole warps (every
+// chunk of a sampled warp), about kTallyWarps of them.
+TEST(ChunkScan, LargeReadBacksTallyASampleOfWholeWarps) {
+  const uint32_t warps = 4 * ChunkScanner::kTallyWarps;
+  ArenaBuilder a(2 * warps);
+  for (uint32_t round = 0; round < 2; ++round) {  // each warp's two chunks, far apart
+    for (uint32_t w = 0; w < warps; ++w) a.Add(a.Claim(1, w, 0, 0), round, 0, wire::kEventInstant);
+  }
+  ChunkScanner scan(a.chunk_bytes(), a.used());
+  scan.Add(a.data(), a.used(), nullptr);
+  EXPECT_EQ(scan.tally_one_in(), 8u);  // 2 * 4 * kTallyWarps chunks
+  const auto tally = scan.TallyByGrid();
+  const size_t sampled = tally.at(1).size();
+  EXPECT_GT(sampled, warps / 8 * 9 / 10);
+  EXPECT_LT(sampled, warps / 8 * 11 / 10);
+  for (const WarpTally& w : tally.at(1)) {
+    EXPECT_EQ(w.chunks, 2u);
+    EXPECT_EQ(w.events, 2u);
+  }
 }
 
 }  // namespace

@@ -122,9 +122,9 @@ Settings MakeSettings(const std::string& kernels = "", const std::string& launch
 // kernels (gemm, other), a module that did not opt in, and two streams.
 class ProfilerTest : public ::testing::Test {
  protected:
-  void Start(const Settings& settings, unsigned harvest_threads = 1) {
+  void Start(const Settings& settings, unsigned harvest_threads = 1, uint64_t bounce_bytes = 64u << 10) {
     shipper = std::make_unique<Shipper>(&sink);
-    profiler = std::make_unique<Profiler>(gpu, settings, *shipper, harvest_threads);
+    profiler = std::make_unique<Profiler>(gpu, settings, *shipper, harvest_threads, bounce_bytes);
   }
   void TearDown() override {
     if (profiler) profiler->Shutdown();
@@ -504,6 +504,27 @@ TEST_F(ProfilerTest, DecodingAndShippingRunOffTheApplicationThread) {
 // Host memory is never page-locked for read-backs (locking holds every
 // driver call of the application, host_buffer.h): the only locked memory is
 // the context's few words, at its set-up.
+// A staged read-back comes to host memory through the two page-locked
+// buffers allocated at setup, piece by piece, each shipped as it comes: a
+// read-back larger than both keeps every event, and nothing is mapped or
+// page-locked for it.
+TEST_F(ProfilerTest, StagedReadBacksComeThroughPageLockedPieces) {
+  Start(MakeSettings(), 1, /*bounce_bytes=*/4096);  // a piece: 4 chunks of 1 KiB
+  Gemm(s1, 1, 1);  // the context is set up
+  Sync();
+  sink.WaitForHarvests(1);
+  const size_t locked = gpu.pinned_allocations();
+  const size_t before = gpu.host_copies();
+  for (int i = 0; i < 5; ++i) Gemm(s1, 8, 40);  // 5 x 8 warps x 80 events: 2 chunks a warp, 80 chunks
+  Sync();
+  const size_t on_app_thread = gpu.host_copies_from(std::this_thread::get_id());
+  Finish();
+  EXPECT_EQ(sink.events["gemm(float*)"], 2u + 5 * 8 * 80);
+  EXPECT_EQ(gpu.pinned_allocations(), locked);
+  EXPECT_EQ(on_app_thread, 0u);
+  EXPECT_GE(gpu.host_copies() - before, 20u);  // 80 chunks in pieces of 4
+}
+
 TEST_F(ProfilerTest, ReadBacksLockNoHostMemory) {
   Start(MakeSettings());
   Gemm(s1);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -114,39 +115,55 @@ TEST(Shipper, KernelWhoseNameWasDroppedIsNamedAgain) {
   EXPECT_EQ(e.kernel_id, k.kernel_id);
 }
 
-// A read-back ships as it is, in messages of at most kChunkMessageBytes;
-// its events are counted in proportion, and counted lost when dropped.
-TEST(Shipper, ChunksShipAsReadInBoundedMessages) {
+// A read-back ships as it was written: each chunk up to its written bytes,
+// in messages of at most kChunkMessageBytes; its events are counted in
+// proportion, and counted lost when dropped.
+TEST(Shipper, ChunksShipTheirWrittenBytesInBoundedMessages) {
   RecordingSink sink;
   Shipper s(&sink);
   constexpr uint32_t kChunk = 64u << 10;
-  const uint64_t per_message = (Shipper::kChunkMessageBytes - sizeof(wire::ChunksMsg)) / kChunk;
-  const uint64_t count = 2 * per_message + 1;
+  const size_t count = 9;
   std::vector<uint8_t> chunks(count * kChunk);
   for (size_t i = 0; i < chunks.size(); ++i) chunks[i] = static_cast<uint8_t>(i * 7);
-  s.SendChunks(1, 2, 3, kChunk, chunks.data(), count, 1000);
-  ASSERT_EQ(sink.messages.size(), 3u);
-  std::vector<uint8_t> joined;
+  // Whole chunks, a chunk never written, small ones.
+  const std::vector<uint32_t> used = {kChunk, kChunk, kChunk, kChunk, 0, 64, kChunk, 48, 4096};
+  s.SendChunks(1, 2, 3, kChunk, chunks.data(), used, 1000);
+  std::vector<uint32_t> seen;
   uint64_t events = 0;
-  for (size_t i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < sink.messages.size(); ++i) {
     ASSERT_EQ(sink.TypeAt(i), wire::kMsgChunks);
     const auto m = sink.As<wire::ChunksMsg>(i);
     EXPECT_EQ(m.device, 1u);
     EXPECT_EQ(m.context_id, 2u);
     EXPECT_EQ(m.name_generation, 3u);
     EXPECT_EQ(m.chunk_bytes, kChunk);
+    EXPECT_EQ(m.flags, uint32_t{wire::kChunksUsedBytes});
     EXPECT_LE(sink.messages[i].size(), Shipper::kChunkMessageBytes);
-    joined.insert(joined.end(), sink.messages[i].begin() + sizeof(m), sink.messages[i].end());
+    size_t at = sizeof(m);
+    for (uint32_t k = 0; k < m.count; ++k) {
+      wire::ChunkBytes part;
+      std::memcpy(&part, sink.messages[i].data() + at, sizeof(part));
+      const size_t chunk = seen.size();
+      seen.push_back(part.bytes);
+      ASSERT_LE(at + sizeof(part) + part.bytes, sink.messages[i].size());
+      EXPECT_TRUE(std::equal(chunks.begin() + chunk * kChunk, chunks.begin() + chunk * kChunk + part.bytes,
+                             sink.messages[i].begin() + at + sizeof(part)))
+          << "chunk " << chunk;
+      at += sizeof(part) + part.bytes;
+    }
+    EXPECT_EQ(at, sink.messages[i].size());
     events += sink.event_counts[i];
   }
-  EXPECT_EQ(joined, chunks);
+  EXPECT_EQ(seen, used);
   EXPECT_EQ(events, 1000u);
-  EXPECT_EQ(sink.bulk, 3u);  // patient sends
+  EXPECT_EQ(sink.bulk, sink.messages.size());  // patient sends
   EXPECT_EQ(s.counters().events, 1000u);
+  const size_t messages = sink.messages.size();
+  EXPECT_GE(messages, 2u);
   sink.reject_all = true;
-  s.SendChunks(1, 2, 3, kChunk, chunks.data(), count, 1000);
+  s.SendChunks(1, 2, 3, kChunk, chunks.data(), used, 1000);
   EXPECT_EQ(s.counters().events_dropped, 1000u);
-  EXPECT_EQ(s.counters().messages_dropped, 3u);
+  EXPECT_EQ(s.counters().messages_dropped, messages);
 }
 
 TEST(Shipper, MarkerNamesCarryTheirContextGenerationAndAddress) {
