@@ -137,9 +137,10 @@ bool Collector::Run(transport::Consumer& consumer, const std::atomic<bool>& stop
       if (item.end) {
         HandleProducerEnd(item.producer, item.clean);
       } else {
-        HandleMessage(item.producer, item.message.data(), static_cast<uint32_t>(item.message.size()));
-        processed += item.message.size();
+        HandleMessage(item.producer, item.message, item.size);
+        processed += item.size;
       }
+      intake.Release(item);
     }
     const bool any = !batch.empty();
     batch.clear();

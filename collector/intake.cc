@@ -1,13 +1,27 @@
 #include "collector/intake.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
+
+#include "smprof/wire.h"
 
 namespace smprof {
 namespace {
 
 constexpr auto kIdleSleep = std::chrono::milliseconds(1);
+constexpr size_t kSpareBlocks = 2;  // kept mapped for reuse
+
+uint8_t* MapBlock() {
+  void* p = mmap(nullptr, Intake::kBlockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+#if defined(MADV_HUGEPAGE)
+  madvise(p, Intake::kBlockBytes, MADV_HUGEPAGE);  // a hint: 2 MiB faults where the kernel allows
+#endif
+  return static_cast<uint8_t*>(p);
+}
 
 }  // namespace
 
@@ -19,20 +33,85 @@ uint64_t Intake::DefaultBudget() {
 }
 
 Intake::Intake(transport::Consumer& consumer, uint64_t budget_bytes)
-    : consumer_(consumer), budget_(budget_bytes), thread_([this] { Run(); }) {}
+    : consumer_(consumer), budget_(std::max<uint64_t>(budget_bytes, 2 * kBlockBytes)), thread_([this] { Run(); }) {}
 
 Intake::~Intake() {
   stop_.store(true, std::memory_order_release);
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  for (Block& b : blocks_) {
+    if (b.data != nullptr) munmap(b.data, kBlockBytes);
+  }
+}
+
+uint8_t* Intake::Place(uint32_t size) {
+  if (current_ != UINT32_MAX && blocks_[current_].used + size <= kBlockBytes) {
+    Block& b = blocks_[current_];
+    uint8_t* at = b.data + b.used;
+    b.used += size;
+    return at;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (current_ != UINT32_MAX) {
+    blocks_[current_].current = false;
+    if (blocks_[current_].pending == 0) FreeBlockLocked(current_);
+  }
+  current_ = UINT32_MAX;
+  uint32_t index;
+  if (!spare_.empty()) {
+    index = spare_.back();
+    spare_.pop_back();
+  } else {
+    uint8_t* data = MapBlock();
+    if (data == nullptr) return nullptr;  // the transport's own copy, then a heap copy (Run)
+    mapped_ += kBlockBytes;
+    auto free_slot = std::find_if(blocks_.begin(), blocks_.end(), [](const Block& b) { return b.data == nullptr; });
+    if (free_slot == blocks_.end()) free_slot = blocks_.insert(blocks_.end(), Block{});
+    free_slot->data = data;
+    index = static_cast<uint32_t>(free_slot - blocks_.begin());
+  }
+  Block& b = blocks_[index];
+  b.used = size;
+  b.pending = 0;
+  b.current = true;
+  current_ = index;
+  return b.data;
+}
+
+void Intake::FreeBlockLocked(uint32_t index) {
+  Block& b = blocks_[index];
+  b.used = 0;
+  if (spare_.size() < kSpareBlocks && mapped_ <= budget_) {
+    spare_.push_back(index);
+    return;
+  }
+  munmap(b.data, kBlockBytes);
+  b.data = nullptr;
+  mapped_ -= kBlockBytes;
 }
 
 void Intake::Run() {
-  const auto on_message = [this](const transport::ProducerInfo& producer, const uint8_t* data, uint32_t size) {
+  // Where the message being delivered went: a block, or (none could be
+  // mapped) the transport's own copy, copied into the item's heap buffer.
+  uint32_t placed_in = UINT32_MAX;
+  const auto place = [&](uint32_t size) -> uint8_t* {
+    uint8_t* at = Place(size);
+    placed_in = at != nullptr ? current_ : UINT32_MAX;
+    return at;
+  };
+  const auto on_message = [&](const transport::ProducerInfo& producer, const uint8_t* data, uint32_t size) {
     Item item;
     item.producer = producer;
-    item.message.assign(data, data + size);
+    item.size = size;
+    item.block = placed_in;
+    if (placed_in != UINT32_MAX) {
+      item.message = data;
+    } else {
+      item.spilled.assign(data, data + size);
+      item.message = item.spilled.data();
+    }
     std::lock_guard<std::mutex> lock(mu_);
+    if (item.block != UINT32_MAX) ++blocks_[item.block].pending;
     queued_ += size;
     total_ += size;
     queue_.push_back(std::move(item));
@@ -48,6 +127,7 @@ void Intake::Run() {
   std::chrono::steady_clock::time_point deadline{};
   bool closing = false;
   while (!stop_.load(std::memory_order_acquire)) {
+    bool full;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closing_ && !closing) {
@@ -55,10 +135,17 @@ void Intake::Run() {
         deadline = std::chrono::steady_clock::now() + timeout_;
         consumer_.Close();
       }
+      // Full: past the budget (one poll may place what a ring holds beyond
+      // it), or no block may be mapped and the current one may not take the
+      // largest message.
+      const uint64_t held = mapped_ - spare_.size() * kBlockBytes;  // blocks with messages in them
+      full = held > budget_ ||
+             (held + kBlockBytes > budget_ && spare_.empty() &&
+              (current_ == UINT32_MAX || blocks_[current_].used + wire::kMaxMessageBytes > kBlockBytes));
     }
     size_t n = 0;
-    if (queued_bytes() < budget_) {
-      n = consumer_.Poll(on_message, on_end);
+    if (!full) {
+      n = consumer_.Poll(place, on_message, on_end);
     } else {
       consumer_.Beat();  // full: producers wait for room, knowing the collector lives
     }
@@ -81,14 +168,17 @@ bool Intake::Pop(std::deque<Item>* batch, std::chrono::milliseconds wait) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, wait, [this] { return !queue_.empty() || ended_.load(std::memory_order_acquire); });
   if (queue_.empty()) return !ended_.load(std::memory_order_acquire);
-  for (const Item& item : queue_) queued_ -= item.message.size();
-  if (batch->empty()) {
-    batch->swap(queue_);
-  } else {
-    std::move(queue_.begin(), queue_.end(), std::back_inserter(*batch));
-    queue_.clear();
-  }
+  for (const Item& item : queue_) queued_ -= item.size;
+  std::move(queue_.begin(), queue_.end(), std::back_inserter(*batch));
+  queue_.clear();
   return true;
+}
+
+void Intake::Release(const Item& item) {
+  if (item.end || item.block == UINT32_MAX) return;  // nothing kept, or kept by the item
+  std::lock_guard<std::mutex> lock(mu_);
+  Block& b = blocks_[item.block];
+  if (--b.pending == 0 && !b.current) FreeBlockLocked(item.block);
 }
 
 void Intake::Close(std::chrono::milliseconds timeout) {

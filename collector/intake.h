@@ -7,9 +7,15 @@
 // processing: what they shipped waits here, in host memory, and the trace
 // can be finished after they have exited.
 //
-// Overflow policy: at most `budget_bytes` of messages are queued; past it
-// the intake stops reading (refreshing the heartbeat alone, so producers
-// know the collector lives), the rings fill, and producers wait for room
+// Messages are copied once, from a ring into blocks of kBlockBytes (mapped
+// with transparent huge pages where the kernel allows: a run may queue
+// gigabytes, and faulting them in 4 KiB at a time cost as much as copying
+// them); a block is unmapped, or kept for reuse, once every message in it has
+// been processed (Release).
+//
+// Overflow policy: at most `budget_bytes` of blocks are held; past it the
+// intake stops reading (refreshing the heartbeat alone, so producers know
+// the collector lives), the rings fill, and producers wait for room
 // (transport.h: a read-back waits longer than other messages before it is
 // dropped and counted). Memory is bounded by the budget plus the rings.
 //
@@ -34,9 +40,12 @@ class Intake {
  public:
   struct Item {
     transport::ProducerInfo producer{};
-    std::vector<uint8_t> message;  // empty for a producer's end
-    bool end = false;              // the producer ended (after its last message)
-    bool clean = false;            // ... by detaching
+    const uint8_t* message = nullptr;  // valid until Release; null for a producer's end
+    uint32_t size = 0;
+    uint32_t block = UINT32_MAX;     // the block keeping it (UINT32_MAX: `spilled`, or none)
+    std::vector<uint8_t> spilled;    // the message, when no block could be mapped
+    bool end = false;                // the producer ended (after its last message)
+    bool clean = false;              // ... by detaching
   };
 
   // Starts reading `consumer` (which must outlive the intake).
@@ -45,8 +54,9 @@ class Intake {
 
   // Appends what is queued to *batch, waiting up to `wait` for something.
   // False once the intake has ended (Close's drain is over) and nothing is
-  // left.
+  // left. Each item is Released once processed.
   bool Pop(std::deque<Item>* batch, std::chrono::milliseconds wait);
+  void Release(const Item& item);
 
   // Starts the final drain: the consumer is closed (producers drop and count
   // what they send from now on) and read until it is idle or `timeout`
@@ -64,18 +74,32 @@ class Intake {
 
   // Default budget: a quarter of the machine's memory, at least 256 MiB.
   static uint64_t DefaultBudget();
+  static constexpr size_t kBlockBytes = size_t{64} << 20;
 
   Intake(const Intake&) = delete;
   Intake& operator=(const Intake&) = delete;
 
  private:
+  struct Block {
+    uint8_t* data = nullptr;
+    size_t used = 0;      // (intake thread)
+    size_t pending = 0;   // messages placed in it and not released (mu_)
+    bool current = false;  // messages are still placed in it (mu_)
+  };
   void Run();
+  // Where the next message of `size` bytes goes (intake thread; mu_ not held).
+  uint8_t* Place(uint32_t size);
+  void FreeBlockLocked(uint32_t index);  // mu_ held: nothing in it any more
 
   transport::Consumer& consumer_;
   const uint64_t budget_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
+  std::vector<Block> blocks_;     // index = Item::block
+  std::vector<uint32_t> spare_;  // mapped, empty blocks for reuse (mu_)
+  uint32_t current_ = UINT32_MAX;  // the block being filled (intake thread)
+  uint64_t mapped_ = 0;             // bytes of blocks mapped (mu_)
   uint64_t queued_ = 0, total_ = 0;
   transport::ConsumerStats stats_;
   bool closing_ = false;

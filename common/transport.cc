@@ -412,16 +412,24 @@ bool Producer::Send(const void* message, uint32_t size, uint64_t events) {
 }
 
 bool Producer::Send(const void* message, uint32_t size, uint64_t events, std::chrono::milliseconds max_wait) {
+  const Part part{message, size};
+  return Send(&part, 1, size, events, max_wait);
+}
+
+bool Producer::Send(const Part* parts, size_t count, uint32_t size, uint64_t events,
+                    std::chrono::milliseconds max_wait) {
   using Where = Impl::Where;
   Impl& s = *impl_;
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.detached || !s.InOwner()) return s.Drop(size, events, Where::kControl);
   wire::MsgHeader header{};
-  if (message == nullptr || size < sizeof(header) || size % wire::kMsgAlign != 0 ||
-      size > wire::kMaxMessageBytes || size > s.capacity / 2) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < count; ++i) total += parts[i].bytes;
+  if (count == 0 || parts[0].data == nullptr || parts[0].bytes < sizeof(header) || total != size ||
+      size % wire::kMsgAlign != 0 || size > wire::kMaxMessageBytes || size > s.capacity / 2) {
     return s.Drop(size, events, Where::kRing);
   }
-  std::memcpy(&header, message, sizeof(header));
+  std::memcpy(&header, parts[0].data, sizeof(header));
   if (header.size != size || header.type == wire::kMsgPad || header.type > kMaxMsgType) {
     return s.Drop(size, events, Where::kRing);
   }
@@ -461,7 +469,10 @@ bool Producer::Send(const void* message, uint32_t size, uint64_t events, std::ch
     std::memcpy(s.data + offset, &pad, sizeof(pad));
     offset = 0;
   }
-  std::memcpy(s.data + offset, message, size);
+  for (size_t i = 0; i < count; ++i) {
+    std::memcpy(s.data + offset, parts[i].data, parts[i].bytes);
+    offset += parts[i].bytes;
+  }
   s.write_pos = w + need;
   s.ring->write_pos.store(s.write_pos, std::memory_order_release);
   ++s.stats.messages_sent;
@@ -620,7 +631,7 @@ struct Consumer::Impl {
   // Delivers every message committed before the write_pos snapshot. Returns
   // false on a framing error or a fault (SIGBUS); messages before the bad one
   // are delivered.
-  bool Drain(uint32_t index, Slot& slot, const MessageFn& on_message, size_t* delivered) {
+  bool Drain(uint32_t index, Slot& slot, const PlaceFn& place, const MessageFn& on_message, size_t* delivered) {
     uint64_t w = 0;
     if (!slot.Touch([&] { w = slot.ring->write_pos.load(std::memory_order_acquire); })) return false;
     uint64_t r = slot.read_pos;
@@ -634,12 +645,17 @@ struct Consumer::Impl {
       if (!slot.Touch([&] { std::memcpy(&header, slot.data + offset, sizeof(header)); })) return false;
       if (!HeaderOk(header, readable)) return false;
       const bool message = header.type != wire::kMsgPad;
-      if (message) copy.resize(header.size);
+      uint8_t* to = nullptr;
+      if (message && place) to = place(header.size);
+      if (message && to == nullptr) {
+        copy.resize(header.size);
+        to = copy.data();
+      }
       // Copy the message out, then give its space back before handling it,
       // so a producer never waits on the collector's trace writing.
       const uint64_t next = r + header.size;
       if (!slot.Touch([&] {
-            if (message) std::memcpy(copy.data(), slot.data + offset, header.size);
+            if (message) std::memcpy(to, slot.data + offset, header.size);
             slot.ring->read_pos.store(next, std::memory_order_release);
           })) {
         return false;
@@ -648,11 +664,11 @@ struct Consumer::Impl {
       slot.read_pos = r;
       if (!message) continue;
       // The producer may rewrite the header under us: deliver what was checked.
-      std::memcpy(copy.data(), &header, sizeof(header));
+      std::memcpy(to, &header, sizeof(header));
       ++totals.messages;
       totals.bytes += header.size;
       ++*delivered;
-      if (on_message) on_message(info, copy.data(), header.size);
+      if (on_message) on_message(info, to, header.size);
       // A slow handler must not let the heartbeat go stale (transport.h).
       const uint64_t now = MonotonicNs();
       if (now - last_beat_ns >= kBeatIntervalNs) Beat(now);
@@ -798,6 +814,10 @@ std::unique_ptr<Consumer> Consumer::Create(const std::string& run_id, const Cons
 void Consumer::Beat() { impl_->Beat(MonotonicNs()); }
 
 size_t Consumer::Poll(const MessageFn& on_message, const ProducerEndFn& on_end) {
+  return Poll(PlaceFn(), on_message, on_end);
+}
+
+size_t Consumer::Poll(const PlaceFn& place, const MessageFn& on_message, const ProducerEndFn& on_end) {
   Impl& s = *impl_;
   const SigbusScope bus;
   s.Beat(MonotonicNs());
@@ -845,7 +865,7 @@ size_t Consumer::Poll(const MessageFn& on_message, const ProducerEndFn& on_end) 
       }
       seal = sending == 0;
     }
-    if (!s.Drain(i, slot, on_message, &delivered)) {
+    if (!s.Drain(i, slot, place, on_message, &delivered)) {
       s.Abandon(i, slot, on_end);
       continue;
     }

@@ -118,6 +118,13 @@ class Producer {
   bool Send(const void* message, uint32_t size, uint64_t events);
   // The same, waiting up to `max_wait` for room (while the collector is alive).
   bool Send(const void* message, uint32_t size, uint64_t events, std::chrono::milliseconds max_wait);
+  // One message made of `count` parts copied in order (the first begins
+  // with its MsgHeader; the sizes add up to `size`), straight into the ring.
+  struct Part {
+    const void* data;
+    size_t bytes;
+  };
+  bool Send(const Part* parts, size_t count, uint32_t size, uint64_t events, std::chrono::milliseconds max_wait);
 
   // Marks the ring complete; later Sends are dropped and counted. Idempotent.
   void Detach();
@@ -175,6 +182,11 @@ class Consumer {
   // died, or its ring was abandoned: clean_detach false). Returns the number
   // of messages delivered. Not thread-safe (one polling thread).
   size_t Poll(const MessageFn& on_message, const ProducerEndFn& on_end = nullptr);
+  // The same, copying each message to where `place(size)` says (memory of
+  // the caller's, at least `size` bytes; nullptr: the private copy) instead
+  // of the private copy: one copy from the ring to where it is kept.
+  using PlaceFn = std::function<uint8_t*(uint32_t size)>;
+  size_t Poll(const PlaceFn& place, const MessageFn& on_message, const ProducerEndFn& on_end);
 
   // Refreshes the heartbeat alone: a consumer that holds back from reading
   // (its queue is full) stays alive to producers, which wait for room.

@@ -38,11 +38,21 @@ bool Shipper::Send(uint32_t type, const void* fixed, uint32_t fixed_size, const 
   return Commit(type, events);
 }
 
-bool Shipper::Commit(uint32_t type, uint64_t events, bool bulk) {
+bool MessageSink::SendBulk(const Part* parts, size_t count, uint32_t size, uint64_t events) {
+  std::vector<uint8_t> joined;
+  joined.reserve(size);
+  for (size_t i = 0; i < count; ++i) {
+    const auto* p = static_cast<const uint8_t*>(parts[i].data);
+    joined.insert(joined.end(), p, p + parts[i].bytes);
+  }
+  return Send(joined.data(), size, events);
+}
+
+bool Shipper::Commit(uint32_t type, uint64_t events) {
   const auto size = static_cast<uint32_t>(buffer_.size());
   const wire::MsgHeader header{type, size};
   std::memcpy(buffer_.data(), &header, sizeof(header));
-  if (bulk ? sink_->SendBulk(buffer_.data(), size, events) : sink_->Send(buffer_.data(), size, events)) {
+  if (sink_->Send(buffer_.data(), size, events)) {
     counters_.events += events;
     return true;
   }
@@ -183,23 +193,31 @@ void Shipper::SendChunks(uint32_t device, uint32_t context_id, uint32_t generati
     const uint64_t share = first + n == count || bytes_left == 0 ? events_left : events * written / total;
     events_left -= std::min(share, events_left);
     bytes_left -= std::min(written, bytes_left);
+    // Sent in parts, straight from the chunks: the header, then each chunk's
+    // length and written bytes (multiples of 8: no padding).
     auto m = Zeroed<wire::ChunksMsg>();
+    m.h = wire::MsgHeader{wire::kMsgChunks, static_cast<uint32_t>(sizeof(m) + bytes)};
     m.device = device;
     m.context_id = context_id;
     m.chunk_bytes = chunk_bytes;
     m.count = static_cast<uint32_t>(n);
     m.name_generation = generation;
     m.flags = wire::kChunksUsedBytes;
-    uint8_t* message = Frame(static_cast<uint32_t>(sizeof(m) + bytes));
-    std::memcpy(message, &m, sizeof(m));
-    uint8_t* at = message + sizeof(m);
+    part_lengths_.resize(n);
+    parts_.clear();
+    parts_.push_back({&m, sizeof(m)});
     for (size_t i = first; i < first + n; ++i) {
-      const wire::ChunkBytes part{std::min(used_bytes[i], chunk_bytes), 0};
-      std::memcpy(at, &part, sizeof(part));
-      std::memcpy(at + sizeof(part), chunks + i * chunk_bytes, part.bytes);
-      at += sizeof(part) + part.bytes;
+      wire::ChunkBytes& part = part_lengths_[i - first];
+      part = wire::ChunkBytes{std::min(used_bytes[i], chunk_bytes), 0};
+      parts_.push_back({&part, sizeof(part)});
+      if (part.bytes != 0) parts_.push_back({chunks + i * chunk_bytes, part.bytes});
     }
-    Commit(wire::kMsgChunks, share, /*bulk=*/true);
+    if (sink_->SendBulk(parts_.data(), parts_.size(), m.h.size, share)) {
+      counters_.events += share;
+    } else {
+      ++counters_.messages_dropped;
+      counters_.events_dropped += share;
+    }
     first += n;
   }
 }

@@ -29,9 +29,14 @@ class MessageSink {
   virtual ~MessageSink() = default;
   // Returns false when the message was dropped (already counted by the sink).
   virtual bool Send(const void* data, uint32_t size, uint64_t events) = 0;
-  // The same for events read back: waits longer for room (while the
-  // collector lives) before dropping.
-  virtual bool SendBulk(const void* data, uint32_t size, uint64_t events) { return Send(data, size, events); }
+  // A message of events read back, in parts (the first begins with its
+  // MsgHeader; their sizes add up to `size`): waits longer for room (while
+  // the collector lives) before dropping. By default joined and sent.
+  struct Part {
+    const void* data;
+    size_t bytes;
+  };
+  virtual bool SendBulk(const Part* parts, size_t count, uint32_t size, uint64_t events);
 };
 
 struct ShipperCounters {
@@ -129,7 +134,7 @@ class Shipper {
   // A message built in place: Frame() returns room for `bytes` (padding
   // zeroed), Commit() sets the header over the first bytes and sends it.
   uint8_t* Frame(uint32_t bytes);
-  bool Commit(uint32_t type, uint64_t events, bool bulk = false);
+  bool Commit(uint32_t type, uint64_t events);
 
   MessageSink* sink_;
   ShipperCounters counters_;
@@ -139,6 +144,8 @@ class Shipper {
   ThreadNameFn thread_name_;
   std::vector<uint32_t> threads_sent_;
   std::vector<uint8_t> buffer_;
+  std::vector<MessageSink::Part> parts_;         // SendChunks' message, in parts
+  std::vector<wire::ChunkBytes> part_lengths_;  // ... and its chunks' length prefixes
 };
 
 }  // namespace smprof::injector

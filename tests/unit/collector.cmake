@@ -3,6 +3,10 @@ smprof_add_test(arena_decoder_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/arena_decoder_test.cc ${CMAKE_CURRENT_LIST_DIR}/launch_assembler_test.cc
   LIBS smprof::collector
   LABELS unit)
+smprof_add_test(intake_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/intake_test.cc
+  LIBS smprof::collector
+  LABELS unit)
 smprof_add_test(message_decoder_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/message_decoder_test.cc
   LIBS smprof::collector

@@ -13,9 +13,9 @@ namespace {
 
 class RecordingSink : public MessageSink {
  public:
-  bool SendBulk(const void* data, uint32_t size, uint64_t events) override {
+  bool SendBulk(const Part* parts, size_t count, uint32_t size, uint64_t events) override {
     ++bulk;
-    return Send(data, size, events);
+    return MessageSink::SendBulk(parts, count, size, events);
   }
   bool Send(const void* data, uint32_t size, uint64_t events) override {
     if (reject_all) return false;

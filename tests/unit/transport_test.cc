@@ -257,6 +257,36 @@ TEST_F(TransportTest, RingWrapAroundKeepsBytesAndOrder) {
   EXPECT_TRUE(got.ends.empty());
 }
 
+// A message sent in parts arrives as one, across the ring's wrap too; parts
+// that do not add up to the declared size are dropped and counted.
+TEST_F(TransportTest, AMessageSentInPartsArrivesWhole) {
+  auto producer = Attach();
+  ASSERT_NE(producer, nullptr);
+  Delivered got;
+  std::vector<Bytes> sent;
+  for (int i = 0; i < 200; ++i) {
+    const uint32_t size = wire::PaddedSize(8 + (i * 977) % (12u << 10));
+    sent.push_back(MakeMessage(wire::kMsgChunks, size, i));
+    const Bytes& m = sent.back();
+    // The header alone, then uneven pieces.
+    std::vector<Producer::Part> parts = {{m.data(), 8}};
+    for (size_t at = 8; at < m.size();) {
+      const size_t n = std::min<size_t>(m.size() - at, 1 + (at * 31) % 3000);
+      parts.push_back({m.data() + at, n});
+      at += n;
+    }
+    ASSERT_TRUE(producer->Send(parts.data(), parts.size(), size, 1, std::chrono::milliseconds(100))) << i;
+    PollInto(*consumer_, &got);
+  }
+  ASSERT_EQ(got.messages.size(), sent.size());
+  for (size_t i = 0; i < sent.size(); ++i) ASSERT_EQ(got.messages[i], sent[i]) << "message " << i;
+  const Bytes m = MakeMessage(wire::kMsgChunks, 64, 7);
+  const Producer::Part short_parts[] = {{m.data(), 8}, {m.data() + 8, 48}};  // 56 of 64
+  EXPECT_FALSE(producer->Send(short_parts, 2, 64, 5, std::chrono::milliseconds(100)));
+  EXPECT_EQ(producer->stats().messages_dropped, 1u);
+  EXPECT_EQ(producer->stats().events_dropped, 5u);
+}
+
 TEST_F(TransportTest, PadCoversTailAndIsNotDelivered) {
   auto producer = Attach();
   ASSERT_NE(producer, nullptr);
