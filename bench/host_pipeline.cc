@@ -50,6 +50,7 @@
 #include "collector/launch_matcher.h"
 #include "common/transport.h"
 #include "injector/chunk_scan.h"
+#include "injector/harvester.h"
 #include "injector/shipper.h"
 #include "smprof/wire.h"
 
@@ -222,6 +223,14 @@ int main(int argc, char** argv) {
   std::vector<uint32_t> used_bytes;
   used_bytes.reserve(used);
   const double t_scan = Seconds([&] { scan.Add(arena.data(), used, &used_bytes); });
+  // The same split over as many threads as a harvest scans a piece on.
+  const unsigned scan_threads = smprof::injector::QuarterOfTheCores();
+  double t_scan_split = 0;
+  {
+    smprof::injector::ChunkScanner split(kChunk, used);
+    std::vector<uint32_t> split_used;
+    t_scan_split = Seconds([&] { split.Add(arena.data(), used, &split_used, scan_threads); });
+  }
   MemorySink shipped;  // room for everything: the bench measures the shipper, not vector growth
   shipped.bytes.reserve(arena.size() + (64u << 20));
   shipped.offsets.reserve(arena.size() / smprof::injector::Shipper::kChunkMessageBytes + 1024);
@@ -334,6 +343,7 @@ int main(int argc, char** argv) {
       launch_count, warps, per_warp, events, used, kChunk, shipped.bytes.size() / 1e6);
   std::printf("%-44s %10s %10s %12s\n", "stage (one thread each)", "ms", "ns/event", "M events/s");
   const Row rows[] = {{"injector: ChunkScanner", t_scan},
+                      {"injector: ChunkScanner, split (below)", t_scan_split},
                       {"injector: ship (Shipper into memory)", t_ship},
                       {"transport: ring, consumer idle (2 threads)", t_ring},
                       {"collector: DecodeChunks", t_decode},
@@ -351,6 +361,8 @@ int main(int argc, char** argv) {
     std::printf("%-44s %10.2f %10.1f %12.1f\n", r.name, r.seconds * 1e3, r.seconds * 1e9 / events,
                 events / r.seconds / 1e6);
   }
+  std::printf("(the scan split over %u threads, as a harvest thread splits a piece of %llu chunks or more)\n",
+              scan_threads, static_cast<unsigned long long>(smprof::injector::ChunkScanner::kChunksPerThread));
   const double injector = t_scan + t_ship;
   std::printf("%-44s %10.2f %10.1f %12.1f\n", "injector total (one harvest thread)", injector * 1e3,
               injector * 1e9 / events, events / injector / 1e6);

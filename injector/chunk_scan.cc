@@ -1,6 +1,8 @@
 #include "injector/chunk_scan.h"
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "smprof/wire.h"
 
@@ -32,7 +34,46 @@ void ChunkScanner::AddName(uint64_t address) {
   if (seen_names_.insert(address).second) names_.push_back(address);
 }
 
-void ChunkScanner::Add(const uint8_t* chunks, uint64_t count, std::vector<uint32_t>* used_bytes) {
+void ChunkScanner::Add(const uint8_t* chunks, uint64_t count, std::vector<uint32_t>* used_bytes, unsigned threads) {
+  const auto parts = static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>(threads, count / kChunksPerThread)));
+  if (parts == 1) {
+    AddRange(chunks, count, used_bytes);
+    return;
+  }
+  // Contiguous ranges, merged in order: what one pass gives.
+  std::vector<ChunkScanner> scanners;
+  scanners.reserve(parts);
+  for (unsigned i = 0; i < parts; ++i) scanners.emplace_back(chunk_bytes_, 0);
+  std::vector<std::vector<uint32_t>> used(parts);
+  const auto range = [&](unsigned i) {
+    const uint64_t begin = count * i / parts, end = count * (i + 1) / parts;
+    scanners[i].sample_mask_ = sample_mask_;
+    scanners[i].AddRange(chunks + begin * chunk_bytes_, end - begin, used_bytes != nullptr ? &used[i] : nullptr);
+  };
+  std::vector<std::thread> helpers;
+  for (unsigned i = 1; i < parts; ++i) helpers.emplace_back(range, i);
+  range(0);
+  for (std::thread& t : helpers) t.join();
+  for (unsigned i = 0; i < parts; ++i) {
+    Merge(scanners[i]);
+    if (used_bytes != nullptr) used_bytes->insert(used_bytes->end(), used[i].begin(), used[i].end());
+  }
+}
+
+void ChunkScanner::Merge(const ChunkScanner& other) {
+  chunks_ += other.chunks_;
+  events_ += other.events_;
+  empty_ += other.empty_;
+  used_ += other.used_;
+  for (uint64_t address : other.names_) AddName(address);
+  for (const auto& [key, w] : other.warps_) {
+    WarpTally& into = warps_[key];
+    into.events += w.events;
+    into.chunks += w.chunks;
+  }
+}
+
+void ChunkScanner::AddRange(const uint8_t* chunks, uint64_t count, std::vector<uint32_t>* used_bytes) {
   if (chunk_bytes_ < sizeof(wire::ChunkHeader)) return;
   for (uint64_t c = 0; c < count; ++c) {
     const uint8_t* base = chunks + c * chunk_bytes_;

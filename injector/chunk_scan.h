@@ -39,8 +39,11 @@ class ChunkScanner {
   ChunkScanner(uint32_t chunk_bytes, uint64_t expected_chunks);
 
   // Scans `count` chunks; appends each one's written bytes (a multiple of 8;
-  // 0 for an empty chunk) to *used_bytes.
-  void Add(const uint8_t* chunks, uint64_t count, std::vector<uint32_t>* used_bytes);
+  // 0 for an empty chunk) to *used_bytes. With `threads` > 1, a large batch
+  // is split over that many threads (this one and threads - 1 started for
+  // the call): the same result.
+  void Add(const uint8_t* chunks, uint64_t count, std::vector<uint32_t>* used_bytes, unsigned threads = 1);
+  static constexpr uint64_t kChunksPerThread = 2048;
 
   uint64_t chunks() const { return chunks_; }
   uint64_t events() const { return events_; }
@@ -67,6 +70,9 @@ class ChunkScanner {
     size_t operator()(const WarpKey& k) const;
   };
   void AddName(uint64_t address);
+  void AddRange(const uint8_t* chunks, uint64_t count, std::vector<uint32_t>* used_bytes);
+  // Adds what `other` (of the same chunk size and sampling) scanned after this one.
+  void Merge(const ChunkScanner& other);
 
   const uint32_t chunk_bytes_;
   uint32_t sample_mask_ = 0;

@@ -92,6 +92,7 @@ Harvester::Harvester(Gpu& gpu, ActivityStore& activity, KernelTable& kernels, Sh
       ship_mu_(ship_mu),
       fill_stats_(std::move(fill_stats)),
       thread_count_(threads != 0 ? threads : QuarterOfTheCores()),
+      scan_threads_(QuarterOfTheCores()),
       backlog_(backlog) {}
 
 Harvester::~Harvester() {
@@ -465,7 +466,7 @@ void Harvester::Process(Job& job) {
       used.clear();
       const uint64_t events_before = scanner.events();
       const size_t names_before = scanner.name_addresses().size();
-      scanner.Add(chunks, count, &used);
+      scanner.Add(chunks, count, &used, scan_threads_);
       if (scanner.name_addresses().size() != names_before) {
         std::lock_guard<std::mutex> lock(mu_);
         job.name_addresses.assign(scanner.name_addresses().begin(), scanner.name_addresses().end());

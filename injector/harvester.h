@@ -155,6 +155,8 @@ class Harvester {
   std::mutex& ship_mu_;
   StatsFiller fill_stats_;
   const unsigned thread_count_;
+  // Threads one piece of a large read-back is scanned on (chunk_scan.h).
+  const unsigned scan_threads_;
   wire::StatsMsg stats_{};  // ship_mu_
   const Backlog backlog_;
   std::atomic<uint64_t> skipped_{0};  // read-backs skipped under Backlog::kDrop

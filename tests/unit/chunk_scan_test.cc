@@ -101,5 +101,41 @@ TEST(ChunkScan, LargeReadBacksTallyASampleOfWholeWarps) {
   }
 }
 
+// Split over threads, a scan finds what one pass finds: the same events,
+// written bytes in chunk order, names and tally.
+TEST(ChunkScan, SplitOverThreadsGivesWhatOnePassGives) {
+  const uint32_t chunks = 4 * ChunkScanner::kChunksPerThread + 33;
+  ArenaBuilder a(chunks);
+  for (uint32_t c = 0; c < chunks; ++c) {
+    if (c % 97 == 5) {
+      a.ClaimUnwritten();
+      continue;
+    }
+    const uint32_t k = a.Claim(1 + c / 3000, c % 50, static_cast<uint16_t>(c % 4), 0, 0x1000 + (c % 7) * 0x100);
+    for (uint32_t e = 0; e < c % 13; ++e) a.Add(k, e, static_cast<int32_t>(8 * (e % 5)), wire::kEventInstant);
+  }
+  ChunkScanner one(a.chunk_bytes(), a.used()), split(a.chunk_bytes(), a.used());
+  std::vector<uint32_t> used_one, used_split;
+  one.Add(a.data(), a.used(), &used_one);
+  split.Add(a.data(), a.used(), &used_split, 4);
+  EXPECT_EQ(split.events(), one.events());
+  EXPECT_EQ(split.empty_chunks(), one.empty_chunks());
+  EXPECT_EQ(split.used_bytes(), one.used_bytes());
+  EXPECT_EQ(used_split, used_one);
+  std::vector<uint64_t> names_one = one.name_addresses(), names_split = split.name_addresses();
+  std::sort(names_one.begin(), names_one.end());
+  std::sort(names_split.begin(), names_split.end());
+  EXPECT_EQ(names_split, names_one);
+  const auto tally_one = one.TallyByGrid(), tally_split = split.TallyByGrid();
+  ASSERT_EQ(tally_split.size(), tally_one.size());
+  for (const auto& [grid, warps] : tally_one) {
+    uint64_t events = 0, events_split = 0;
+    for (const WarpTally& w : warps) events += w.events;
+    for (const WarpTally& w : tally_split.at(grid)) events_split += w.events;
+    EXPECT_EQ(tally_split.at(grid).size(), warps.size()) << grid;
+    EXPECT_EQ(events_split, events) << grid;
+  }
+}
+
 }  // namespace
 }  // namespace smprof::injector
