@@ -7,7 +7,7 @@
 // arena reference zeroed), and %clock64 against %globaltimer over 200 us.
 // The results go into the trace with the GPU's facts, so a reader knows how
 // much of each range is the profiler, and the SM clock is the fallback rate
-// for mapping event cycles to nanoseconds (injector/clock_map.h).
+// for mapping event cycles to nanoseconds (collector/clock_map.h).
 #pragma once
 
 #include <cuda.h>

@@ -42,8 +42,10 @@
 // into the context's staging area (as large as the arena, allocated beside
 // it), at the device's memory speed: 35 MB in tens of microseconds where the
 // copy to host took milliseconds, and 2 GB in about two. A harvest thread
-// then brings the staged chunks to host memory (Fetch), off the application's
-// threads. Each read-back takes a slice of the area until it is fetched; one
+// then brings the staged chunks to host memory piece by piece through two
+// page-locked buffers allocated at setup (VisitChunks), off the
+// application's threads. Each read-back takes a slice of the area until it
+// is fetched; one
 // that finds no slice free (earlier read-backs, not fetched yet, fill the
 // area) copies to host memory directly, as all do when the staging area
 // could not be allocated. Before the context or its modules go, the thread
@@ -105,7 +107,7 @@ struct ArenaSnapshot {
   uint64_t time_ns = 0;       // when the recording work was found done (CUPTI clock)
   uint64_t wait_end_ns = 0;   // when the copy began
   // The chunks wait in the context's staging area on the device, from
-  // `staging_offset` on: DeviceContext::Fetch brings them into `chunks`.
+  // `staging_offset` on: DeviceContext::VisitChunks brings them to host memory.
   // Set by Read; once the snapshot is handed on, `staged`, `fetching` and
   // `rescued` are used only under its context's slice lock.
   bool staged = false;

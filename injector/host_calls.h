@@ -52,9 +52,9 @@ class HostCalls {
   uint64_t forgotten() const;
 
   static constexpr size_t kMaxCalls = size_t{1} << 16;  // per cycle: ~4 MiB each at most
-  // Read-backs queued for decoding (Harvester::kSnapshotsPerContext), the one
-  // in progress, and events and records that wait a few harvests for each
-  // other (Harvester::kCarryHarvests), with room to spare.
+  // Read-backs queued for shipping (Harvester::kSnapshotsPerContext), the
+  // one in progress, and kernel records CUPTI delivers a few harvests late,
+  // with room to spare.
   static constexpr size_t kCycles = 32;
 
  private:

@@ -30,7 +30,7 @@
 //     slot. Claims past num_chunks fail: the event is counted in
 //     ArenaHeader::dropped_events and never written.
 //     The injector reads the arena only when no kernel can be writing it
-//     (see injector/harvest.h), then zeroes what was used and bumps the epoch
+//     (see injector/device_context.h), then zeroes what was used and bumps the epoch
 //     so that cursors left in shared memory by earlier blocks never match.
 //
 //  2. The transport (kTransportVersion): messages the injector ships to the
