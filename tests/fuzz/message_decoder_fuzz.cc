@@ -35,6 +35,7 @@
 #include "collector/message_decoder.h"
 #include "smprof/wire.h"
 #include "tests/fuzz/fuzz_target.h"
+#include "tests/support/arena_builder.h"
 #include "tests/support/wire_builders.h"
 
 namespace smprof::fuzz {
@@ -99,6 +100,10 @@ bool DecodeAndTouch(const uint8_t* data, uint32_t size) {
                events + size_t{m.event_count} * sizeof(wire::WireEvent) <= end),
           "events outside the message");
   Require(m.type == wire::kMsgWarpEvents || m.event_count == 0, "events in a message without any");
+  const auto* payload = reinterpret_cast<const char*>(m.payload);
+  Require(m.payload == nullptr || (payload >= begin && payload <= end), "payload outside the message");
+  Require(m.payload == nullptr || m.type == wire::kMsgRecords || m.type == wire::kMsgChunks,
+          "a payload in a message without one");
 
   uint64_t h64 = Fold(0xcbf29ce484222325ull, &m, sizeof(m));  // every fixed field
   h64 = Fold(h64, m.text.data(), m.text.size());
@@ -115,6 +120,15 @@ bool DecodeAndTouch(const uint8_t* data, uint32_t size) {
     h64 = Fold(h64, &e, sizeof(e));
   }
   Require(!want_high, "accepted a wide event without its continuation");
+  if (m.type == wire::kMsgRecords) {
+    Require(payload + size_t{m.records.count} * sizeof(wire::KernelRecordEntry) <= end, "records outside the message");
+    for (uint32_t i = 0; i < m.records.count; ++i) {
+      const wire::KernelRecordEntry r = m.record(i);
+      Require(r.end_ns >= r.start_ns, "accepted a record ending before it starts");
+      h64 = Fold(h64, &r, sizeof(r));
+    }
+  }
+  if (m.type == wire::kMsgChunks) h64 = Fold(h64, m.payload, static_cast<size_t>(end - payload));
   g_sink = h64;
   return true;
 }
@@ -234,7 +248,44 @@ TargetInfo GetTargetInfo() {
       Frame(PadMsg{}, wire::kMsgPad),
       Name(4, std::string(kMaxStringBytes, 'n')),
   };
+  // A read-back as the injector ships it: a kernel's name, its record, a
+  // marker name, its chunks (whole, and each up to its written bytes), the
+  // harvest that closes it.
+  ArenaBuilder arena(3);
+  const uint32_t chunk = arena.Claim(77, 0, 0, 5, 0x1000, 1000, 5000);
+  arena.Add(chunk, 1010, 16, wire::kEventBegin);
+  arena.Add(chunk, 1020, 16, wire::kEventEnd, 7);
+  arena.Add(chunk, 1030, 32, wire::kEventInstant | wire::kEventHasValue | wire::kEventWideValue, 1);
+  arena.Add(chunk, 1030, 0, wire::kEventValueHigh, 2);
+  arena.ClaimUnwritten();
+  Bytes used_bytes;  // the same chunks as kChunksUsedBytes parts
+  {
+    wire::ChunksMsg m{};
+    m.chunk_bytes = arena.chunk_bytes();
+    m.count = 2;
+    m.context_id = 1;
+    m.name_generation = 1;
+    m.flags = wire::kChunksUsedBytes;
+    const wire::ChunkBytes first{48 + 4 * 16, 0}, second{0, 0};
+    std::string tail(reinterpret_cast<const char*>(&first), sizeof(first));
+    tail.append(reinterpret_cast<const char*>(arena.data()), first.bytes);
+    tail.append(reinterpret_cast<const char*>(&second), sizeof(second));
+    used_bytes = Frame(m, wire::kMsgChunks, tail);
+  }
+  const std::vector<uint8_t> whole(arena.bytes().begin(), arena.bytes().begin() + 2 * arena.chunk_bytes());
+  const std::vector<Bytes> read_back = {KernelName(1, "void ns::gemm<128>(float const*, float*, int)"),
+                                        Records(0, 1, {Record(77, 900, 9000, 5, 1)}),
+                                        MarkerName(1, 1, 0x1010, "load"),
+                                        MarkerName(1, 1, 0x1020, "value"),
+                                        Chunks(0, 1, arena.chunk_bytes(), whole),
+                                        used_bytes,
+                                        ReadBackHarvest(9500, 0, 1, wire::kHarvestSync, 2, wire::kHarvestProbed, -100),
+                                        ReadBackHarvest(9600, 0, 1, wire::kHarvestExit, 0, wire::kHarvestFinal)};
+  messages.insert(messages.end(), read_back.begin(), read_back.end());
   std::vector<Bytes> seeds = messages;
+  Bytes shipped;
+  for (const Bytes& m : read_back) shipped.insert(shipped.end(), m.begin(), m.end());
+  seeds.push_back(shipped);
   Bytes session;
   for (const Bytes& m : messages) {
     if (m.size() < 4096) session.insert(session.end(), m.begin(), m.end());

@@ -366,6 +366,70 @@ TEST(MessageDecoderTest, ChecksHostCallsAndThreads) {
   EXPECT_EQ(Decode(long_name), DecodeStatus::kBadSize);
 }
 
+// A read-back as the injector ships it: records, names, chunks (whole, or
+// each up to its written bytes).
+TEST(MessageDecoderTest, DecodesReadBacks) {
+  DecodedMessage m;
+  ASSERT_EQ(Decode(testing::KernelName(3, "gemm(float*)"), &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.kernel_name.kernel_id, 3u);
+  EXPECT_EQ(m.text, "gemm(float*)");
+  ASSERT_EQ(Decode(testing::MarkerName(2, 5, 0x7000, "load"), &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.marker_name.address, 0x7000u);
+  EXPECT_EQ(m.marker_name.generation, 5u);
+  EXPECT_EQ(m.text, "load");
+  wire::KernelRecordEntry r = testing::Record(9, 100, 200, 4, 3);
+  r.call = wire::HostCall{10, 20, 77, wire::kApiLaunchKernel};
+  ASSERT_EQ(Decode(testing::Records(0, 2, {r, testing::Record(10, 300, 400, 5, 3)}), &m), DecodeStatus::kOk);
+  ASSERT_EQ(m.records.count, 2u);
+  EXPECT_EQ(m.record(0).call.tid, 77u);
+  EXPECT_EQ(m.record(1).grid_id, 10u);
+  const std::vector<uint8_t> chunks(512, 0);
+  ASSERT_EQ(Decode(testing::Chunks(0, 2, 256, chunks), &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.chunks.count, 2u);
+  // Each up to its written bytes: 56 and 0 of 256.
+  wire::ChunksMsg parts{};
+  parts.chunk_bytes = 256;
+  parts.count = 2;
+  parts.flags = wire::kChunksUsedBytes;
+  const wire::ChunkBytes first{56, 0}, second{0, 0};
+  std::string tail(reinterpret_cast<const char*>(&first), sizeof(first));
+  tail.append(56, '\x01');
+  tail.append(reinterpret_cast<const char*>(&second), sizeof(second));
+  ASSERT_EQ(Decode(Frame(parts, wire::kMsgChunks, tail), &m), DecodeStatus::kOk);
+  EXPECT_EQ(m.chunks.count, 2u);
+}
+
+TEST(MessageDecoderTest, RejectsReadBacksThatDoNotHoldTogether) {
+  EXPECT_EQ(Decode(testing::Records(0, 1, {testing::Record(9, 200, 100, 4, 3)})), DecodeStatus::kBadTimeRange);
+  wire::KernelRecordEntry bad_call = testing::Record(9, 100, 200, 4, 3);
+  bad_call.call = wire::HostCall{0, 0, 5, wire::kApiNone};  // a thread without an api
+  EXPECT_EQ(Decode(testing::Records(0, 1, {bad_call})), DecodeStatus::kBadHostCall);
+  Bytes short_records = testing::Records(0, 1, {testing::Record(9, 100, 200, 4, 3)});
+  wire::RecordsMsg claims{};
+  std::memcpy(&claims, short_records.data(), sizeof(claims));
+  claims.count = 2;  // one more than it holds
+  std::memcpy(short_records.data(), &claims, sizeof(claims));
+  EXPECT_EQ(Decode(short_records), DecodeStatus::kBadSize);
+  EXPECT_EQ(Decode(testing::Chunks(0, 1, 300, std::vector<uint8_t>(600, 0))), DecodeStatus::kBadChunkSize);
+  EXPECT_EQ(Decode(testing::Chunks(0, 1, 128, std::vector<uint8_t>(256, 0))), DecodeStatus::kBadChunkSize);
+  wire::ChunksMsg parts{};
+  parts.chunk_bytes = 256;
+  parts.count = 1;
+  parts.flags = wire::kChunksUsedBytes;
+  const auto with = [&](uint32_t bytes, size_t carried) {
+    const wire::ChunkBytes part{bytes, 0};
+    std::string tail(reinterpret_cast<const char*>(&part), sizeof(part));
+    tail.append(carried, '\x01');
+    return Decode(Frame(parts, wire::kMsgChunks, tail));
+  };
+  EXPECT_EQ(with(264, 264), DecodeStatus::kBadChunkSize);  // longer than a chunk
+  EXPECT_EQ(with(52, 56), DecodeStatus::kBadChunkSize);    // not a multiple of 8
+  EXPECT_EQ(with(64, 56), DecodeStatus::kBadSize);         // says more than it carries
+  EXPECT_EQ(with(48, 56), DecodeStatus::kBadSize);         // carries more than it says
+  parts.flags = 0x80;
+  EXPECT_EQ(with(48, 48), DecodeStatus::kBadChunkSize);  // an unknown flag
+}
+
 TEST(MessageDecoderTest, EveryStatusHasAName) {
   for (int i = 0; i < kNumDecodeStatus; ++i) {
     EXPECT_STRNE(DecodeStatusName(static_cast<DecodeStatus>(i)), "?") << i;
