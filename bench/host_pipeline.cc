@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
     m.start_ns = r.start_ns;
     m.end_ns = r.end_ns;
     m.correlation_id = r.correlation_id;
-    m.wanted = true;
+    m.flags = wire::kRecordWanted;
   }
 
   // The injector: a scan of the read-back, then the messages it ships.

@@ -12,17 +12,9 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
-#define CHECK(call)                                                                                 \
-  do {                                                                                              \
-    cudaError_t err_ = (call);                                                                      \
-    if (err_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
-      std::exit(2);                                                                                 \
-    }                                                                                               \
-  } while (0)
+#include "bench/cuda_check.h"
 
 constexpr int kBlock = 32;
 

@@ -146,22 +146,9 @@ void LaunchAssembler::HandleMessage(const transport::ProducerInfo& producer, con
       for (uint32_t i = 0; i < m.records.count; ++i) {
         const wire::KernelRecordEntry e = m.record(i);
         arena::KernelRecord r;
-        r.grid_id = e.grid_id;
-        r.start_ns = e.start_ns;
-        r.end_ns = e.end_ns;
-        r.correlation_id = e.correlation_id;
-        r.stream_id = e.stream_id;
+        static_cast<wire::KernelRecordEntry&>(r) = e;
         r.device = m.records.device;
         r.context_id = m.records.context_id;
-        r.graph_id = e.graph_id;
-        std::copy(e.grid, e.grid + 3, r.grid);
-        std::copy(e.block, e.block + 3, r.block);
-        r.dynamic_smem = e.dynamic_smem;
-        r.static_smem = e.static_smem;
-        r.registers = e.registers;
-        r.kernel_id = e.kernel_id;
-        r.wanted = (e.flags & wire::kRecordWanted) != 0;
-        r.call = e.call;
         c.records.push_back(r);
       }
       return;

@@ -83,7 +83,7 @@ std::vector<Launch> MatchLaunches(std::vector<WarpSegment>* segments, const std:
   std::vector<char> keep(records.size());
   for (size_t i = 0; i < records.size(); ++i) {
     launches[i].record = records[i];
-    keep[i] = records[i].wanted ? 1 : 0;
+    keep[i] = records[i].wanted() ? 1 : 0;
   }
   std::map<uint64_t, Launch> synthetic;       // grid id -> launch without a record
   std::vector<char> touched(records.size());  // received an event (kept or filtered)

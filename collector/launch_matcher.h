@@ -27,25 +27,15 @@
 
 namespace smprof::arena {
 
-// What CUPTI said about one kernel execution (wire::KernelRecordEntry), and
-// what the injector knew of its launch.
-struct KernelRecord {
-  uint64_t grid_id = 0;
-  uint64_t start_ns = 0;
-  uint64_t end_ns = 0;
-  uint64_t correlation_id = 0;
-  uint64_t stream_id = 0;
+// What CUPTI said about one kernel execution, and what the injector knew of
+// its launch (wire::KernelRecordEntry: its kernel, whether it was profiled,
+// its API call), with where it ran.
+struct KernelRecord : wire::KernelRecordEntry {
+  KernelRecord() : wire::KernelRecordEntry{} {}
   uint32_t device = 0;
   uint32_t context_id = 0;
-  uint32_t graph_id = 0;
-  uint32_t grid[3] = {0, 0, 0};
-  uint32_t block[3] = {0, 0, 0};
-  uint32_t dynamic_smem = 0;
-  uint32_t static_smem = 0;
-  uint32_t registers = 0;
-  uint32_t kernel_id = 0;  // wire::KernelNameMsg id; 0: unnamed
-  bool wanted = false;     // profiled (wire::kRecordWanted): its events are kept, else filtered
-  wire::HostCall call{};   // the API call that launched it; api kApiNone: unknown
+  // Profiled (wire::kRecordWanted): its events are kept, else filtered.
+  bool wanted() const { return (flags & wire::kRecordWanted) != 0; }
 };
 
 // The events of one warp in one launch, in %clock64 order. `segment` is the

@@ -22,23 +22,17 @@
 #include <unordered_set>
 #include <vector>
 
+#include "smprof/wire.h"
+
 namespace smprof::injector {
 
-// What CUPTI said about one kernel execution.
-struct KernelRecord {
-  uint64_t grid_id = 0;
-  uint64_t start_ns = 0;
-  uint64_t end_ns = 0;
-  uint64_t correlation_id = 0;
-  uint64_t stream_id = 0;
+// What CUPTI said about one kernel execution: the fields the collector
+// receives (kernel_id, flags and call are the shipper's to fill), where it
+// ran, and the kernel's mangled name.
+struct KernelRecord : wire::KernelRecordEntry {
+  KernelRecord() : wire::KernelRecordEntry{} {}
   uint32_t device = 0;
   uint32_t context_id = 0;
-  uint32_t graph_id = 0;
-  uint32_t grid[3] = {0, 0, 0};
-  uint32_t block[3] = {0, 0, 0};
-  uint32_t dynamic_smem = 0;
-  uint32_t static_smem = 0;
-  uint32_t registers = 0;
   std::string name;  // mangled, as CUPTI reports it
 };
 

@@ -141,22 +141,11 @@ void Shipper::SendRecords(uint32_t device, uint32_t context_id, const std::vecto
     std::memcpy(message, &m, sizeof(m));
     for (size_t i = 0; i < count; ++i) {
       const Record& rec = records[first + i];
-      const KernelRecord& r = *rec.record;
-      auto e = Zeroed<wire::KernelRecordEntry>();
-      e.grid_id = r.grid_id;
-      e.start_ns = r.start_ns;
-      e.end_ns = std::max(r.start_ns, r.end_ns);
-      e.correlation_id = r.correlation_id;
-      e.stream_id = r.stream_id;
-      e.graph_id = r.graph_id;
+      wire::KernelRecordEntry e = *rec.record;
+      e.end_ns = std::max(e.start_ns, e.end_ns);
       e.kernel_id = kernel_ids[i];
-      std::copy(r.grid, r.grid + 3, e.grid);
-      std::copy(r.block, r.block + 3, e.block);
-      e.dynamic_smem = r.dynamic_smem;
-      e.static_smem = r.static_smem;
-      e.registers = r.registers;
       e.flags = rec.wanted ? uint32_t{wire::kRecordWanted} : 0u;
-      if (rec.call.api != wire::kApiNone) e.call = rec.call;
+      e.call = rec.call.api != wire::kApiNone ? rec.call : wire::HostCall{};
       std::memcpy(message + sizeof(m) + i * sizeof(e), &e, sizeof(e));
     }
     Commit(wire::kMsgRecords, 0);

@@ -410,7 +410,7 @@ KernelRecord Record(uint64_t grid, uint64_t start, uint64_t end, uint64_t corr, 
   r.start_ns = start;
   r.end_ns = end;
   r.correlation_id = corr;
-  r.wanted = wanted;
+  r.flags = wanted ? uint32_t{wire::kRecordWanted} : 0u;
   return r;
 }
 
