@@ -12,21 +12,11 @@
 #include "collector/arena_decoder.h"
 #include "collector/launch_matcher.h"
 #include "collector/message_decoder.h"
+#include "common/message_fields.h"
 #include "smprof/wire.h"
 
 namespace smprof {
 namespace {
-
-template <typename Msg>
-Msg Zeroed() {
-  Msg m;
-  std::memset(&m, 0, sizeof(m));
-  return m;
-}
-
-uint32_t ClampedLength(const std::string& s) {
-  return static_cast<uint32_t>(std::min<size_t>(s.size(), kMaxStringBytes));
-}
 
 // One message for the next stage, built in place.
 class Outgoing {
@@ -110,9 +100,9 @@ uint32_t LaunchAssembler::NameId(Producer& p, const std::string& text) {
   auto it = p.name_ids.find(text);
   if (it != p.name_ids.end()) return it->second;
   const uint32_t id = p.next_name_id++;
-  auto m = Zeroed<wire::NameMsg>();
+  auto m = ZeroedMessage<wire::NameMsg>();
   m.name_id = id;
-  m.name_len = ClampedLength(text);
+  m.name_len = TextLength(text);
   p.out.Send(next_, p.info, wire::kMsgName, m, text.data(), m.name_len);
   p.name_ids.emplace(text, id);
   return id;
@@ -323,7 +313,7 @@ size_t LaunchAssembler::Assemble(Producer& p, Context& c, bool final, uint32_t r
   };
   for (const arena::Launch& launch : launches) {
     const arena::KernelRecord& r = launch.record;
-    auto m = Zeroed<wire::LaunchMsg>();
+    auto m = ZeroedMessage<wire::LaunchMsg>();
     m.launch_id = p.next_launch_id++;
     m.start_ns = r.start_ns;
     m.end_ns = std::max(r.start_ns, r.end_ns);
@@ -348,7 +338,7 @@ size_t LaunchAssembler::Assemble(Producer& p, Context& c, bool final, uint32_t r
     } else {
       display = "<unknown kernel>";
     }
-    m.name_len = ClampedLength(display);
+    m.name_len = TextLength(display);
     p.out.Send(next_, p.info, wire::kMsgLaunch, m, display.data(), m.name_len);
     ++p.launches;
 
@@ -370,7 +360,7 @@ size_t LaunchAssembler::Assemble(Producer& p, Context& c, bool final, uint32_t r
         for (size_t i = 0; i < count; ++i) {
           ids[i] = name_id(seg.name_generation, seg.name_base + static_cast<int64_t>(warp.events[first + i].name_offset));
         }
-        auto w = Zeroed<wire::WarpEventsMsg>();
+        auto w = ZeroedMessage<wire::WarpEventsMsg>();
         w.launch_id = m.launch_id;
         std::copy(seg.block, seg.block + 3, w.block);
         w.sm = seg.sm;

@@ -37,7 +37,7 @@
 
 namespace smprof {
 
-inline constexpr uint32_t kMaxStringBytes = 64u << 10;
+inline constexpr uint32_t kMaxStringBytes = wire::kMaxTextBytes;
 // Marker name ids (NameMsg, WireEvent) are at most this; the ids above are
 // the collector's own (names it renders from a format and an integer, see
 // trace_builder.h), so the two never meet.

@@ -3,25 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/message_fields.h"
 #include "common/names.h"
 
 namespace smprof::injector {
-namespace {
-
-constexpr uint32_t kMaxStringBytes = 64u << 10;
-
-template <typename Msg>
-Msg Zeroed() {
-  Msg m;
-  std::memset(&m, 0, sizeof(m));
-  return m;
-}
-
-uint32_t ClampedLength(const std::string& s) {
-  return static_cast<uint32_t>(std::min<size_t>(s.size(), kMaxStringBytes));
-}
-
-}  // namespace
 
 uint8_t* Shipper::Frame(uint32_t bytes) {
   const uint32_t size = wire::PaddedSize(bytes);
@@ -63,18 +48,18 @@ bool Shipper::Commit(uint32_t type, uint64_t events) {
 
 void Shipper::SendProcess(uint32_t pid, uint32_t ppid, uint64_t host_realtime_ns, uint64_t gpu_time_ns,
                           const std::string& cmdline) {
-  auto m = Zeroed<wire::ProcessMsg>();
+  auto m = ZeroedMessage<wire::ProcessMsg>();
   m.pid = pid;
   m.ppid = ppid;
   m.host_realtime_ns = host_realtime_ns;
   m.gpu_time_ns = gpu_time_ns;
-  m.cmdline_len = ClampedLength(cmdline);
+  m.cmdline_len = TextLength(cmdline);
   Send(wire::kMsgProcess, &m, sizeof(m), cmdline.data(), m.cmdline_len, 0);
 }
 
 void Shipper::SendDevice(const DeviceInfo& d) {
   if (std::find(devices_sent_.begin(), devices_sent_.end(), d.ordinal) != devices_sent_.end()) return;
-  auto m = Zeroed<wire::DeviceMsg>();
+  auto m = ZeroedMessage<wire::DeviceMsg>();
   m.device = d.ordinal;
   m.sm_count = d.sm_count;
   m.cc_major = d.cc_major;
@@ -91,14 +76,14 @@ void Shipper::SendDevice(const DeviceInfo& d) {
   m.cost_diverged_centicycles = d.calibration.cost_diverged_centicycles;
   m.cost_idle_centicycles = d.calibration.cost_idle_centicycles;
   m.buffer_mib = static_cast<uint32_t>(std::min<uint64_t>(d.buffer_bytes >> 20, UINT32_MAX));
-  m.name_len = ClampedLength(d.name);
+  m.name_len = TextLength(d.name);
   if (Send(wire::kMsgDevice, &m, sizeof(m), d.name.data(), m.name_len, 0)) devices_sent_.push_back(d.ordinal);
 }
 
 void Shipper::SendNotice(wire::NoticeKind kind, const std::string& text) {
-  auto m = Zeroed<wire::NoticeMsg>();
+  auto m = ZeroedMessage<wire::NoticeMsg>();
   m.kind = kind;
-  m.text_len = ClampedLength(text);
+  m.text_len = TextLength(text);
   Send(wire::kMsgNotice, &m, sizeof(m), text.data(), m.text_len, 0);
 }
 
@@ -107,9 +92,9 @@ uint32_t Shipper::KernelId(const std::string& mangled) {
   if (it != kernel_ids_.end()) return it->second;
   const uint32_t id = next_kernel_id_++;
   const std::string name = mangled.empty() ? std::string("<unknown kernel>") : Demangle(mangled);
-  auto m = Zeroed<wire::KernelNameMsg>();
+  auto m = ZeroedMessage<wire::KernelNameMsg>();
   m.kernel_id = id;
-  m.name_len = ClampedLength(name);
+  m.name_len = TextLength(name);
   if (Send(wire::kMsgKernelName, &m, sizeof(m), name.data(), m.name_len, 0)) kernel_ids_.emplace(mangled, id);
   return id;
 }
@@ -117,9 +102,9 @@ uint32_t Shipper::KernelId(const std::string& mangled) {
 void Shipper::AnnounceThread(uint32_t tid) {
   if (tid == 0 || std::find(threads_sent_.begin(), threads_sent_.end(), tid) != threads_sent_.end()) return;
   const std::string name = thread_name_ ? thread_name_(tid) : std::string();
-  auto m = Zeroed<wire::ThreadMsg>();
+  auto m = ZeroedMessage<wire::ThreadMsg>();
   m.tid = tid;
-  m.name_len = ClampedLength(name);
+  m.name_len = TextLength(name);
   if (Send(wire::kMsgThread, &m, sizeof(m), name.data(), m.name_len, 0)) threads_sent_.push_back(tid);
 }
 
@@ -133,7 +118,7 @@ void Shipper::SendRecords(uint32_t device, uint32_t context_id, const std::vecto
       kernel_ids[i] = KernelId(records[first + i].record->name);
       if (records[first + i].call.api != wire::kApiNone) AnnounceThread(records[first + i].call.tid);
     }
-    auto m = Zeroed<wire::RecordsMsg>();
+    auto m = ZeroedMessage<wire::RecordsMsg>();
     m.device = device;
     m.context_id = context_id;
     m.count = static_cast<uint32_t>(count);
@@ -153,11 +138,11 @@ void Shipper::SendRecords(uint32_t device, uint32_t context_id, const std::vecto
 }
 
 void Shipper::SendMarkerName(uint32_t context_id, uint32_t generation, uint64_t address, const std::string& name) {
-  auto m = Zeroed<wire::MarkerNameMsg>();
+  auto m = ZeroedMessage<wire::MarkerNameMsg>();
   m.address = address;
   m.context_id = context_id;
   m.generation = generation;
-  m.name_len = ClampedLength(name);
+  m.name_len = TextLength(name);
   Send(wire::kMsgMarkerName, &m, sizeof(m), name.data(), m.name_len, 0);
 }
 
@@ -184,7 +169,7 @@ void Shipper::SendChunks(uint32_t device, uint32_t context_id, uint32_t generati
     bytes_left -= std::min(written, bytes_left);
     // Sent in parts, straight from the chunks: the header, then each chunk's
     // length and written bytes (multiples of 8: no padding).
-    auto m = Zeroed<wire::ChunksMsg>();
+    auto m = ZeroedMessage<wire::ChunksMsg>();
     m.h = wire::MsgHeader{wire::kMsgChunks, static_cast<uint32_t>(sizeof(m) + bytes)};
     m.device = device;
     m.context_id = context_id;
@@ -215,7 +200,7 @@ void Shipper::SendHarvest(uint64_t time_ns, uint32_t device, uint32_t context_id
                           uint64_t dropped, uint64_t unplaced, uint32_t chunks_used, uint32_t chunks_total,
                           uint32_t chunks_empty, uint32_t flags, int64_t clock_offset_ns, const HarvestHost& host) {
   AnnounceThread(host.tid);
-  auto m = Zeroed<wire::HarvestMsg>();
+  auto m = ZeroedMessage<wire::HarvestMsg>();
   m.time_ns = time_ns;
   m.device = device;
   m.reason = reason;

@@ -218,6 +218,7 @@ static_assert(sizeof(ArenaRef) == 64 && offsetof(ArenaRef, num_chunks) == 16 && 
 
 inline constexpr uint32_t kTransportVersion = 8;
 inline constexpr uint32_t kMaxMessageBytes = 1u << 20;  // collector rejects larger
+inline constexpr uint32_t kMaxTextBytes = 64u << 10;     // a name's or a command line's bytes, at most
 
 enum MsgType : uint32_t {
   kMsgPad = 0,         // filler to the end of a ring; skip
