@@ -36,7 +36,15 @@ void ClockMap::Build() {
 inline int64_t ClockMap::Through(const Anchor& a, uint64_t clock, double ns_per_cycle) {
   // Differences only: absolute times (~1.8e18 ns) do not fit a double exactly.
   const double delta = static_cast<double>(static_cast<int64_t>(clock - a.clock)) * ns_per_cycle;
-  return static_cast<int64_t>(a.time_ns) + static_cast<int64_t>(delta < 0 ? delta - 0.5 : delta + 0.5);
+  const double rounded = delta < 0 ? delta - 0.5 : delta + 0.5;
+  // Anchors are untrusted (the collector reads a producer's bytes): a step
+  // out of range is clamped and the sum wraps, so nothing overflows; the
+  // time is then as wrong as the anchor, and the launch matcher's problem.
+  constexpr double kLimit = 4e18;
+  const int64_t step = rounded >= kLimit    ? int64_t{4'000'000'000'000'000'000}
+                       : rounded <= -kLimit ? -int64_t{4'000'000'000'000'000'000}
+                                            : static_cast<int64_t>(rounded);
+  return static_cast<int64_t>(a.time_ns + static_cast<uint64_t>(step));
 }
 
 ClockMap::Cursor::Cursor(const ClockMap& map, uint16_t sm)

@@ -370,16 +370,19 @@ TEST(MessageDecoderTest, ChecksHostCallsAndThreads) {
 // each up to its written bytes).
 TEST(MessageDecoderTest, DecodesReadBacks) {
   DecodedMessage m;
-  ASSERT_EQ(Decode(testing::KernelName(3, "gemm(float*)"), &m), DecodeStatus::kOk);
+  const Bytes kernel = testing::KernelName(3, "gemm(float*)");  // the text points into it
+  ASSERT_EQ(Decode(kernel, &m), DecodeStatus::kOk);
   EXPECT_EQ(m.kernel_name.kernel_id, 3u);
   EXPECT_EQ(m.text, "gemm(float*)");
-  ASSERT_EQ(Decode(testing::MarkerName(2, 5, 0x7000, "load"), &m), DecodeStatus::kOk);
+  const Bytes marker = testing::MarkerName(2, 5, 0x7000, "load");
+  ASSERT_EQ(Decode(marker, &m), DecodeStatus::kOk);
   EXPECT_EQ(m.marker_name.address, 0x7000u);
   EXPECT_EQ(m.marker_name.generation, 5u);
   EXPECT_EQ(m.text, "load");
   wire::KernelRecordEntry r = testing::Record(9, 100, 200, 4, 3);
   r.call = wire::HostCall{10, 20, 77, wire::kApiLaunchKernel};
-  ASSERT_EQ(Decode(testing::Records(0, 2, {r, testing::Record(10, 300, 400, 5, 3)}), &m), DecodeStatus::kOk);
+  const Bytes records = testing::Records(0, 2, {r, testing::Record(10, 300, 400, 5, 3)});
+  ASSERT_EQ(Decode(records, &m), DecodeStatus::kOk);
   ASSERT_EQ(m.records.count, 2u);
   EXPECT_EQ(m.record(0).call.tid, 77u);
   EXPECT_EQ(m.record(1).grid_id, 10u);
