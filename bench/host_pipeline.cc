@@ -14,7 +14,9 @@
 //   ship (shipper.h)         the read-back as it is: records, names, chunks,
 //                            the harvest (framing and copies) into memory
 //   transport                the framed messages through a real shared-memory
-//                            ring (transport.h), consumer doing nothing
+//                            ring (transport.h), consumer doing nothing;
+//                            then into the collector's intake (intake.h),
+//                            which copies them into its blocks
 //   collector (arena_decoder.h, launch_matcher.h)
 //                            DecodeChunks, MapEventClocks, EstimateClockOffset,
 //                            MatchLaunches alone, one thread
@@ -39,6 +41,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -47,6 +50,7 @@
 
 #include "collector/arena_decoder.h"
 #include "collector/collector.h"
+#include "collector/intake.h"
 #include "collector/launch_matcher.h"
 #include "common/transport.h"
 #include "injector/chunk_scan.h"
@@ -224,7 +228,7 @@ int main(int argc, char** argv) {
   used_bytes.reserve(used);
   const double t_scan = Seconds([&] { scan.Add(arena.data(), used, &used_bytes); });
   // The same split over as many threads as a harvest scans a piece on.
-  const unsigned scan_threads = smprof::injector::QuarterOfTheCores();
+  const unsigned scan_threads = smprof::injector::HalfOfTheCores();
   double t_scan_split = 0;
   {
     smprof::injector::ChunkScanner split(kChunk, used);
@@ -297,6 +301,43 @@ int main(int argc, char** argv) {
   };
   const double t_ring = ring_seconds([](const uint8_t*, uint32_t) {});
 
+  // The same through the collector's intake, which copies what it reads
+  // into its blocks (fresh memory, as in a run that stages gigabytes) for a
+  // processing thread that only releases it; the ring at smprof's default
+  // size, warmed by one pass first.
+  const auto intake_seconds = [&] {
+    const std::string intake_run = run + "-intake";
+    auto consumer = transport::Consumer::Create(intake_run, {}, &error);
+    auto producer = consumer ? transport::Producer::Attach(intake_run, {}, &error) : nullptr;
+    if (!producer) {
+      std::fprintf(stderr, "FAILED: %s\n", error.c_str());
+      std::exit(1);
+    }
+    smprof::Intake intake(*consumer, smprof::Intake::DefaultBudget());
+    const auto pass = [&] {
+      std::thread sender([&] {
+        for (size_t i = 0; i < shipped.offsets.size(); ++i) {
+          const size_t end = i + 1 < shipped.offsets.size() ? shipped.offsets[i + 1] : shipped.bytes.size();
+          producer->Send(shipped.bytes.data() + shipped.offsets[i], static_cast<uint32_t>(end - shipped.offsets[i]), 0);
+        }
+      });
+      size_t delivered = 0;
+      std::deque<smprof::Intake::Item> batch;
+      while (delivered < shipped.offsets.size()) {
+        intake.Pop(&batch, std::chrono::milliseconds(10));
+        for (const auto& item : batch) {
+          delivered += item.end ? 0 : 1;
+          intake.Release(item);
+        }
+        batch.clear();
+      }
+      sender.join();
+    };
+    pass();
+    return Seconds(pass);
+  };
+  const double t_intake = intake_seconds();
+
   // The collector's work: every message, then Finish (which, with sink
   // threads, waits for them to catch up), in one thread or with the trace
   // writer and the statistics on threads of their own (async_sink.h).
@@ -346,6 +387,7 @@ int main(int argc, char** argv) {
                       {"injector: ChunkScanner, split (below)", t_scan_split},
                       {"injector: ship (Shipper into memory)", t_ship},
                       {"transport: ring, consumer idle (2 threads)", t_ring},
+                      {"transport: ring -> intake blocks (3 threads)", t_intake},
                       {"collector: DecodeChunks", t_decode},
                       {"collector: MapEventClocks", t_map},
                       {"collector: EstimateClockOffset", t_offset},
@@ -361,8 +403,8 @@ int main(int argc, char** argv) {
     std::printf("%-44s %10.2f %10.1f %12.1f\n", r.name, r.seconds * 1e3, r.seconds * 1e9 / events,
                 events / r.seconds / 1e6);
   }
-  std::printf("(the scan split over %u threads, as a harvest thread splits a piece of %llu chunks or more)\n",
-              scan_threads, static_cast<unsigned long long>(smprof::injector::ChunkScanner::kChunksPerThread));
+  std::printf("(the scan split over %u threads, as a harvest thread splits a piece of %llu KiB or more)\n",
+              scan_threads, static_cast<unsigned long long>(smprof::injector::ChunkScanner::kBytesPerThread >> 10));
   const double injector = t_scan + t_ship;
   std::printf("%-44s %10.2f %10.1f %12.1f\n", "injector total (one harvest thread)", injector * 1e3,
               injector * 1e9 / events, events / injector / 1e6);

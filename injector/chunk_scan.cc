@@ -7,6 +7,29 @@
 #include "smprof/wire.h"
 
 namespace smprof::injector {
+namespace {
+
+// The end of the last non-zero 8-byte word of `bytes` (a multiple of 8) at
+// `base`; 0 when all are zero. A warp fills its chunk from the front, so
+// this passes over the unwritten tail at memory speed, 64 bytes a step.
+uint32_t WrittenEnd(const uint8_t* base, uint32_t bytes) {
+  uint32_t end = bytes;
+  while (end >= 64 && end % 64 == 0) {
+    uint64_t w[8];
+    std::memcpy(w, base + end - 64, sizeof(w));
+    if ((w[0] | w[1] | w[2] | w[3] | w[4] | w[5] | w[6] | w[7]) != 0) break;
+    end -= 64;
+  }
+  while (end >= 8) {
+    uint64_t w;
+    std::memcpy(&w, base + end - 8, sizeof(w));
+    if (w != 0) break;
+    end -= 8;
+  }
+  return end;
+}
+
+}  // namespace
 
 size_t ChunkScanner::WarpKeyHash::operator()(const WarpKey& k) const {
   // splitmix64's finalizer over the identity's words: every bit of each
@@ -35,7 +58,8 @@ void ChunkScanner::AddName(uint64_t address) {
 }
 
 void ChunkScanner::Add(const uint8_t* chunks, uint64_t count, std::vector<uint32_t>* used_bytes, unsigned threads) {
-  const auto parts = static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>(threads, count / kChunksPerThread)));
+  const uint64_t bytes = count * chunk_bytes_;
+  const auto parts = static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>(threads, bytes / kBytesPerThread)));
   if (parts == 1) {
     AddRange(chunks, count, used_bytes);
     return;
@@ -89,7 +113,8 @@ void ChunkScanner::AddRange(const uint8_t* chunks, uint64_t count, std::vector<u
       used = empty ? 0 : chunk_bytes_;  // not ours to judge: the collector counts it malformed
     } else if ((h.flags & wire::kChunkCompact) != 0) {
       used = sizeof(h);
-      for (uint32_t at = sizeof(h); at + sizeof(wire::CompactEvent) <= chunk_bytes_; at += sizeof(wire::CompactEvent)) {
+      const uint32_t limit = WrittenEnd(base, chunk_bytes_);  // slots past it are all zero
+      for (uint32_t at = sizeof(h); at + sizeof(wire::CompactEvent) <= limit; at += sizeof(wire::CompactEvent)) {
         wire::CompactEvent e;
         std::memcpy(&e, base + at, sizeof(e));
         if (e.tag == 0 && e.clock_lo == 0) continue;
@@ -104,7 +129,9 @@ void ChunkScanner::AddRange(const uint8_t* chunks, uint64_t count, std::vector<u
       }
     } else {
       used = sizeof(h);
-      for (uint32_t at = sizeof(h); at + sizeof(wire::Event) <= chunk_bytes_; at += sizeof(wire::Event)) {
+      // The slot holding the last written word (its other half may be zero).
+      const uint32_t limit = (WrittenEnd(base, chunk_bytes_) + sizeof(wire::Event) - 1) & ~uint32_t{sizeof(wire::Event) - 1};
+      for (uint32_t at = sizeof(h); at + sizeof(wire::Event) <= limit; at += sizeof(wire::Event)) {
         uint64_t words[2];
         std::memcpy(words, base + at, sizeof(words));
         if ((words[0] | words[1]) == 0) continue;

@@ -14,7 +14,8 @@
 //     about kTallyWarps warps.
 //
 // One pass over the chunk headers and event words, piece by piece (a
-// read-back comes to host memory in pieces); events are not validated (the
+// read-back comes to host memory in pieces), each chunk's unwritten tail
+// skipped 64 bytes at a time; events are not validated (the
 // collector does that, and counts what it rejects): a chunk without
 // kChunkMagic ships whole, an all-zero one is counted empty and ships as
 // nothing.
@@ -39,11 +40,12 @@ class ChunkScanner {
   ChunkScanner(uint32_t chunk_bytes, uint64_t expected_chunks);
 
   // Scans `count` chunks; appends each one's written bytes (a multiple of 8;
-  // 0 for an empty chunk) to *used_bytes. With `threads` > 1, a large batch
-  // is split over that many threads (this one and threads - 1 started for
-  // the call): the same result.
+  // 0 for an empty chunk) to *used_bytes. With `threads` > 1, a batch of
+  // kBytesPerThread or more is split over up to that many threads (this one
+  // and the others started for the call), at least kBytesPerThread each:
+  // the same result.
   void Add(const uint8_t* chunks, uint64_t count, std::vector<uint32_t>* used_bytes, unsigned threads = 1);
-  static constexpr uint64_t kChunksPerThread = 2048;
+  static constexpr uint64_t kBytesPerThread = uint64_t{1} << 20;
 
   uint64_t chunks() const { return chunks_; }
   uint64_t events() const { return events_; }

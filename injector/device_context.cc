@@ -1,6 +1,7 @@
 #include "injector/device_context.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "common/settings.h"
@@ -571,18 +572,35 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   return ReadBack::kDone;
 }
 
-bool DeviceContext::TakeSlice(uint64_t bytes, uint64_t* offset) {
-  if (staging_ == 0) return false;
-  std::lock_guard<std::mutex> lock(slices_mu_);
+bool DeviceContext::FitSliceLocked(uint64_t bytes, uint64_t* offset) const {
   uint64_t at = 0;  // first fit
   for (const auto& [begin, slice] : slices_) {
     if (begin - at >= bytes) break;
     at = begin + slice.first;
   }
-  if (at + bytes > chunk_region_bytes_) return false;
-  slices_.emplace(at, std::make_pair(bytes, 1));
   *offset = at;
+  return at + bytes <= chunk_region_bytes_;
+}
+
+bool DeviceContext::TakeSlice(uint64_t bytes, uint64_t* offset) {
+  if (staging_ == 0) return false;
+  std::lock_guard<std::mutex> lock(slices_mu_);
+  if (!FitSliceLocked(bytes, offset)) return false;
+  slices_.emplace(*offset, std::make_pair(bytes, 1));
   return true;
+}
+
+uint64_t DeviceContext::ProjectedReadBackBytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::min(static_cast<uint64_t>(std::ceil(projected_chunks_)) << ref_.chunk_shift, chunk_region_bytes_);
+}
+
+bool DeviceContext::StagingHasRoom() {
+  if (staging_ == 0) return true;  // read-backs go to host memory: nothing to wait for
+  const uint64_t bytes = ProjectedReadBackBytes();
+  std::lock_guard<std::mutex> lock(slices_mu_);
+  uint64_t offset;
+  return slices_.empty() || FitSliceLocked(bytes, &offset);
 }
 
 void DeviceContext::ReleaseSliceLocked(uint64_t offset) {

@@ -216,6 +216,14 @@ class DeviceContext {
   void FetchAtUnload(ArenaSnapshot* snapshot, const std::function<void(const ArenaSnapshot&)>& scan);
   // Whether `snapshot`'s chunks are not (all) in host memory yet.
   bool Staged(const ArenaSnapshot& snapshot);
+  // Whether the staging area has a slice free for the chunks projected
+  // since the last read-back (or holds none, or there is no staging area).
+  // When it has not, a read-back now would be copied to host memory on the
+  // application's thread, at a fraction of the speed; waiting for the
+  // harvest threads to fetch an earlier one is shorter.
+  bool StagingHasRoom();
+  // The chunk bytes projected since the last read-back (at most the arena's).
+  uint64_t ProjectedReadBackBytes();
 
   // Stream for smprof's own reads in this context (names).
   GpuStream stream() const { return stream_; }
@@ -227,6 +235,7 @@ class DeviceContext {
   // A slice of the staging area for a read-back of `bytes` (false: none
   // free), held once; each hold is released once, the last frees it.
   bool TakeSlice(uint64_t bytes, uint64_t* offset);
+  bool FitSliceLocked(uint64_t bytes, uint64_t* offset) const;  // slices_mu_ held; where it would go
   void ReleaseSliceLocked(uint64_t offset);                          // slices_mu_ held
   // Copies `bytes` of the staging area from `offset` into `*into` (replaced
   // by a large enough buffer if it is smaller) on `stream`, and waits.

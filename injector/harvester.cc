@@ -35,6 +35,7 @@ uint32_t Micros(uint64_t from, uint64_t to) {
 }  // namespace
 
 unsigned QuarterOfTheCores() { return std::clamp(std::thread::hardware_concurrency() / 4, 1u, kMaxHarvestThreads); }
+unsigned HalfOfTheCores() { return std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u); }
 
 struct Harvester::Job {
   DeviceContext* device = nullptr;
@@ -92,7 +93,7 @@ Harvester::Harvester(Gpu& gpu, ActivityStore& activity, KernelTable& kernels, Sh
       ship_mu_(ship_mu),
       fill_stats_(std::move(fill_stats)),
       thread_count_(threads != 0 ? threads : QuarterOfTheCores()),
-      scan_threads_(QuarterOfTheCores()),
+      scan_threads_(HalfOfTheCores()),
       backlog_(backlog) {}
 
 Harvester::~Harvester() {
@@ -191,6 +192,16 @@ bool Harvester::Harvest(HarvestTarget target, wire::HarvestReason reason, Harves
         cv_.wait_until(lock, deadline, available);
       }
       if (!available()) return false;
+    }
+    // While earlier read-backs fill the device's staging area, this one
+    // would be copied to host memory on this thread, slowly (host_buffer.h);
+    // the harvest threads free a slice sooner as they fetch. Waiting for one
+    // is bounded by what that copy would take.
+    if (state->out > 0 && !device->StagingHasRoom()) {
+      const auto copy_time = std::chrono::microseconds(
+          std::max<uint64_t>(5000, device->ProjectedReadBackBytes() / (kDirectCopyBytesPerSecond / 1000000)));
+      cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + copy_time),
+                     [&] { return state->out == 0 || stop_ || device->StagingHasRoom(); });
     }
     ++state->out;
     if (!state->free.empty()) {
@@ -402,6 +413,7 @@ void Harvester::Process(Job& job) {
   // (given up when the GPU is too busy to run it now); the records of the
   // kernels that ended before this read-back (a final harvest: all of them).
   if (!WaitTurn(take_turn_, job.seq)) return;
+  stage(wire::kStageOther);  // the earlier read-backs' turns
   uint64_t probe_time = 0, probe_launched = 0;
   bool probed = !gone && job.has_snapshot && gpu_.ProbeClock(&probe_time, &probe_launched);
   // A kernel launched after the read-back may be running: only complete records now.
@@ -447,6 +459,7 @@ void Harvester::Process(Job& job) {
   // bytes; the names, read while the modules that wrote them are loaded;
   // the harvest.
   if (!WaitTurn(ship_turn_, job.seq)) return;
+  stage(wire::kStageOther);
   struct ShipTurn {
     Harvester* h;
     ~ShipTurn() { h->EndTurn(&h->ship_turn_); }
@@ -508,9 +521,13 @@ void Harvester::Process(Job& job) {
   stats_.forced_drains += job.reason == wire::kHarvestHighWater ? 1 : 0;
   stats_.events_dropped_device += snap.dropped_events;
   stats_.events_unplaced_device += snap.unplaced_events;
-  Log().debug("harvest on GPU {} ({}): {} chunks ({} empty, {} MB written), {} records, {} events, {} dropped", ordinal,
-              static_cast<int>(job.reason), snap.used_chunks, scanner.empty_chunks(), scanner.used_bytes() >> 20,
-              records.size(), scanner.events(), snap.dropped_events);
+  const auto& us = job.host.stage_us;
+  Log().debug(
+      "harvest on GPU {} ({}): {} chunks ({} empty, {} MB written), {} records, {} events, {} dropped; us: wait {} "
+      "copy {} clock {} decode {} ship {} other {}",
+      ordinal, static_cast<int>(job.reason), snap.used_chunks, scanner.empty_chunks(), scanner.used_bytes() >> 20,
+      records.size(), scanner.events(), snap.dropped_events, us[wire::kStageWait], us[wire::kStageCopy],
+      us[wire::kStageClock], us[wire::kStageDecode], us[wire::kStageShip], us[wire::kStageOther]);
   SendStatsLocked();
 }
 

@@ -104,7 +104,7 @@ TEST(ChunkScan, LargeReadBacksTallyASampleOfWholeWarps) {
 // Split over threads, a scan finds what one pass finds: the same events,
 // written bytes in chunk order, names and tally.
 TEST(ChunkScan, SplitOverThreadsGivesWhatOnePassGives) {
-  const uint32_t chunks = 4 * ChunkScanner::kChunksPerThread + 33;
+  const uint32_t chunks = static_cast<uint32_t>(4 * ChunkScanner::kBytesPerThread / 256 + 33);  // 256-byte chunks
   ArenaBuilder a(chunks);
   for (uint32_t c = 0; c < chunks; ++c) {
     if (c % 97 == 5) {
