@@ -11,7 +11,9 @@
 // with transparent huge pages where the kernel allows: a run may queue
 // gigabytes, and faulting them in 4 KiB at a time cost as much as copying
 // them); a block is unmapped, or kept for reuse, once every message in it has
-// been processed (Release).
+// been processed (Release). Once blocks are in demand, a second thread keeps
+// kReadyBlocks mapped and faulted in ahead of the intake, so that its copies
+// never wait for the kernel to provide pages.
 //
 // Overflow policy: at most `budget_bytes` of blocks are held; past it the
 // intake stops reading (refreshing the heartbeat alone, so producers know
@@ -87,6 +89,7 @@ class Intake {
     bool current = false;  // messages are still placed in it (mu_)
   };
   void Run();
+  void Prepare();  // the preparer thread
   // Where the next message of `size` bytes goes (intake thread; mu_ not held).
   uint8_t* Place(uint32_t size);
   void FreeBlockLocked(uint32_t index);  // mu_ held: nothing in it any more
@@ -98,6 +101,10 @@ class Intake {
   std::deque<Item> queue_;
   std::vector<Block> blocks_;     // index = Item::block
   std::vector<uint32_t> spare_;  // mapped, empty blocks for reuse (mu_)
+  static constexpr size_t kReadyBlocks = 2;
+  std::vector<uint8_t*> ready_;   // mapped and faulted in by the preparer, not in blocks_ yet (mu_)
+  bool wanted_ready_ = false;     // blocks are in demand (mu_)
+  std::condition_variable prepare_cv_;
   uint32_t current_ = UINT32_MAX;  // the block being filled (intake thread)
   uint64_t mapped_ = 0;             // bytes of blocks mapped (mu_)
   uint64_t queued_ = 0, total_ = 0;
@@ -108,6 +115,7 @@ class Intake {
   std::atomic<bool> ended_{false};
   std::atomic<bool> drained_{false};
   std::thread thread_;
+  std::thread preparer_;
 };
 
 }  // namespace smprof

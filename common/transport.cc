@@ -451,6 +451,8 @@ bool Producer::Send(const Part* parts, size_t count, uint32_t size, uint64_t eve
   const uint64_t tail = s.capacity - (w & mask);  // multiple of 8, >= 8
   const uint64_t need = size <= tail ? size : tail + size;
   const auto deadline = std::chrono::steady_clock::now() + max_wait;
+  // Naps stay short: the consumer frees a ring of tens of MiB in a few
+  // milliseconds, and a sender that sleeps past that leaves it idle.
   auto nap = std::chrono::microseconds(50);
   for (;;) {
     const uint64_t r = s.ring->read_pos.load(std::memory_order_acquire);
@@ -460,7 +462,7 @@ bool Producer::Send(const Part* parts, size_t count, uint32_t size, uint64_t eve
       return s.Drop(size, events, Where::kRing);
     }
     std::this_thread::sleep_for(nap);
-    nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(5));
+    nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::microseconds(400));
   }
 
   uint64_t offset = w & mask;
