@@ -26,8 +26,10 @@
 // reaching a multiple of the size); a launch that would not fit forces a
 // drain first and then sizes the next generation.
 //
-// What a kernel claims is learned per kernel at every size class at once
-// from its decoded warps: a warp with e events in k chunks of size c0 needs
+// What a kernel claims is learned per compiled function (KernelInfo: Triton
+// compiles one per specialisation, and a light one must not take a heavy
+// one's chunks), and per kernel name for graph replays, at every size class
+// at once from its decoded warps: a warp with e events in k chunks of size c0 needs
 // ceil(e / slots(c)) chunks of size c, plus the chunks it took beyond
 // ceil(e / slots(c0)) at c0 (a warp writes to a second chunk when a diverged
 // marker goes to its shared-memory cursor). Unknown kernels count one chunk

@@ -70,6 +70,7 @@ struct Harvester::ContextState {
   struct Grid {
     KernelClass* kernel = nullptr;
     uint64_t launched_warps = 0;
+    ClaimRates* rates = nullptr;  // the compiled function's (its launches, not a graph's)
   };
   std::unordered_map<uint64_t, Grid> recent_grids;
   bool ended = false;  // (mu_) the context is gone: no GPU access
@@ -444,8 +445,13 @@ void Harvester::Process(Job& job) {
                         (r.graph_id == 0 || !calls->Excludes(r.correlation_id, kernel));
     if (kernel != nullptr) {
       if (state->recent_grids.size() >= kRecentGrids) state->recent_grids.clear();
+      ClaimRates* rates = calls != nullptr && r.graph_id == 0 ? calls->RatesOf(r.correlation_id) : nullptr;
       ContextState::Grid& g = state->recent_grids[r.grid_id];
-      if (g.kernel != kernel) g = ContextState::Grid{kernel, 0};
+      if (g.kernel != kernel) {
+        g = ContextState::Grid{kernel, 0, rates};
+      } else if (g.rates != rates) {
+        g.rates = nullptr;  // a grid id of launches of several functions (graph replays): the name's alone
+      }
       g.launched_warps += Warps(r);
     }
   }
@@ -505,6 +511,7 @@ void Harvester::Process(Job& job) {
     ClaimTally tally(snap.chunk_bytes);
     for (const WarpTally& w : warps) tally.AddWarp(w.events, w.chunks);
     tally.Teach(it->second.launched_warps / one_in, &it->second.kernel->claims);
+    if (it->second.rates != nullptr) tally.Teach(it->second.launched_warps / one_in, it->second.rates);
   }
   stage(wire::kStageDecode);
   std::lock_guard<std::mutex> lock(ship_mu_);

@@ -8,10 +8,10 @@
 
 namespace smprof::injector {
 
-void HostCalls::Add(uint64_t correlation_id, const wire::HostCall& call) {
+void HostCalls::Add(uint64_t correlation_id, const wire::HostCall& call, ClaimRates* rates) {
   std::lock_guard<std::mutex> lock(mu_);
   if (current_.calls.size() >= kMaxCalls) EndCycle(/*early=*/true);
-  current_.calls[correlation_id] = call;
+  current_.calls[correlation_id] = Call{call, rates};
 }
 
 void HostCalls::Exclude(uint64_t correlation_id, const void* kernel) {
@@ -19,15 +19,26 @@ void HostCalls::Exclude(uint64_t correlation_id, const void* kernel) {
   current_.excluded.emplace(correlation_id, kernel);
 }
 
-wire::HostCall HostCalls::Find(uint64_t correlation_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+const HostCalls::Call* HostCalls::FindLocked(uint64_t correlation_id) const {
   auto it = current_.calls.find(correlation_id);
-  if (it != current_.calls.end()) return it->second;
+  if (it != current_.calls.end()) return &it->second;
   for (const auto& cycle : previous_) {
     it = cycle.calls.find(correlation_id);
-    if (it != cycle.calls.end()) return it->second;
+    if (it != cycle.calls.end()) return &it->second;
   }
-  return wire::HostCall{};
+  return nullptr;
+}
+
+wire::HostCall HostCalls::Find(uint64_t correlation_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Call* found = FindLocked(correlation_id);
+  return found != nullptr ? found->call : wire::HostCall{};
+}
+
+ClaimRates* HostCalls::RatesOf(uint64_t correlation_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Call* found = FindLocked(correlation_id);
+  return found != nullptr ? found->rates : nullptr;
 }
 
 bool HostCalls::Excludes(uint64_t correlation_id, const void* kernel) const {

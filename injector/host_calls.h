@@ -36,15 +36,20 @@
 
 namespace smprof::injector {
 
+class ClaimRates;
+
 class HostCalls {
  public:
-  void Add(uint64_t correlation_id, const wire::HostCall& call);
+  // `rates`: the launched function's claim rates (chunk_sizing.h), which the
+  // harvest that decodes its warps teaches; none for a graph's launch.
+  void Add(uint64_t correlation_id, const wire::HostCall& call, ClaimRates* rates = nullptr);
   // The launches of `kernel` (an opaque identity) made by that call are not
   // wanted. Kept, and forgotten, with the calls of the same cycle.
   void Exclude(uint64_t correlation_id, const void* kernel);
   bool Excludes(uint64_t correlation_id, const void* kernel) const;
   // The call with that correlation id (api kApiNone and zeros when unknown).
   wire::HostCall Find(uint64_t correlation_id) const;
+  ClaimRates* RatesOf(uint64_t correlation_id) const;  // nullptr when unknown
   // A harvest of the context shipped: forget the calls of the cycle before.
   void EndHarvest();
   size_t size() const;
@@ -58,11 +63,16 @@ class HostCalls {
   static constexpr size_t kCycles = 32;
 
  private:
+  struct Call {
+    wire::HostCall call;
+    ClaimRates* rates;
+  };
   void EndCycle(bool early);  // mu_ held; early: at the limit, not at a harvest
+  const Call* FindLocked(uint64_t correlation_id) const;  // mu_ held
 
   mutable std::mutex mu_;
   struct Cycle {
-    std::unordered_map<uint64_t, wire::HostCall> calls;
+    std::unordered_map<uint64_t, Call> calls;
     std::unordered_multimap<uint64_t, const void*> excluded;  // rare: graph replays only
   };
   Cycle current_;

@@ -34,7 +34,9 @@ struct KernelClass {
   std::string demangled;
   bool selected = false;                 // SMPROF_KERNELS
   std::vector<uint32_t> launch_items;    // SMPROF_LAUNCHES items whose pattern matches it
-  ClaimRates claims;  // chunks per warp by chunk size, learned at each harvest (chunk_sizing.h)
+  // Chunks per warp by chunk size, learned at each harvest from every launch
+  // of the name (chunk_sizing.h): what a graph's replay projects.
+  ClaimRates claims;
 };
 
 // One function in one context.
@@ -43,6 +45,11 @@ struct KernelInfo {
   GpuModule module = nullptr;
   DevPtr arena_global = 0;  // the module's arena reference (opted-in functions)
   KernelClass* kernel = nullptr;  // opted-in functions
+  // The same, learned from this compiled function's own launches: what its
+  // launches project and size chunks by. Specialisations of one kernel
+  // (Triton compiles one per set of constants) share a name, not their
+  // claims: a light one never takes a heavy one's chunks.
+  mutable ClaimRates claims;
   // The device context's state of `module`, cached by it on first use (a
   // context forgets its functions when it forgets its modules).
   mutable std::atomic<void*> module_slot{nullptr};

@@ -15,6 +15,7 @@ struct CallInProgress {
   uint64_t correlation_id = 0;
   uint64_t start_ns = 0;
   wire::HostApi api = wire::kApiNone;
+  ClaimRates* rates = nullptr;  // the launched function's (a kernel launch)
 };
 thread_local CallInProgress t_call;
 // The launch gate this thread holds between a launch's API enter and exit.
@@ -182,7 +183,7 @@ namespace {
 // The chunks `warps` warps of `kernel` may claim at the context's chunk
 // size, from what it claimed per warp at its last harvest.
 double Projected(const KernelInfo& info, uint64_t warps, const DeviceContext& device) {
-  return std::min(static_cast<double>(warps) * info.kernel->claims.at(device.chunk_class()),
+  return std::min(static_cast<double>(warps) * info.claims.at(device.chunk_class()),
                   static_cast<double>(device.num_chunks()));
 }
 
@@ -233,12 +234,11 @@ void Profiler::OnLaunchEnter(const LaunchCall& call) {
     device.Poll();
   }
   HoldGate(device);
-  const ClaimRates& claims = info->kernel->claims;
+  const ClaimRates& claims = info->claims;
   device.SizeChunks([&](int chunk_class) { return static_cast<double>(call.warps) * claims.at(chunk_class); });
   if (!device.Light(m, stream, capturing) || capturing) return;  // a captured launch records with its graph
-  device.NoteLaunch(m, call.stream, call.per_thread, Projected(*info, call.warps, device), &info->kernel->claims,
-                    call.warps);
-  t_call = CallInProgress{c, &c->host_calls, call.correlation_id, start_ns, call.api};
+  device.NoteLaunch(m, call.stream, call.per_thread, Projected(*info, call.warps, device), &info->claims, call.warps);
+  t_call = CallInProgress{c, &c->host_calls, call.correlation_id, start_ns, call.api, &info->claims};
 }
 
 // A graph launch records the nodes of the kernels it takes: each replay
@@ -380,8 +380,10 @@ void Profiler::OnGraphExecDestroy(void* exec) {
 void Profiler::OnLaunchExit(uint64_t correlation_id) {
   if (correlation_id != 0 && t_call.host_calls != nullptr && t_call.correlation_id == correlation_id) {
     NoteCurrentThread();
-    t_call.host_calls->Add(correlation_id, wire::HostCall{t_call.start_ns, std::max(t_call.start_ns, gpu_.Now()),
-                                                          CurrentTid(), t_call.api});
+    t_call.host_calls->Add(correlation_id,
+                           wire::HostCall{t_call.start_ns, std::max(t_call.start_ns, gpu_.Now()), CurrentTid(),
+                                          t_call.api},
+                           t_call.rates);
   }
   t_call = CallInProgress{};
   ReleaseGate();

@@ -459,6 +459,30 @@ TEST_F(ProfilerTest, DenseWarpsGetLargerChunksOnceAHarvestTaughtTheirClaims) {
   EXPECT_EQ(sink.stats.events_dropped_device, 0u);
 }
 
+// Two compiled functions of one name (as Triton compiles a kernel once per
+// specialisation): one whose 8 warps write 256 events each, one whose 2048
+// warps write two. Each is sized by what it claimed itself: the light one
+// never takes the heavy one's chunks (the arena could not hold 2048 of
+// them), and neither forces a drain.
+TEST_F(ProfilerTest, ChunkSizesAreLearnedPerCompiledFunction) {
+  Start(MakeSettings(), /*harvest_threads=*/1);
+  const GpuModule heavy_module = gpu.AddModule(true);
+  const GpuFunction heavy = gpu.AddFunction(heavy_module, kGemm);
+  for (uint64_t i = 0; i < 3; ++i) {
+    LaunchOn(heavy, heavy_module, kGemm, s1, 8, /*ranges=*/128);
+    Sync();
+    sink.WaitForHarvests(2 * i + 1);
+    Gemm(s1, 2048, /*ranges=*/1);
+    Sync();
+    sink.WaitForHarvests(2 * i + 2);
+  }
+  Finish();
+  EXPECT_EQ(gpu.chunk_sizes_recorded(), (std::vector<uint32_t>{1024, 256, 8192, 256, 8192, 256}));
+  EXPECT_EQ(sink.events["gemm(float*)"], 3u * (8 * 256 + 2048 * 2));
+  EXPECT_EQ(sink.stats.events_dropped_device, 0u);
+  EXPECT_EQ(sink.stats.forced_drains, 0u);
+}
+
 // SMPROF_CHUNK_BYTES=1024: the same warps keep 1 KiB chunks.
 TEST_F(ProfilerTest, DenseWarpsNeverGrowPastTheLargestChunkSize) {
   Settings settings = MakeSettings();
