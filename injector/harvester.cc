@@ -384,6 +384,24 @@ std::string Harvester::ReadName(ContextState& state, DeviceContext* device, uint
   return state.names.emplace(key, std::move(name)).first->second;  // an unload's read may have come first
 }
 
+// Charges the time since the last mark to a harvest stage (HarvestMsg::stage_us).
+class Harvester::StageClock {
+ public:
+  StageClock(Gpu& gpu, uint32_t* stage_us) : gpu_(gpu), stage_us_(stage_us), last_(gpu.Now()) {}
+  void Mark(wire::HarvestStage stage) {
+    const uint64_t now = gpu_.Now();
+    stage_us_[stage] += Micros(last_, now);
+    last_ = now;
+  }
+
+ private:
+  Gpu& gpu_;
+  uint32_t* stage_us_;
+  uint64_t last_;
+};
+
+// A job's harvest, stage by stage; the take and ship stages run in read
+// order (turns), so the collector gets each read-back's messages together.
 void Harvester::Process(Job& job) {
   DeviceContext* device = job.device;
   ContextState* state;
@@ -403,18 +421,56 @@ void Harvester::Process(Job& job) {
     Log().warn("GPU {}: a read-back was still in device memory when its context ended; its events are lost",
                device->facts().info.ordinal);
   }
-  uint64_t stage_start = gpu_.Now();
-  const auto stage = [&](wire::HarvestStage s) {
-    const uint64_t now = gpu_.Now();
-    job.host.stage_us[s] += Micros(stage_start, now);
-    stage_start = now;
-  };
+  StageClock clock(gpu_, job.host.stage_us);
 
-  // In read order: the clock probe relates %globaltimer to CUPTI's clock
-  // (given up when the GPU is too busy to run it now); the records of the
-  // kernels that ended before this read-back (a final harvest: all of them).
   if (!WaitTurn(take_turn_, job.seq)) return;
-  stage(wire::kStageOther);  // the earlier read-backs' turns
+  clock.Mark(wire::kStageOther);  // the earlier read-backs' turns
+  TakenRecords taken = TakeRecords(job, *state, gone);
+  EndTurn(&take_turn_);
+  clock.Mark(wire::kStageClock);
+
+  if (!WaitTurn(ship_turn_, job.seq)) return;
+  clock.Mark(wire::kStageOther);
+  struct ShipTurn {
+    Harvester* h;
+    ~ShipTurn() { h->EndTurn(&h->ship_turn_); }
+  } ship_turn{this};
+  if (!taken.shipped.empty()) {
+    std::lock_guard<std::mutex> lock(ship_mu_);
+    shipper_.SendRecords(device->facts().info.ordinal, device->facts().context_id, taken.shipped);
+  }
+  ChunkScanner scanner(job.snapshot.chunk_bytes, job.snapshot.used_chunks);
+  if (job.has_snapshot) ShipChunks(job, &scanner, clock);
+  std::vector<std::pair<uint64_t, std::string>> names;
+  for (uint64_t address : scanner.name_addresses()) {
+    if (state->names_shipped.count({job.name_generation, address}) != 0) continue;
+    names.emplace_back(address, ReadName(*state, device, job.name_generation, address));
+  }
+  TeachClaims(*state, scanner, job.snapshot.chunk_bytes);
+  clock.Mark(wire::kStageDecode);
+  std::lock_guard<std::mutex> lock(ship_mu_);
+  ShipHarvestLocked(job, *state, scanner, names, taken.probed, clock);
+  const ArenaSnapshot& snap = job.snapshot;
+  const auto& us = job.host.stage_us;
+  Log().debug(
+      "harvest on GPU {} ({}): {} chunks ({} empty, {} MB written), {} records, {} events, {} dropped; us: wait {} "
+      "copy {} clock {} decode {} ship {} other {}",
+      device->facts().info.ordinal, static_cast<int>(job.reason), snap.used_chunks, scanner.empty_chunks(),
+      scanner.used_bytes() >> 20, taken.records.size(), scanner.events(), snap.dropped_events, us[wire::kStageWait],
+      us[wire::kStageCopy], us[wire::kStageClock], us[wire::kStageDecode], us[wire::kStageShip],
+      us[wire::kStageOther]);
+  SendStatsLocked();
+}
+
+// The clock probe relates %globaltimer to CUPTI's clock (given up when the
+// GPU is too busy to run it now); then the records of the kernels that ended
+// before this read-back (a final harvest: all of them), each marked wanted
+// or not, and each recent grid's kernel and launched warps noted for
+// teaching chunk sizes. Wanted launches are those whose API call was noted;
+// a graph's kernel nodes share their cuGraphLaunch's, and are kept if their
+// kernel is selected and the replay took it (not excluded by the call).
+Harvester::TakenRecords Harvester::TakeRecords(Job& job, ContextState& state, bool gone) {
+  DeviceContext* device = job.device;
   uint64_t probe_time = 0, probe_launched = 0;
   bool probed = !gone && job.has_snapshot && gpu_.ProbeClock(&probe_time, &probe_launched);
   // A kernel launched after the read-back may be running: only complete records now.
@@ -426,116 +482,101 @@ void Harvester::Process(Job& job) {
   for (const KernelRecord& r : probes) {
     if (r.start_ns >= probe_launched && (probe == nullptr || r.start_ns < probe->start_ns)) probe = &r;
   }
-  probed = probed && probe != nullptr;
-  if (probed) state->clock_offset = static_cast<int64_t>((probe->start_ns + probe->end_ns) / 2 - probe_time);
-  const std::vector<KernelRecord> records =
-      activity_.Take(context_id, job.has_snapshot ? job.snapshot.time_ns : gpu_.Now());
-  // Wanted launches are those whose API call was noted; a graph's kernel
-  // nodes share their cuGraphLaunch's, and are kept if their kernel is
-  // selected and the replay took it (not excluded by the call).
+  TakenRecords taken;
+  taken.probed = probed && probe != nullptr;
+  if (taken.probed) state.clock_offset = static_cast<int64_t>((probe->start_ns + probe->end_ns) / 2 - probe_time);
+  taken.records = activity_.Take(context_id, job.has_snapshot ? job.snapshot.time_ns : gpu_.Now());
   HostCalls* calls = job.host_calls;
-  std::vector<Shipper::Record> shipped(records.size());
-  for (size_t i = 0; i < records.size(); ++i) {
-    const KernelRecord& r = records[i];
+  taken.shipped.resize(taken.records.size());
+  for (size_t i = 0; i < taken.records.size(); ++i) {
+    const KernelRecord& r = taken.records[i];
     KernelClass* kernel = kernels_.FindClass(r.name);
     const wire::HostCall call = calls != nullptr ? calls->Find(r.correlation_id) : wire::HostCall{};
-    shipped[i].record = &r;
-    shipped[i].call = call;
-    shipped[i].wanted = kernel != nullptr && kernel->selected && call.api != wire::kApiNone &&
-                        (r.graph_id == 0 || !calls->Excludes(r.correlation_id, kernel));
-    if (kernel != nullptr) {
-      if (state->recent_grids.size() >= kRecentGrids) state->recent_grids.clear();
-      ClaimRates* rates = calls != nullptr && r.graph_id == 0 ? calls->RatesOf(r.correlation_id) : nullptr;
-      ContextState::Grid& g = state->recent_grids[r.grid_id];
-      if (g.kernel != kernel) {
-        g = ContextState::Grid{kernel, 0, rates};
-      } else if (g.rates != rates) {
-        g.rates = nullptr;  // a grid id of launches of several functions (graph replays): the name's alone
-      }
-      g.launched_warps += Warps(r);
+    Shipper::Record& shipped = taken.shipped[i];
+    shipped.record = &r;
+    shipped.call = call;
+    shipped.wanted = kernel != nullptr && kernel->selected && call.api != wire::kApiNone &&
+                     (r.graph_id == 0 || !calls->Excludes(r.correlation_id, kernel));
+    if (kernel == nullptr) continue;
+    if (state.recent_grids.size() >= kRecentGrids) state.recent_grids.clear();
+    ClaimRates* rates = calls != nullptr && r.graph_id == 0 ? calls->RatesOf(r.correlation_id) : nullptr;
+    ContextState::Grid& g = state.recent_grids[r.grid_id];
+    if (g.kernel != kernel) {
+      g = ContextState::Grid{kernel, 0, rates};
+    } else if (g.rates != rates) {
+      g.rates = nullptr;  // a grid id of launches of several functions (graph replays): the name's alone
     }
+    g.launched_warps += Warps(r);
   }
-  EndTurn(&take_turn_);
-  stage(wire::kStageClock);
+  return taken;
+}
 
-  // In read order, so the collector takes each read-back's records with its
-  // chunks: the records; the chunks, piece by piece as they come to host
-  // memory, each scanned (the names its events use, how much of each chunk
-  // was written, what each warp claimed) and shipped up to its written
-  // bytes; the names, read while the modules that wrote them are loaded;
-  // the harvest.
-  if (!WaitTurn(ship_turn_, job.seq)) return;
-  stage(wire::kStageOther);
-  struct ShipTurn {
-    Harvester* h;
-    ~ShipTurn() { h->EndTurn(&h->ship_turn_); }
-  } ship_turn{this};
+// The chunks, piece by piece as they come to host memory, each scanned (the
+// names its events use, how much of each chunk was written, what each warp
+// claimed) and shipped up to its written bytes.
+void Harvester::ShipChunks(Job& job, ChunkScanner* scanner, StageClock& clock) {
+  DeviceContext* device = job.device;
+  const ArenaSnapshot& snap = job.snapshot;
   const uint32_t ordinal = device->facts().info.ordinal;
+  const uint32_t context_id = device->facts().context_id;
   const auto generation = static_cast<uint32_t>(job.name_generation);
-  if (!shipped.empty()) {
+  std::vector<uint32_t> used;
+  device->VisitChunks(&job.snapshot, [&](const uint8_t* chunks, uint32_t count) {
+    clock.Mark(wire::kStageCopy);
+    used.clear();
+    const uint64_t events_before = scanner->events();
+    const size_t names_before = scanner->name_addresses().size();
+    scanner->Add(chunks, count, &used, scan_threads_);
+    if (scanner->name_addresses().size() != names_before) {
+      std::lock_guard<std::mutex> lock(mu_);  // an unload reads them (ReadNamesBeforeUnload)
+      job.name_addresses.assign(scanner->name_addresses().begin(), scanner->name_addresses().end());
+    }
+    clock.Mark(wire::kStageDecode);
     std::lock_guard<std::mutex> lock(ship_mu_);
-    shipper_.SendRecords(ordinal, context_id, shipped);
-  }
-  ArenaSnapshot& snap = job.snapshot;
-  ChunkScanner scanner(snap.chunk_bytes, snap.used_chunks);
-  if (job.has_snapshot) {
-    std::vector<uint32_t> used;
-    device->VisitChunks(&snap, [&](const uint8_t* chunks, uint32_t count) {
-      stage(wire::kStageCopy);
-      used.clear();
-      const uint64_t events_before = scanner.events();
-      const size_t names_before = scanner.name_addresses().size();
-      scanner.Add(chunks, count, &used, scan_threads_);
-      if (scanner.name_addresses().size() != names_before) {
-        std::lock_guard<std::mutex> lock(mu_);
-        job.name_addresses.assign(scanner.name_addresses().begin(), scanner.name_addresses().end());
-      }
-      stage(wire::kStageDecode);
-      std::lock_guard<std::mutex> lock(ship_mu_);
-      shipper_.SendChunks(ordinal, context_id, generation, snap.chunk_bytes, chunks, used,
-                          scanner.events() - events_before);
-      stage(wire::kStageShip);
-    });
-    job.snapshot.retired = HostBuffer();
-  }
-  std::vector<std::pair<uint64_t, std::string>> names;
-  for (uint64_t address : scanner.name_addresses()) {
-    if (state->names_shipped.count({job.name_generation, address}) != 0) continue;
-    names.emplace_back(address, ReadName(*state, device, job.name_generation, address));
-  }
-  // What each kernel's warps claimed sizes the chunks of its next launches.
+    shipper_.SendChunks(ordinal, context_id, generation, snap.chunk_bytes, chunks, used,
+                        scanner->events() - events_before);
+    clock.Mark(wire::kStageShip);
+  });
+  job.snapshot.retired = HostBuffer();
+}
+
+// What each kernel's warps claimed sizes the chunks of its next launches:
+// the kernel name's rates, and the compiled function's where the grid was
+// one function's launch.
+void Harvester::TeachClaims(ContextState& state, const ChunkScanner& scanner, uint32_t chunk_bytes) {
+  if (chunk_bytes == 0) return;
   const uint32_t one_in = scanner.tally_one_in();
   for (const auto& [grid, warps] : scanner.TallyByGrid()) {
-    auto it = state->recent_grids.find(grid);
-    if (it == state->recent_grids.end() || it->second.launched_warps < one_in || snap.chunk_bytes == 0) continue;
-    ClaimTally tally(snap.chunk_bytes);
+    auto it = state.recent_grids.find(grid);
+    if (it == state.recent_grids.end() || it->second.launched_warps < one_in) continue;
+    ClaimTally tally(chunk_bytes);
     for (const WarpTally& w : warps) tally.AddWarp(w.events, w.chunks);
     tally.Teach(it->second.launched_warps / one_in, &it->second.kernel->claims);
     if (it->second.rates != nullptr) tally.Teach(it->second.launched_warps / one_in, it->second.rates);
   }
-  stage(wire::kStageDecode);
-  std::lock_guard<std::mutex> lock(ship_mu_);
+}
+
+// The names (read while the modules that wrote them were loaded), then the
+// harvest that closes the read-back, and the counters.
+void Harvester::ShipHarvestLocked(Job& job, ContextState& state, const ChunkScanner& scanner,
+                                  const std::vector<std::pair<uint64_t, std::string>>& names, bool probed,
+                                  StageClock& clock) {
+  const DeviceContext* device = job.device;
+  const uint32_t context_id = device->facts().context_id;
   for (const auto& [address, name] : names) {
-    state->names_shipped.emplace(job.name_generation, address);
-    shipper_.SendMarkerName(context_id, generation, address, name);
+    state.names_shipped.emplace(job.name_generation, address);
+    shipper_.SendMarkerName(context_id, static_cast<uint32_t>(job.name_generation), address, name);
   }
   const uint32_t flags = (job.final ? uint32_t{wire::kHarvestFinal} : 0u) | (probed ? uint32_t{wire::kHarvestProbed} : 0u);
-  stage(wire::kStageShip);
-  shipper_.SendHarvest(job.has_snapshot ? snap.time_ns : gpu_.Now(), ordinal, context_id, job.reason,
-                       snap.dropped_events, snap.unplaced_events, snap.used_chunks, snap.total_chunks,
-                       static_cast<uint32_t>(scanner.empty_chunks()), flags, state->clock_offset, job.host);
+  clock.Mark(wire::kStageShip);
+  const ArenaSnapshot& snap = job.snapshot;
+  shipper_.SendHarvest(job.has_snapshot ? snap.time_ns : gpu_.Now(), device->facts().info.ordinal, context_id,
+                       job.reason, snap.dropped_events, snap.unplaced_events, snap.used_chunks, snap.total_chunks,
+                       static_cast<uint32_t>(scanner.empty_chunks()), flags, state.clock_offset, job.host);
   stats_.harvests += job.has_snapshot ? 1 : 0;
   stats_.forced_drains += job.reason == wire::kHarvestHighWater ? 1 : 0;
   stats_.events_dropped_device += snap.dropped_events;
   stats_.events_unplaced_device += snap.unplaced_events;
-  const auto& us = job.host.stage_us;
-  Log().debug(
-      "harvest on GPU {} ({}): {} chunks ({} empty, {} MB written), {} records, {} events, {} dropped; us: wait {} "
-      "copy {} clock {} decode {} ship {} other {}",
-      ordinal, static_cast<int>(job.reason), snap.used_chunks, scanner.empty_chunks(), scanner.used_bytes() >> 20,
-      records.size(), scanner.events(), snap.dropped_events, us[wire::kStageWait], us[wire::kStageCopy],
-      us[wire::kStageClock], us[wire::kStageDecode], us[wire::kStageShip], us[wire::kStageOther]);
-  SendStatsLocked();
 }
 
 uint64_t Harvester::CountUnshipped() {

@@ -64,6 +64,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "common/settings.h"
@@ -76,6 +77,7 @@
 
 namespace smprof::injector {
 
+class ChunkScanner;
 class KernelTable;
 
 // A quarter of the machine's cores, 1 to kMaxHarvestThreads: how many
@@ -145,8 +147,20 @@ class Harvester {
   ContextState& StateOf(const DeviceContext* device);  // mu_ held
   void StartThreads();                                 // mu_ held
   void Enqueue(std::unique_ptr<Job> job);              // mu_ held
+  class StageClock;
+  struct TakenRecords {
+    std::vector<KernelRecord> records;
+    std::vector<Shipper::Record> shipped;  // point into `records`
+    bool probed = false;                   // the clock probe ran
+  };
   void Run();
+  // One job's harvest, in these stages:
   void Process(Job& job);
+  TakenRecords TakeRecords(Job& job, ContextState& state, bool gone);  // take turn
+  void ShipChunks(Job& job, ChunkScanner* scanner, StageClock& clock);  // ship turn
+  void TeachClaims(ContextState& state, const ChunkScanner& scanner, uint32_t chunk_bytes);
+  void ShipHarvestLocked(Job& job, ContextState& state, const ChunkScanner& scanner,  // ship_mu_ held
+                         const std::vector<std::pair<uint64_t, std::string>>& names, bool probed, StageClock& clock);
   // Waits for the job's turn at a step done in read order (false: stopping).
   bool WaitTurn(const uint64_t& turn, uint64_t seq);
   void EndTurn(uint64_t* turn);
