@@ -199,8 +199,8 @@ bool Harvester::Harvest(HarvestTarget target, wire::HarvestReason reason, Harves
     // the harvest threads free a slice sooner as they fetch. Waiting for one
     // is bounded by what that copy would take.
     if (state->out > 0 && !device->StagingHasRoom()) {
-      const auto copy_time = std::chrono::microseconds(
-          std::max<uint64_t>(5000, device->ProjectedReadBackBytes() / (kDirectCopyBytesPerSecond / 1000000)));
+      const auto copy_time = std::max<std::chrono::microseconds>(
+          kMinStagingWait, std::chrono::microseconds(device->ProjectedReadBackBytes() / (kDirectCopyBytesPerSecond / 1000000)));
       cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + copy_time),
                      [&] { return state->out == 0 || stop_ || device->StagingHasRoom(); });
     }

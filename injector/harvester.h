@@ -53,6 +53,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -136,6 +137,9 @@ class Harvester {
   // A read-back copied to host memory on the application's thread (no
   // staging slice free): about this fast, page faults included (H200 host).
   static constexpr uint64_t kDirectCopyBytesPerSecond = uint64_t{1} << 30;
+  // ... and never less than this: a staging area full of small read-backs
+  // is freed within milliseconds by harvest threads that are not stuck.
+  static constexpr std::chrono::milliseconds kMinStagingWait{50};
   // Grid ids whose kernel a context remembers for teaching chunk sizes.
   static constexpr size_t kRecentGrids = 65536;
   static constexpr unsigned kMaxThreads = kMaxHarvestThreads;

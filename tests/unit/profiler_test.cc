@@ -791,6 +791,35 @@ TEST_F(ProfilerTest, ReadBacksWaitingForTheirFetchShareTheStagingArea) {
   EXPECT_EQ(sink.harvests[wire::kHarvestSync], 5);
 }
 
+// A read-back that finds the staging area full waits for the harvest
+// thread to fetch an earlier one (it frees its slice), for at most what a
+// copy to host memory on the application's thread would take, rather than
+// make that copy.
+TEST_F(ProfilerTest, AReadBackWaitsForStagingRoomRatherThanCopyingOnTheApplicationThread) {
+  Start(MakeSettings(), /*harvest_threads=*/1);
+  const std::thread::id app = std::this_thread::get_id();
+  gpu.HoldStringReads(true);
+  Gemm(s1);
+  Sync();  // fetched, then the harvest thread pauses reading its names
+  ASSERT_TRUE(gpu.WaitUntil([&] { return gpu.held_string_reads_locked() > 0; }, std::chrono::seconds(10)));
+  for (int i = 0; i < 2; ++i) {  // 384 chunks each, staged side by side: no room for a third
+    for (int j = 0; j < 48; ++j) Gemm(s1);
+    Sync();
+  }
+  for (int j = 0; j < 48; ++j) Gemm(s1);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // while the next read-back waits
+    gpu.HoldStringReads(false);
+  });
+  Sync();
+  release.join();
+  Finish();
+  EXPECT_EQ(gpu.device_copies(), 4u);
+  EXPECT_EQ(gpu.host_copies_from(app), 0u);
+  EXPECT_EQ(sink.events["gemm(float*)"], (1u + 3 * 48) * 64);
+  EXPECT_EQ(sink.stats.events_dropped_device, 0u);
+}
+
 TEST_F(ProfilerTest, WithoutStagingMemoryReadBacksCopyToTheHostDirectly) {
   gpu.set_allocations_left(1);  // the arena, not its staging copy
   Start(MakeSettings());
