@@ -592,7 +592,8 @@ bool DeviceContext::TakeSlice(uint64_t bytes, uint64_t* offset) {
 
 uint64_t DeviceContext::ProjectedReadBackBytes() {
   std::lock_guard<std::mutex> lock(mu_);
-  return std::min(static_cast<uint64_t>(std::ceil(projected_chunks_)) << ref_.chunk_shift, chunk_region_bytes_);
+  const double chunks = std::min(std::ceil(projected_chunks_), static_cast<double>(ref_.num_chunks));
+  return std::min(static_cast<uint64_t>(chunks) << ref_.chunk_shift, chunk_region_bytes_);
 }
 
 bool DeviceContext::StagingHasRoom() {
