@@ -6,7 +6,8 @@
 #     fuzz runs (tests/fuzz) included. The code that reads untrusted bytes
 #     (shared memory, messages, arena records) is only as safe as its bounds
 #     checks; ASan turns an over-read the tests provoke into a failure, and
-#     -fno-sanitize-recover=all makes every UBSan report fail its test.
+#     -fno-sanitize-recover=all makes every UBSan report fail its test (the
+#     libraries and fuzz targets carry UBSan; the gtest drivers ASan alone).
 #   thread (TSan, build-tsan): the tests of the code that runs threads or
 #     shares memory between processes, chosen by test binary (tsan_tests;
 #     labels do not say which code is multi-threaded): the transport (unit and
