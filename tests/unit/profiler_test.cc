@@ -203,6 +203,23 @@ class ProfilerTest : public ::testing::Test {
     sink.WaitUntilASenderIsHeld();
     Stages();
   }
+  // One harvest thread, held after a first launch's read-back was fetched
+  // (it pauses reading that launch's names); then two read-backs of 48
+  // launches (384 chunks of the 1 MB arena's 960 each) are staged side by
+  // side, not fetched: no room for a third.
+  void FillTheStagingAreaBehindAHeldHarvest() {
+    Start(MakeSettings(), /*harvest_threads=*/1);
+    gpu.HoldStringReads(true);
+    Gemm(s1);
+    Sync();
+    ASSERT_TRUE(gpu.WaitUntil([&] { return gpu.held_string_reads_locked() > 0; }, std::chrono::seconds(10)));
+    EXPECT_EQ(gpu.device_copies(), 1u);
+    for (int i = 0; i < 2; ++i) {
+      for (int j = 0; j < 48; ++j) Gemm(s1);
+      Sync();
+    }
+    EXPECT_EQ(gpu.device_copies(), 3u);
+  }
   // Every name was read from live memory, `name` among them.
   void ExpectNamesReadable(const std::string& name) {
     EXPECT_NE(std::find(sink.names.begin(), sink.names.end(), name), sink.names.end());
@@ -767,17 +784,10 @@ TEST_F(ProfilerTest, WaitingEventsAndALaterModuleAtTheSameAddressKeepTheirOwnNam
 TEST_F(ProfilerTest, ReadBacksWaitingForTheirFetchShareTheStagingArea) {
   // A 1 MB arena: 960 chunks of 1 KiB (its chunks start 64 KiB in, aligned
   // to the largest size).
-  Start(MakeSettings(), /*harvest_threads=*/1);
+  FillTheStagingAreaBehindAHeldHarvest();
   const std::thread::id app = std::this_thread::get_id();
-  gpu.HoldStringReads(true);
-  Gemm(s1);
-  Sync();  // fetched, then the harvest thread pauses reading its names
-  ASSERT_TRUE(gpu.WaitUntil([&] { return gpu.held_string_reads_locked() > 0; }, std::chrono::seconds(10)));
-  EXPECT_EQ(gpu.device_copies(), 1u);
-  for (int i = 0; i < 3; ++i) {  // 384 chunks each: two fit beside each other, the third does not
-    for (int j = 0; j < 48; ++j) Gemm(s1);
-    Sync();
-  }
+  for (int j = 0; j < 48; ++j) Gemm(s1);
+  Sync();  // waits for a slice, in vain (the harvest thread is held), then copies to the host
   EXPECT_EQ(gpu.device_copies(), 3u);
   EXPECT_EQ(gpu.host_copies_from(app), 1u);
   gpu.HoldStringReads(false);
@@ -796,16 +806,8 @@ TEST_F(ProfilerTest, ReadBacksWaitingForTheirFetchShareTheStagingArea) {
 // copy to host memory on the application's thread would take, rather than
 // make that copy.
 TEST_F(ProfilerTest, AReadBackWaitsForStagingRoomRatherThanCopyingOnTheApplicationThread) {
-  Start(MakeSettings(), /*harvest_threads=*/1);
+  FillTheStagingAreaBehindAHeldHarvest();
   const std::thread::id app = std::this_thread::get_id();
-  gpu.HoldStringReads(true);
-  Gemm(s1);
-  Sync();  // fetched, then the harvest thread pauses reading its names
-  ASSERT_TRUE(gpu.WaitUntil([&] { return gpu.held_string_reads_locked() > 0; }, std::chrono::seconds(10)));
-  for (int i = 0; i < 2; ++i) {  // 384 chunks each, staged side by side: no room for a third
-    for (int j = 0; j < 48; ++j) Gemm(s1);
-    Sync();
-  }
   for (int j = 0; j < 48; ++j) Gemm(s1);
   std::thread release([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));  // while the next read-back waits
