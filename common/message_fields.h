@@ -1,10 +1,11 @@
 // Building transport messages (include/smprof/wire.h): a fixed part that
-// starts all zero, and a text tail no longer than the collector accepts.
-// Shared by whatever writes messages: the injector's shipper and the
-// collector's launch assembler.
+// starts all zero, a text tail no longer than the collector accepts, and a
+// message gathered from parts. Shared by whatever writes messages: the
+// injector's shipper, the transport and the collector's launch assembler.
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -19,6 +20,13 @@ Msg ZeroedMessage() {
   std::memset(&m, 0, sizeof(m));
   return m;
 }
+
+// One piece of a message sent in parts, copied in order (the first begins
+// with its MsgHeader).
+struct MessagePart {
+  const void* data;
+  size_t bytes;
+};
 
 // The length of `text` as a message tail: at most wire::kMaxTextBytes.
 inline uint32_t TextLength(const std::string& text) {

@@ -78,6 +78,8 @@
 #include <memory>
 #include <string>
 
+#include "common/message_fields.h"
+
 namespace smprof::transport {
 
 // Valid run ids are 1-64 characters of [A-Za-z0-9_-].
@@ -120,10 +122,7 @@ class Producer {
   bool Send(const void* message, uint32_t size, uint64_t events, std::chrono::milliseconds max_wait);
   // One message made of `count` parts copied in order (the first begins
   // with its MsgHeader; the sizes add up to `size`), straight into the ring.
-  struct Part {
-    const void* data;
-    size_t bytes;
-  };
+  using Part = MessagePart;
   bool Send(const Part* parts, size_t count, uint32_t size, uint64_t events, std::chrono::milliseconds max_wait);
 
   // Marks the ring complete; later Sends are dropped and counted. Idempotent.

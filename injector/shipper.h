@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/message_fields.h"
 #include "injector/activity_store.h"
 #include "smprof/wire.h"
 
@@ -32,10 +33,7 @@ class MessageSink {
   // A message of events read back, in parts (the first begins with its
   // MsgHeader; their sizes add up to `size`): waits longer for room (while
   // the collector lives) before dropping. By default joined and sent.
-  struct Part {
-    const void* data;
-    size_t bytes;
-  };
+  using Part = MessagePart;
   virtual bool SendBulk(const Part* parts, size_t count, uint32_t size, uint64_t events);
 };
 

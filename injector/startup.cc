@@ -41,15 +41,12 @@ class ProducerSink : public MessageSink {
   // Read-back bytes wait up to kBulkWait for room: the collector's intake
   // queues them, so the ring fills only when the collector is far behind.
   bool SendBulk(const Part* parts, size_t count, uint32_t size, uint64_t events) override {
-    ring_parts_.resize(count);
-    for (size_t i = 0; i < count; ++i) ring_parts_[i] = transport::Producer::Part{parts[i].data, parts[i].bytes};
-    return producer_->Send(ring_parts_.data(), count, size, events, kBulkWait);
+    return producer_->Send(parts, count, size, events, kBulkWait);
   }
   static constexpr std::chrono::milliseconds kBulkWait{30000};
 
  private:
   transport::Producer* producer_;
-  std::vector<transport::Producer::Part> ring_parts_;  // SendBulk's (its callers hold the ship mutex)
 };
 
 uint64_t RealtimeNow() {
