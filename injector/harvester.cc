@@ -491,7 +491,8 @@ Harvester::TakenRecords Harvester::TakeRecords(Job& job, ContextState& state, bo
   for (size_t i = 0; i < taken.records.size(); ++i) {
     const KernelRecord& r = taken.records[i];
     KernelClass* kernel = kernels_.FindClass(r.name);
-    const wire::HostCall call = calls != nullptr ? calls->Find(r.correlation_id) : wire::HostCall{};
+    const HostCalls::Call found = calls != nullptr ? calls->Lookup(r.correlation_id) : HostCalls::Call{};
+    const wire::HostCall& call = found.call;
     Shipper::Record& shipped = taken.shipped[i];
     shipped.record = &r;
     shipped.call = call;
@@ -499,11 +500,10 @@ Harvester::TakenRecords Harvester::TakeRecords(Job& job, ContextState& state, bo
                      (r.graph_id == 0 || !calls->Excludes(r.correlation_id, kernel));
     if (kernel == nullptr) continue;
     if (state.recent_grids.size() >= kRecentGrids) state.recent_grids.clear();
-    ClaimRates* rates = calls != nullptr && r.graph_id == 0 ? calls->RatesOf(r.correlation_id) : nullptr;
     ContextState::Grid& g = state.recent_grids[r.grid_id];
     if (g.kernel != kernel) {
-      g = ContextState::Grid{kernel, 0, rates};
-    } else if (g.rates != rates) {
+      g = ContextState::Grid{kernel, 0, found.rates};  // none for a graph's launch (HostCalls::Add)
+    } else if (g.rates != found.rates) {
       g.rates = nullptr;  // a grid id of launches of several functions (graph replays): the name's alone
     }
     g.launched_warps += Warps(r);

@@ -29,16 +29,10 @@ const HostCalls::Call* HostCalls::FindLocked(uint64_t correlation_id) const {
   return nullptr;
 }
 
-wire::HostCall HostCalls::Find(uint64_t correlation_id) const {
+HostCalls::Call HostCalls::Lookup(uint64_t correlation_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   const Call* found = FindLocked(correlation_id);
-  return found != nullptr ? found->call : wire::HostCall{};
-}
-
-ClaimRates* HostCalls::RatesOf(uint64_t correlation_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  const Call* found = FindLocked(correlation_id);
-  return found != nullptr ? found->rates : nullptr;
+  return found != nullptr ? *found : Call{};
 }
 
 bool HostCalls::Excludes(uint64_t correlation_id, const void* kernel) const {

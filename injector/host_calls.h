@@ -47,9 +47,14 @@ class HostCalls {
   // wanted. Kept, and forgotten, with the calls of the same cycle.
   void Exclude(uint64_t correlation_id, const void* kernel);
   bool Excludes(uint64_t correlation_id, const void* kernel) const;
-  // The call with that correlation id (api kApiNone and zeros when unknown).
-  wire::HostCall Find(uint64_t correlation_id) const;
-  ClaimRates* RatesOf(uint64_t correlation_id) const;  // nullptr when unknown
+  struct Call {
+    wire::HostCall call;
+    ClaimRates* rates = nullptr;
+  };
+  // The call with that correlation id and its function's claim rates (api
+  // kApiNone, zeros and no rates when unknown).
+  Call Lookup(uint64_t correlation_id) const;
+  wire::HostCall Find(uint64_t correlation_id) const { return Lookup(correlation_id).call; }
   // A harvest of the context shipped: forget the calls of the cycle before.
   void EndHarvest();
   size_t size() const;
@@ -63,10 +68,6 @@ class HostCalls {
   static constexpr size_t kCycles = 32;
 
  private:
-  struct Call {
-    wire::HostCall call;
-    ClaimRates* rates;
-  };
   void EndCycle(bool early);  // mu_ held; early: at the limit, not at a harvest
   const Call* FindLocked(uint64_t correlation_id) const;  // mu_ held
 
