@@ -4,9 +4,9 @@
 #include <cstring>
 #include <iterator>
 #include <memory>
-#include <thread>
 
 #include "collector/clock_map.h"
+#include "common/run_parts.h"
 
 namespace smprof::arena {
 namespace internal {
@@ -178,17 +178,6 @@ void MapRange(const ClockMap& map, WarpSegment* begin, WarpSegment* end) {
   }
 }
 
-// Runs part(i) for i in [0, parts): part 0 on this thread, the others on
-// threads started for the call.
-template <typename Part>
-void RunParts(unsigned parts, Part&& part) {
-  std::vector<std::thread> helpers;
-  helpers.reserve(parts > 0 ? parts - 1 : 0);
-  for (unsigned i = 1; i < parts; ++i) helpers.emplace_back([&part, i] { part(i); });
-  part(0);
-  for (std::thread& t : helpers) t.join();
-}
-
 }  // namespace
 
 void MapEventClocks(std::vector<WarpSegment>* segments, double fallback_cycles_per_ns, unsigned threads) {
@@ -197,14 +186,14 @@ void MapEventClocks(std::vector<WarpSegment>* segments, double fallback_cycles_p
   const ClockMap map = BuildClockMap(*segments, fallback_cycles_per_ns);
   WarpSegment* base = segments->data();
   const size_t n = segments->size();
-  const auto parts = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, n / kSegmentsPerMapThread)));
+  const unsigned parts = PartsFor(threads, n, kSegmentsPerMapThread);
   RunParts(parts, [&](unsigned i) { MapRange(map, base + n * i / parts, base + n * (i + 1) / parts); });
 }
 
 void DecodeChunks(const std::vector<ChunkPart>& chunks, uint32_t chunk_bytes, unsigned threads,
                   std::vector<WarpSegment>* out, DecodeStats* stats) {
   const size_t n = chunks.size();
-  const auto parts = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, n / kChunksPerDecodeThread)));
+  const unsigned parts = PartsFor(threads, n, kChunksPerDecodeThread);
   if (parts == 1) {
     for (const ChunkPart& c : chunks) DecodeChunk(c, chunk_bytes, out, stats);
     return;

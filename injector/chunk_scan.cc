@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 
+#include "common/run_parts.h"
 #include "smprof/wire.h"
 
 namespace smprof::injector {
@@ -58,8 +58,7 @@ void ChunkScanner::AddName(uint64_t address) {
 }
 
 void ChunkScanner::Add(const uint8_t* chunks, uint64_t count, std::vector<uint32_t>* used_bytes, unsigned threads) {
-  const uint64_t bytes = count * chunk_bytes_;
-  const auto parts = static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>(threads, bytes / kBytesPerThread)));
+  const unsigned parts = PartsFor(threads, count * chunk_bytes_, kBytesPerThread);
   if (parts == 1) {
     AddRange(chunks, count, used_bytes);
     return;
@@ -74,10 +73,7 @@ void ChunkScanner::Add(const uint8_t* chunks, uint64_t count, std::vector<uint32
     scanners[i].sample_mask_ = sample_mask_;
     scanners[i].AddRange(chunks + begin * chunk_bytes_, end - begin, used_bytes != nullptr ? &used[i] : nullptr);
   };
-  std::vector<std::thread> helpers;
-  for (unsigned i = 1; i < parts; ++i) helpers.emplace_back(range, i);
-  range(0);
-  for (std::thread& t : helpers) t.join();
+  RunParts(parts, range);
   for (unsigned i = 0; i < parts; ++i) {
     Merge(scanners[i]);
     if (used_bytes != nullptr) used_bytes->insert(used_bytes->end(), used[i].begin(), used[i].end());
