@@ -36,12 +36,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -265,38 +265,51 @@ int main(int argc, char** argv) {
   // The messages through a shared-memory ring (the consumer only counts).
   const std::string run = "bench-" + std::to_string(getpid());
   std::string error;
-  auto ring_seconds = [&](const std::function<void(const uint8_t*, uint32_t)>& handle) {
-    auto consumer = transport::Consumer::Create(run, {}, &error);
-    transport::ProducerOptions po;
-    po.ring_bytes = 64u << 20;
-    auto producer = consumer ? transport::Producer::Attach(run, po, &error) : nullptr;
-    if (!producer) {
+  struct Connection {
+    std::unique_ptr<transport::Consumer> consumer;
+    std::unique_ptr<transport::Producer> producer;
+  };
+  const auto connect = [&](const std::string& id, const transport::ProducerOptions& po) {
+    Connection c;
+    c.consumer = transport::Consumer::Create(id, {}, &error);
+    if (c.consumer) c.producer = transport::Producer::Attach(id, po, &error);
+    if (!c.producer) {
       std::fprintf(stderr, "FAILED: %s\n", error.c_str());
       std::exit(1);
     }
-    std::atomic<bool> sent{false};
-    uint64_t delivered = 0;
-    const double s = Seconds([&] {
-      std::thread sender([&] {
-        for (size_t i = 0; i < shipped.offsets.size(); ++i) {
-          const size_t end = i + 1 < shipped.offsets.size() ? shipped.offsets[i + 1] : shipped.bytes.size();
-          const uint32_t size = static_cast<uint32_t>(end - shipped.offsets[i]);
-          producer->Send(shipped.bytes.data() + shipped.offsets[i], size, 0);
-        }
-        sent = true;
-      });
-      while (delivered < shipped.offsets.size()) {
-        delivered += consumer->Poll(
-            [&](const transport::ProducerInfo&, const uint8_t* data, uint32_t size) { handle(data, size); });
+    return c;
+  };
+  // Every framed message, in order, on a thread of its own (join it).
+  const auto start_sending = [&](transport::Producer& producer) {
+    return std::thread([&] {
+      for (size_t i = 0; i < shipped.offsets.size(); ++i) {
+        const size_t end = i + 1 < shipped.offsets.size() ? shipped.offsets[i + 1] : shipped.bytes.size();
+        producer.Send(shipped.bytes.data() + shipped.offsets[i], static_cast<uint32_t>(end - shipped.offsets[i]), 0);
       }
-      sender.join();
     });
-    const transport::ProducerStats ps = producer->stats();
+  };
+  const auto expect_no_drops = [](const transport::Producer& producer) {
+    const transport::ProducerStats ps = producer.stats();
     if (ps.messages_dropped != 0) {
       std::fprintf(stderr, "FAILED: the ring dropped %llu messages\n",
                    static_cast<unsigned long long>(ps.messages_dropped));
       std::exit(1);
     }
+  };
+  auto ring_seconds = [&](const std::function<void(const uint8_t*, uint32_t)>& handle) {
+    transport::ProducerOptions po;
+    po.ring_bytes = 64u << 20;
+    Connection c = connect(run, po);
+    uint64_t delivered = 0;
+    const double s = Seconds([&] {
+      std::thread sender = start_sending(*c.producer);
+      while (delivered < shipped.offsets.size()) {
+        delivered += c.consumer->Poll(
+            [&](const transport::ProducerInfo&, const uint8_t* data, uint32_t size) { handle(data, size); });
+      }
+      sender.join();
+    });
+    expect_no_drops(*c.producer);
     return s;
   };
   const double t_ring = ring_seconds([](const uint8_t*, uint32_t) {});
@@ -306,21 +319,10 @@ int main(int argc, char** argv) {
   // processing thread that only releases it; the ring at smprof's default
   // size, warmed by one pass first.
   const auto intake_seconds = [&] {
-    const std::string intake_run = run + "-intake";
-    auto consumer = transport::Consumer::Create(intake_run, {}, &error);
-    auto producer = consumer ? transport::Producer::Attach(intake_run, {}, &error) : nullptr;
-    if (!producer) {
-      std::fprintf(stderr, "FAILED: %s\n", error.c_str());
-      std::exit(1);
-    }
-    smprof::Intake intake(*consumer, smprof::Intake::DefaultBudget());
+    Connection c = connect(run + "-intake", {});
+    smprof::Intake intake(*c.consumer, smprof::Intake::DefaultBudget());
     const auto pass = [&] {
-      std::thread sender([&] {
-        for (size_t i = 0; i < shipped.offsets.size(); ++i) {
-          const size_t end = i + 1 < shipped.offsets.size() ? shipped.offsets[i + 1] : shipped.bytes.size();
-          producer->Send(shipped.bytes.data() + shipped.offsets[i], static_cast<uint32_t>(end - shipped.offsets[i]), 0);
-        }
-      });
+      std::thread sender = start_sending(*c.producer);
       size_t delivered = 0;
       std::deque<smprof::Intake::Item> batch;
       while (delivered < shipped.offsets.size()) {
@@ -334,7 +336,9 @@ int main(int argc, char** argv) {
       sender.join();
     };
     pass();
-    return Seconds(pass);
+    const double s = Seconds(pass);
+    expect_no_drops(*c.producer);
+    return s;
   };
   const double t_intake = intake_seconds();
 
