@@ -159,16 +159,16 @@ void DecodeChunks(const uint8_t* chunks, uint32_t num_chunks, uint32_t chunk_byt
 
 namespace {
 
-ClockMap BuildClockMap(const std::vector<WarpSegment>& segments, double fallback_cycles_per_ns) {
+ClockMap BuildClockMap(const std::vector<WarpSegment>& segments, double fallback_cycles_per_ns, unsigned threads) {
   ClockMap map(fallback_cycles_per_ns);
   for (const WarpSegment& s : segments) map.AddAnchor(s.sm, s.anchor_clock, s.anchor_time_ns);
-  map.Build();
+  map.Build(PartsFor(threads, segments.size(), kSegmentsPerMapThread));
   return map;
 }
 
 void MapRange(const ClockMap& map, WarpSegment* begin, WarpSegment* end) {
   // One cursor per SM, kept across its segments: a segment's events follow
-  // its own anchor, and a cursor re-ranks neighbours only when it moves.
+  // its own anchor, from which the cursor searches forward.
   std::vector<std::unique_ptr<ClockMap::Cursor>> cursors;
   for (WarpSegment* s = begin; s != end; ++s) {
     if (cursors.size() <= s->sm) cursors.resize(static_cast<size_t>(s->sm) + 1);
@@ -183,7 +183,7 @@ void MapRange(const ClockMap& map, WarpSegment* begin, WarpSegment* end) {
 void MapEventClocks(std::vector<WarpSegment>* segments, double fallback_cycles_per_ns, unsigned threads) {
   // The map needs every anchor; the times are then independent per segment
   // (a cursor's result does not depend on where it was before).
-  const ClockMap map = BuildClockMap(*segments, fallback_cycles_per_ns);
+  const ClockMap map = BuildClockMap(*segments, fallback_cycles_per_ns, threads);
   WarpSegment* base = segments->data();
   const size_t n = segments->size();
   const unsigned parts = PartsFor(threads, n, kSegmentsPerMapThread);
