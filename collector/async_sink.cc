@@ -1,5 +1,7 @@
 #include "collector/async_sink.h"
 
+#include <chrono>
+
 #include <algorithm>
 #include <cstring>
 #include <exception>
@@ -100,6 +102,7 @@ struct AsyncSink::Lane {
   std::deque<std::shared_ptr<Batch>> queue;  // mu_
   uint64_t replayed = 0;                     // batches (mu_)
   Replay replay;                             // its thread's only
+  std::atomic<uint64_t> busy_ns{0};          // replaying, in total
   std::thread thread;
 };
 
@@ -413,6 +416,12 @@ void AsyncSink::Drain() {
 
 // --- the target's thread ---------------------------------------------------
 
+std::vector<double> AsyncSink::busy_seconds() const {
+  std::vector<double> seconds;
+  for (const auto& lane : lanes_) seconds.push_back(lane->busy_ns.load(std::memory_order_relaxed) / 1e9);
+  return seconds;
+}
+
 void AsyncSink::Run(Lane& lane) {
   trace::TraceSink& t = *lane.target;
   Replay& r = lane.replay;
@@ -426,6 +435,7 @@ void AsyncSink::Run(Lane& lane) {
       lane.queue.pop_front();
     }
     cv_.notify_all();  // room for one more
+    const auto started = std::chrono::steady_clock::now();
     try {
       const Batch& batch = *b;
       const char* text = batch.text.data();
@@ -513,6 +523,11 @@ void AsyncSink::Run(Lane& lane) {
     r.warp = nullptr;
     r.note = {};
     r.value = {};
+    lane.busy_ns.fetch_add(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now() - started)
+                                  .count()),
+        std::memory_order_relaxed);
     {
       // The last lane to replay a batch gives it back for reuse.
       std::lock_guard<std::mutex> lock(mu_);

@@ -101,6 +101,8 @@ class AsyncSink : public trace::TraceSink {
   // Batches handed over so far, and how often a call waited for room.
   uint64_t batches() const { return batches_; }
   uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
+  // How long each target's thread has spent replaying, in target order.
+  std::vector<double> busy_seconds() const;
 
   AsyncSink(const AsyncSink&) = delete;
   AsyncSink& operator=(const AsyncSink&) = delete;

@@ -8,6 +8,7 @@
 
 #include "collector/intake.h"
 #include "collector/json_sink.h"
+#include "collector/message_pipe.h"
 #include "collector/perfetto_sink.h"
 #include "collector/stats_report.h"
 #include "collector/trace_placement.h"
@@ -83,19 +84,49 @@ Collector::Collector(CollectorOptions options, std::unique_ptr<trace::TraceSink>
     sinks = {async_.get()};
   }
   builder_ = std::make_unique<TraceBuilder>(std::move(sinks), options_.logger);
+  const auto build = [this](const transport::ProducerInfo& producer, const uint8_t* data, uint32_t size) {
+    builder_->HandleMessage(producer, data, size);
+  };
+  if (threads) pipe_ = std::make_unique<MessagePipe>(build);
   assembler_ = std::make_unique<LaunchAssembler>(
-      [this](const transport::ProducerInfo& producer, const uint8_t* data, uint32_t size) {
-        builder_->HandleMessage(producer, data, size);
+      [this, build](const transport::ProducerInfo& producer, const uint8_t* data, uint32_t size) {
+        if (pipe_) {
+          pipe_->Send(producer, data, size);
+        } else {
+          build(producer, data, size);
+        }
       },
       AssemblerThreads(), options_.logger);
   summary_.trace = options_.trace_path;
 }
 
-// The assembler, the builder and the sink threads go before the stages they call.
+// The assembler, the builder's thread, the builder and the sink threads go
+// before the stages they call.
 Collector::~Collector() {
   assembler_.reset();
+  pipe_.reset();
   builder_.reset();
   async_.reset();
+}
+
+void Collector::OnBuilderThread(std::function<void()> call) {
+  if (pipe_) {
+    pipe_->Call(std::move(call));
+  } else {
+    call();
+  }
+}
+
+Collector::StageTimes Collector::stage_times() const {
+  StageTimes t;
+  if (pipe_) t.builder = pipe_->busy_seconds();
+  if (async_) t.sinks = async_->busy_seconds();
+  return t;
+}
+
+const CollectorSummary& Collector::counters() {
+  if (pipe_) pipe_->Drain();
+  return builder_->counters();
 }
 
 void Collector::HandleMessage(const transport::ProducerInfo& producer, const uint8_t* data, uint32_t size) {
@@ -105,23 +136,28 @@ void Collector::HandleMessage(const transport::ProducerInfo& producer, const uin
 void Collector::HandleProducerEnd(const transport::ProducerInfo& producer, bool clean) {
   if (finished_) return;
   assembler_->HandleProducerEnd(producer);
-  builder_->HandleProducerEnd(producer, clean);
+  OnBuilderThread([this, producer, clean] { builder_->HandleProducerEnd(producer, clean); });
   FlushTrace();
 }
 
 void Collector::FlushTrace() {
-  if (async_) {
-    async_->Flush();
-  } else {
-    trace_->Flush();
-  }
+  OnBuilderThread([this] {
+    if (async_) {
+      async_->Flush();
+    } else {
+      trace_->Flush();
+    }
+  });
+  if (pipe_) pipe_->Flush();
 }
 
 void Collector::SetTransportStats(const transport::ConsumerStats& stats) { transport_stats_ = stats; }
 
 void Collector::HandleControl(const nlohmann::json& message) {
   if (finished_) return;
-  if (auto run = message.find("run"); run != message.end() && run->is_object()) builder_->HandleRun(*run);
+  if (auto run = message.find("run"); run != message.end() && run->is_object()) {
+    OnBuilderThread([this, run = *run] { builder_->HandleRun(run); });
+  }
   if (auto exit = message.find("exit"); exit != message.end() && exit->is_object()) summary_.exit = *exit;
 }
 
@@ -181,6 +217,11 @@ CollectorSummary Collector::Finish() {
   if (finished_) return summary_;
   finished_ = true;
   assembler_->Finish();
+  std::string pipe_error;
+  if (pipe_) {
+    pipe_->Drain();
+    pipe_error = pipe_->error();
+  }
   builder_->Finish(transport_stats_, &summary_);
   // From here on the sinks are used on this thread.
   std::string replay_error;
@@ -194,6 +235,7 @@ CollectorSummary Collector::Finish() {
     s.statistics = stats::ToJson(stats_->Build(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   s.layout = trace_->layout_description();
+  if (replay_error.empty()) replay_error = pipe_error;
   s.trace_ok = trace_->Finish(s) && replay_error.empty();
   s.trace_error = replay_error.empty() ? trace_->error() : replay_error;
   s.trace = trace_written_;

@@ -11,14 +11,17 @@
 // (trace_placement.h).
 //
 // Run() and the Handle*/Finish calls happen on one thread. With sink
-// threads (CollectorOptions::sink_threads), each sink runs on a thread of its
-// own behind one AsyncSink (async_sink.h), so that decoding and range
-// matching on this thread overlap with encoding the trace and the
-// statistics; the sinks see the same calls in the same order either way.
+// threads (CollectorOptions::sink_threads), the builder runs on a thread of
+// its own behind a MessagePipe (message_pipe.h) and each sink on a thread of
+// its own behind one AsyncSink (async_sink.h), so that assembling launches,
+// range matching, encoding the trace and the statistics overlap as stages
+// of a pipeline; every stage sees the same calls in the same order either
+// way.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -30,6 +33,7 @@
 #include "collector/async_sink.h"
 #include "collector/control_channel.h"
 #include "collector/launch_assembler.h"
+#include "collector/message_pipe.h"
 #include "collector/run_summary.h"
 #include "collector/stats_sink.h"
 #include "collector/trace_builder.h"
@@ -107,8 +111,19 @@ class Collector {
   // (trace_placement.h). Call once.
   CollectorSummary Finish();
 
-  // Counters so far (trace/device totals are complete only after Finish).
-  const CollectorSummary& counters() const { return builder_->counters(); }
+  // With sink threads: how long the builder's thread and each sink's (the
+  // trace writer, then the statistics) have been busy, in seconds; empty
+  // without. Where the collector's time per event goes (the slowest stage
+  // sets its pace).
+  struct StageTimes {
+    double builder = 0;
+    std::vector<double> sinks;
+  };
+  StageTimes stage_times() const;
+
+  // Counters so far (trace/device totals are complete only after Finish);
+  // waits until the builder has handled every message handed in.
+  const CollectorSummary& counters();
 
   Collector(const Collector&) = delete;
   Collector& operator=(const Collector&) = delete;
@@ -117,6 +132,9 @@ class Collector {
   Collector(CollectorOptions options, std::unique_ptr<trace::TraceSink> trace, std::string trace_written);
   // Writes out what the trace writer buffers (on its thread, with sink threads).
   void FlushTrace();
+  // Runs `call` where the builder runs: on the pipe's thread, after the
+  // messages handed in before (at once without one).
+  void OnBuilderThread(std::function<void()> call);
 
   CollectorOptions options_;
   std::unique_ptr<trace::TraceSink> trace_;  // the trace writer
@@ -124,7 +142,9 @@ class Collector {
   // With sink threads: in front of trace_ and stats_, a thread each (null without).
   std::unique_ptr<AsyncSink> async_;
   std::unique_ptr<TraceBuilder> builder_;
-  std::unique_ptr<LaunchAssembler> assembler_;  // in front of builder_
+  // With sink threads: the builder runs on a thread of its own, behind this.
+  std::unique_ptr<MessagePipe> pipe_;
+  std::unique_ptr<LaunchAssembler> assembler_;  // in front of builder_ (and pipe_)
   transport::ConsumerStats transport_stats_;
   CollectorSummary summary_;
   std::string trace_written_;  // where the trace writer writes (the partial file, or the stream)

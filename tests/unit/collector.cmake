@@ -81,3 +81,7 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(python.unit PROPERTIES LABELS unit ENVIRONMENT "${_python_env}")
   set_property(TEST python.unit APPEND PROPERTY DEPENDS smprof_test_stats_run)
 endif()
+smprof_add_test(message_pipe_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/message_pipe_test.cc
+  LIBS smprof::collector
+  LABELS unit)
