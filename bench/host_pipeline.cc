@@ -29,9 +29,11 @@
 //   ship->collect            a producer thread shipping through the ring to
 //                            a consumer thread running the collector, as
 //                            smprof-run does (wall time, Finish included)
-//   The collector runs twice each time: on one thread, and with its trace
-//   writer and statistics on threads of their own (sink threads: what
-//   smprof-collector does on machines of 4 cores or more).
+//   The collector runs twice each time: on one thread, and with its
+//   builder, trace writer and statistics on threads of their own (stage
+//   threads, --sink-threads: what smprof-collector does on machines of 4
+//   cores or more; the launch assembler stays on the calling thread). The
+//   collector's rows run with its heap policy (heap_policy.h).
 //   smprof_bench_host_pipeline [warps (2048)] [events per warp (258)] [launches (4)]
 #include <unistd.h>
 
@@ -50,6 +52,7 @@
 
 #include "collector/arena_decoder.h"
 #include "collector/collector.h"
+#include "collector/heap_policy.h"
 #include "collector/intake.h"
 #include "collector/launch_matcher.h"
 #include "common/transport.h"
@@ -245,6 +248,11 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  // From here on the process keeps freed memory as smprof-collector does
+  // (heap_policy.h); the injector's rows above ran with the allocator's
+  // defaults, as the injector does in the application.
+  if (!smprof::RetainFreedMemory()) std::fprintf(stderr, "note: the allocator keeps its default thresholds\n");
+
   // The collector's stages alone (the assembler runs them, on one thread each here).
   std::vector<WarpSegment> segments;
   DecodeStats decode;
@@ -342,12 +350,14 @@ int main(int argc, char** argv) {
   };
   const double t_intake = intake_seconds();
 
-  // The collector's work: every message, then Finish (which, with sink
-  // threads, waits for them to catch up), in one thread or with the trace
-  // writer and the statistics on threads of their own (async_sink.h).
+  // The collector's work: every message, then Finish (which, with stage
+  // threads, waits for them to catch up), in one thread or with the builder,
+  // the trace writer and the statistics on threads of their own
+  // (message_pipe.h, async_sink.h), each thread's busy time said.
   const std::string trace = "/tmp/smprof-bench-host-pipeline-" + std::to_string(getpid()) + ".pftrace";
   const transport::ProducerInfo info{0, 4242};
   using SinkThreads = smprof::CollectorOptions::SinkThreads;
+  smprof::Collector::StageTimes stages;  // of the run with stage threads
   const auto collect = [&](SinkThreads threads, double* handle_seconds, double* finish_seconds) {
     auto collector = OpenCollector(trace, threads);
     *handle_seconds = Seconds([&] {
@@ -360,6 +370,7 @@ int main(int argc, char** argv) {
     });
     smprof::CollectorSummary summary;
     *finish_seconds = Seconds([&] { summary = collector->Finish(); });
+    if (threads == SinkThreads::kOn) stages = collector->stage_times();
     if (!summary.trace_ok || summary.events != static_cast<uint64_t>(events)) {
       std::fprintf(stderr, "FAILED: the collector wrote %llu of %.0f events (%s)\n",
                    static_cast<unsigned long long>(summary.events), events, summary.trace_error.c_str());
@@ -399,10 +410,13 @@ int main(int argc, char** argv) {
                       {"collector: HandleMessage", t_collect},
                       {"collector: Finish", t_finish},
                       {"collector: both", t_collect + t_finish},
-                      {"collector, sink threads (3): HandleMessage", t_collect_async},
-                      {"collector, sink threads (3): both", t_collect_async + t_finish_async},
+                      {"collector, stage threads (4): HandleMessage", t_collect_async},
+                      {"  its builder thread, busy", stages.builder},
+                      {"  its trace writer thread, busy", stages.sinks.size() > 0 ? stages.sinks[0] : 0},
+                      {"  its statistics thread, busy", stages.sinks.size() > 1 ? stages.sinks[1] : 0},
+                      {"collector, stage threads (4): both", t_collect_async + t_finish_async},
                       {"ship -> ring -> collector (2 threads)", t_pipe},
-                      {"ship -> ring -> collector, sink threads (4)", t_pipe_async}};
+                      {"ship -> ring -> collector, stage threads (5)", t_pipe_async}};
   for (const Row& r : rows) {
     std::printf("%-44s %10.2f %10.1f %12.1f\n", r.name, r.seconds * 1e3, r.seconds * 1e9 / events,
                 events / r.seconds / 1e6);

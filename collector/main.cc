@@ -18,6 +18,7 @@
 #include <string>
 
 #include "collector/collector.h"
+#include "collector/heap_policy.h"
 #include "collector/perfetto_sink.h"
 #include "common/logging.h"
 #include "common/settings.h"
@@ -202,6 +203,7 @@ int main(int argc, char** argv) {
   logger->set_pattern("smprof-collector: [%l] %v");
   logger->set_level(spdlog::level::from_str(args.log_level));
   logger->flush_on(spdlog::level::warn);
+  if (!smprof::RetainFreedMemory()) logger->debug("the allocator keeps its default thresholds");
 
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
