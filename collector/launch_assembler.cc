@@ -254,7 +254,7 @@ size_t LaunchAssembler::Assemble(Producer& p, Context& c, bool final, uint32_t r
   std::vector<const arena::WarpSegment*> unmatched;
   std::vector<size_t> unused;
   std::vector<arena::Launch> launches =
-      arena::MatchLaunches(&segments, records, c.clock_offset, &match, &unmatched, &unused);
+      arena::MatchLaunches(&segments, records, c.clock_offset, &match, &unmatched, &unused, threads_);
   // Segments still without a record wait (a bounded number of read-backs and
   // events); the rest ship now under synthetic launches.
   std::vector<arena::WarpSegment> waiting, given_up;

@@ -5,6 +5,8 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "common/run_parts.h"
+
 namespace smprof::arena {
 namespace {
 
@@ -19,33 +21,43 @@ uint64_t Distance(uint64_t t, const KernelRecord& r) {
 }
 
 // One entry per warp: the events of all its chunks, in %clock64 order (one
-// SM's counter; the sort is stable, so recording order breaks ties).
-void MergeWarps(Launch* launch) {
+// SM's counter; the sort is stable, so recording order breaks ties), their
+// times moved by `clock_offset`. The warps are put in order on this thread;
+// their events are merged and moved on up to `threads` threads.
+void MergeWarps(Launch* launch, int64_t clock_offset, unsigned threads) {
   auto key = [](const LaunchEvents& w) {
     const WarpSegment& s = *w.segment;
     return std::make_tuple(s.block[2], s.block[1], s.block[0], s.warp);
   };
-  std::stable_sort(launch->warps.begin(), launch->warps.end(),
+  std::vector<LaunchEvents>& warps = launch->warps;
+  std::stable_sort(warps.begin(), warps.end(),
                    [&](const LaunchEvents& a, const LaunchEvents& b) { return key(a) < key(b); });
-  std::vector<LaunchEvents> merged;
-  merged.reserve(launch->warps.size());
-  for (LaunchEvents& w : launch->warps) {
-    if (merged.empty() || key(merged.back()) != key(w)) {
-      merged.push_back(std::move(w));
-      continue;
-    }
-    std::vector<DecodedEvent>& into = merged.back().events;
-    into.insert(into.end(), w.events.begin(), w.events.end());
-    merged.back().chunks += w.chunks;
+  std::vector<size_t> first;  // where each warp's chunks begin in `warps`
+  for (size_t i = 0; i < warps.size(); ++i) {
+    if (i == 0 || key(warps[i - 1]) != key(warps[i])) first.push_back(i);
   }
+  const size_t n = first.size();
+  first.push_back(warps.size());
   const auto by_clock = [](const DecodedEvent& a, const DecodedEvent& b) { return a.clock < b.clock; };
-  for (LaunchEvents& w : merged) {
-    // A warp's chunks follow each other: usually in order already.
-    if (!std::is_sorted(w.events.begin(), w.events.end(), by_clock)) {
-      std::stable_sort(w.events.begin(), w.events.end(), by_clock);
+  const unsigned parts = PartsFor(threads, launch->event_count, kEventsPerMergeThread);
+  RunParts(parts, [&](unsigned part) {
+    for (size_t g = n * part / parts; g < n * (part + 1) / parts; ++g) {
+      LaunchEvents& into = warps[first[g]];
+      for (size_t i = first[g] + 1; i < first[g + 1]; ++i) {
+        into.events.insert(into.events.end(), warps[i].events.begin(), warps[i].events.end());
+        into.chunks += warps[i].chunks;
+      }
+      // A warp's chunks follow each other: usually in order already.
+      if (!std::is_sorted(into.events.begin(), into.events.end(), by_clock)) {
+        std::stable_sort(into.events.begin(), into.events.end(), by_clock);
+      }
+      for (DecodedEvent& e : into.events) e.time_ns += static_cast<uint64_t>(clock_offset);
     }
-  }
-  launch->warps = std::move(merged);
+  });
+  std::vector<LaunchEvents> merged;
+  merged.reserve(n);
+  for (size_t g = 0; g < n; ++g) merged.push_back(std::move(warps[first[g]]));
+  warps = std::move(merged);
 }
 
 }  // namespace
@@ -75,7 +87,7 @@ int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std:
 
 std::vector<Launch> MatchLaunches(std::vector<WarpSegment>* segments, const std::vector<KernelRecord>& records,
                                   int64_t clock_offset, MatchStats* stats, std::vector<const WarpSegment*>* unmatched,
-                                  std::vector<size_t>* unused) {
+                                  std::vector<size_t>* unused, unsigned threads) {
   std::unordered_map<uint64_t, std::vector<size_t>> by_grid;  // grid id -> record indexes
   for (size_t i = 0; i < records.size(); ++i) by_grid[records[i].grid_id].push_back(i);
 
@@ -103,10 +115,10 @@ std::vector<Launch> MatchLaunches(std::vector<WarpSegment>* segments, const std:
         launch.flags = wire::kLaunchNoActivity;
       }
       launch.warps.push_back({&segment, std::move(segment.events), 1});
-      for (DecodedEvent& e : launch.warps.back().events) {
-        e.time_ns += static_cast<uint64_t>(clock_offset);
-        r.start_ns = std::min(r.start_ns, e.time_ns);
-        r.end_ns = std::max(r.end_ns, e.time_ns);
+      for (const DecodedEvent& e : launch.warps.back().events) {  // times move in MergeWarps
+        const uint64_t t = e.time_ns + static_cast<uint64_t>(clock_offset);
+        r.start_ns = std::min(r.start_ns, t);
+        r.end_ns = std::max(r.end_ns, t);
       }
       launch.event_count += launch.warps.back().events.size();
       stats->unattributed += launch.warps.back().events.size();
@@ -123,18 +135,17 @@ std::vector<Launch> MatchLaunches(std::vector<WarpSegment>* segments, const std:
       Launch& launch = launches[only];
       launch.event_count += segment.events.size();
       launch.warps.push_back({&segment, std::move(segment.events), 1});
-      for (DecodedEvent& e : launch.warps.back().events) e.time_ns += static_cast<uint64_t>(clock_offset);
       continue;
     }
     // Graph replays share the grid id: each event goes to the replay whose
     // span holds it; events of one segment usually belong to one launch.
     size_t current = SIZE_MAX;
-    for (DecodedEvent e : segment.events) {
-      e.time_ns += static_cast<uint64_t>(clock_offset);
+    for (const DecodedEvent& e : segment.events) {
+      const uint64_t t = e.time_ns + static_cast<uint64_t>(clock_offset);  // moved in MergeWarps
       size_t best = candidates.front();
       uint64_t best_distance = UINT64_MAX;
       for (size_t idx : candidates) {
-        const uint64_t d = Distance(e.time_ns, records[idx]);
+        const uint64_t d = Distance(t, records[idx]);
         if (d < best_distance) {
           best = idx;
           best_distance = d;
@@ -166,7 +177,7 @@ std::vector<Launch> MatchLaunches(std::vector<WarpSegment>* segments, const std:
     if (l.event_count > 0) result.push_back(std::move(l));
   }
   for (auto& [grid, launch] : synthetic) result.push_back(std::move(launch));
-  for (Launch& l : result) MergeWarps(&l);
+  for (Launch& l : result) MergeWarps(&l, clock_offset, threads);
   for (const Launch& l : result) stats->events += l.event_count;
   std::stable_sort(result.begin(), result.end(), [](const Launch& a, const Launch& b) {
     return std::tie(a.record.start_ns, a.record.correlation_id) < std::tie(b.record.start_ns, b.record.correlation_id);

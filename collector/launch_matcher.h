@@ -77,9 +77,14 @@ int64_t EstimateClockOffset(const std::vector<WarpSegment>& segments, const std:
 // synthetic launches, for the caller to match at a later harvest; `unused`
 // receives the indexes of records that received no event (their events may
 // come with a later harvest's segments).
+//
+// The chunks of a launch's warps are merged, and their times moved, on up to
+// `threads` threads (the calling one and threads started for the call) when
+// the launch has at least kEventsPerMergeThread events per thread.
+inline constexpr uint64_t kEventsPerMergeThread = uint64_t{1} << 20;
 std::vector<Launch> MatchLaunches(std::vector<WarpSegment>* segments, const std::vector<KernelRecord>& records,
                                   int64_t clock_offset, MatchStats* stats,
                                   std::vector<const WarpSegment*>* unmatched = nullptr,
-                                  std::vector<size_t>* unused = nullptr);
+                                  std::vector<size_t>* unused = nullptr, unsigned threads = 1);
 
 }  // namespace smprof::arena

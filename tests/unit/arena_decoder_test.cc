@@ -524,5 +524,79 @@ TEST(MatchLaunches, MergesTheChunksOfOneWarpInClockOrder) {
   EXPECT_EQ(launches[0].event_count, 6u);
 }
 
+// Merging a launch's warps over threads gives what one thread gives: the same
+// launches, warps, chunk counts and events (times moved onto CUPTI's clock),
+// for a launch of one record, graph replays sharing a grid id and a grid
+// without a record; the first is large enough to be split over threads.
+TEST(MatchLaunches, MergingOverThreadsGivesWhatOneThreadGives) {
+  std::vector<WarpSegment> segments;
+  const auto add = [&](uint64_t grid, uint32_t block, uint16_t warp, uint64_t first_clock, uint32_t events,
+                       uint64_t step) {
+    WarpSegment s;
+    s.grid_id = grid;
+    s.block[0] = block;
+    s.warp = warp;
+    for (uint32_t i = 0; i < events; ++i) {
+      DecodedEvent e;
+      e.clock = first_clock + i * step;
+      e.time_ns = 1000000 + e.clock;
+      e.name_offset = static_cast<int32_t>(i % 7);
+      e.info = wire::kEventInstant;
+      s.events.push_back(e);
+    }
+    segments.push_back(std::move(s));
+  };
+  // Grid 1: 6000 warps of three chunks each, claimed round-robin, the third
+  // interleaved with the first (a diverged marker's cursor chunk).
+  constexpr uint32_t kWarps = 6000, kPerChunk = 120;
+  for (uint32_t round = 0; round < 3; ++round) {
+    for (uint32_t w = 0; w < kWarps; ++w) {
+      const uint64_t start = round == 2 ? 5 : round * 10000;
+      add(1, w / 4, static_cast<uint16_t>(w % 4), start, kPerChunk, round == 2 ? 10 : 20);
+    }
+  }
+  // Grid 2: two graph replays, one warp's chunk spanning both; grid 3: no record.
+  add(2, 0, 0, 100, 50, 10);
+  add(2, 0, 0, 1000000, 50, 10);
+  add(3, 0, 0, 0, 10, 1);
+  const std::vector<KernelRecord> records = {Record(1, 1000000, 1100000, 1), Record(2, 1000000, 1001000, 2),
+                                             Record(2, 1900000, 2100000, 3)};
+  std::vector<WarpSegment> copy = segments;
+  MatchStats one_stats, many_stats;
+  const std::vector<Launch> one = MatchLaunches(&segments, records, 12345, &one_stats);
+  const std::vector<Launch> many = MatchLaunches(&copy, records, 12345, &many_stats, nullptr, nullptr, 4);
+  ASSERT_GE(one[0].event_count, 2 * kEventsPerMergeThread) << "too small to be split";
+  ASSERT_EQ(one.size(), 4u);
+  ASSERT_EQ(many.size(), one.size());
+  EXPECT_EQ(many_stats.events, one_stats.events);
+  EXPECT_EQ(many_stats.unattributed, one_stats.unattributed);
+  for (size_t l = 0; l < one.size(); ++l) {
+    EXPECT_EQ(many[l].record.correlation_id, one[l].record.correlation_id) << l;
+    EXPECT_EQ(many[l].record.start_ns, one[l].record.start_ns) << l;
+    EXPECT_EQ(many[l].flags, one[l].flags) << l;
+    EXPECT_EQ(many[l].event_count, one[l].event_count) << l;
+    ASSERT_EQ(many[l].warps.size(), one[l].warps.size()) << l;
+    for (size_t w = 0; w < one[l].warps.size(); ++w) {
+      const LaunchEvents& a = one[l].warps[w];
+      const LaunchEvents& b = many[l].warps[w];
+      ASSERT_EQ(b.segment->block[0], a.segment->block[0]);
+      ASSERT_EQ(b.segment->warp, a.segment->warp);
+      ASSERT_EQ(b.chunks, a.chunks);
+      ASSERT_EQ(b.events.size(), a.events.size());
+      for (size_t e = 0; e < a.events.size(); ++e) {
+        ASSERT_EQ(b.events[e].clock, a.events[e].clock) << l << " " << w << " " << e;
+        ASSERT_EQ(b.events[e].time_ns, a.events[e].time_ns) << l << " " << w << " " << e;
+        ASSERT_EQ(b.events[e].name_offset, a.events[e].name_offset) << l << " " << w << " " << e;
+      }
+    }
+  }
+  // Merged in clock order, times moved by the offset.
+  const LaunchEvents& first = one[0].warps[0];
+  EXPECT_EQ(first.chunks, 3u);
+  EXPECT_TRUE(std::is_sorted(first.events.begin(), first.events.end(),
+                             [](const DecodedEvent& x, const DecodedEvent& y) { return x.clock < y.clock; }));
+  EXPECT_EQ(first.events[0].time_ns, 1000000u + 0 + 12345);
+}
+
 }  // namespace
 }  // namespace smprof::arena
