@@ -421,6 +421,9 @@ int main(int argc, char** argv) {
     std::printf("%-44s %10.2f %10.1f %12.1f\n", r.name, r.seconds * 1e3, r.seconds * 1e9 / events,
                 events / r.seconds / 1e6);
   }
+  std::printf("(stage threads: the assembler waited for the builder %llu times, the builder for a sink %llu times)\n",
+              static_cast<unsigned long long>(stages.builder_waits),
+              static_cast<unsigned long long>(stages.sink_waits));
   std::printf("(the scan split over %u threads, as a harvest thread splits a piece of %llu KiB or more)\n",
               scan_threads, static_cast<unsigned long long>(smprof::injector::ChunkScanner::kBytesPerThread >> 10));
   const double injector = t_scan + t_ship;

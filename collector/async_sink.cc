@@ -173,7 +173,8 @@ void AsyncSink::SelectWarp(const trace::LaunchRecord& launch, const trace::WarpR
   const trace::LaunchRecord* copy = LaunchCopy(launch);
   const trace::WarpRecord& s = selected_warp_;
   if (warp_selected_ && selected_launch_ == copy && s.index == warp.index && s.sm == warp.sm && s.warp == warp.warp &&
-      s.hw_warp == warp.hw_warp && std::equal(s.block, s.block + 3, warp.block)) {
+      s.hw_warp == warp.hw_warp && s.block[0] == warp.block[0] && s.block[1] == warp.block[1] &&
+      s.block[2] == warp.block[2]) {
     return;
   }
   Command& c = Append();

@@ -119,8 +119,14 @@ void Collector::OnBuilderThread(std::function<void()> call) {
 
 Collector::StageTimes Collector::stage_times() const {
   StageTimes t;
-  if (pipe_) t.builder = pipe_->busy_seconds();
-  if (async_) t.sinks = async_->busy_seconds();
+  if (pipe_) {
+    t.builder = pipe_->busy_seconds();
+    t.builder_waits = pipe_->waits();
+  }
+  if (async_) {
+    t.sinks = async_->busy_seconds();
+    t.sink_waits = async_->waits();
+  }
   return t;
 }
 

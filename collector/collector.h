@@ -118,6 +118,8 @@ class Collector {
   struct StageTimes {
     double builder = 0;
     std::vector<double> sinks;
+    uint64_t builder_waits = 0;  // times the assembler waited for the builder's thread
+    uint64_t sink_waits = 0;     // times the builder waited for a sink's thread
   };
   StageTimes stage_times() const;
 
