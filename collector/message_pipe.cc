@@ -124,10 +124,10 @@ void MessagePipe::Run() {
       }
     }
     batch->Clear();
-    busy_ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                 std::chrono::steady_clock::now() - started)
-                                                 .count()),
-                       std::memory_order_relaxed);
+    busy_ns_.fetch_add(
+        static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count()),
+        std::memory_order_relaxed);
     lock.lock();
     if (!error.empty() && error_.empty()) error_ = std::move(error);
     free_.push_back(std::move(batch));

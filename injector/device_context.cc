@@ -57,17 +57,12 @@ struct DeviceContext::Module {
 };
 
 DeviceContext::DeviceContext(Gpu& gpu, GpuCtx ctx, const ArenaOptions& options)
-    : gpu_(gpu), ctx_(ctx), options_(options) {}
+    : gpu_(gpu), ctx_(ctx), options_(options), staging_(gpu) {}
 
 DeviceContext::~DeviceContext() {
   Log().debug("GPU {}: {} read-backs staged on the device, {} copied to host memory directly", facts_.info.ordinal,
               staged_reads_.load(), direct_reads_.load());
   if (arena_ != 0) gpu_.Free(arena_);
-  if (staging_ != 0) gpu_.Free(staging_);
-  if (fetch_stream_ != nullptr) gpu_.DestroyStream(fetch_stream_);
-  for (uint8_t* b : bounce_) {
-    if (b != nullptr) gpu_.FreePinned(b);
-  }
   if (words_ != nullptr) gpu_.FreePinned(words_);
   if (stream_ != nullptr) gpu_.DestroyStream(stream_);
 }
@@ -141,16 +136,7 @@ bool DeviceContext::SetUp() {
   facts_.info.buffer_bytes = bytes;
   // Optional: without it, read-backs copy to host memory on the
   // application's thread.
-  // Allocated once, at setup (page-locking later would hold the application's driver calls).
-  for (uint8_t*& b : bounce_) b = static_cast<uint8_t*>(gpu_.AllocatePinned(options_.bounce_bytes));
-  if (bounce_[0] == nullptr || bounce_[1] == nullptr) {
-    for (uint8_t*& b : bounce_) {
-      if (b != nullptr) gpu_.FreePinned(b);
-      b = nullptr;
-    }
-  }
-  if (!gpu_.CreateStream(&fetch_stream_) || !gpu_.Allocate(chunk_region_bytes_, &staging_)) {
-    staging_ = 0;
+  if (!staging_.SetUp(chunk_region_bytes_, options_.bounce_bytes)) {
     Log().info(
         "GPU {}: no device memory for a staging copy of the arena ({} MB); read-backs copy to host memory "
         "while the application waits",
@@ -471,7 +457,7 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   out->total_chunks = ref_.num_chunks;
   out->dropped_events = header.dropped_events;
   out->unplaced_events = header.unplaced_events;
-  out->staged = used > 0 && TakeSlice(used_bytes, &out->staging_offset);
+  out->staged = used > 0 && staging_.Take(used_bytes, &out->staging_offset);
   (out->staged ? staged_reads_ : direct_reads_).fetch_add(used > 0 ? 1 : 0, std::memory_order_relaxed);
   if (!out->staged && out->chunks.size() < used_bytes) {
     // No staging slice was free: the copy goes to host memory now, into a
@@ -521,7 +507,7 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   dark.arena = 0;
   bool ok = true;
   if (out->staged) {
-    ok = gpu_.CopyOnDevice(staging_ + out->staging_offset, ref_.chunks, used_bytes, stream_);
+    ok = gpu_.CopyOnDevice(staging_.at(out->staging_offset), ref_.chunks, used_bytes, stream_);
   } else if (used > 0) {
     ok = gpu_.CopyToHost(out->chunks.data(), ref_.chunks, used_bytes, stream_);
   }
@@ -532,10 +518,7 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   if (!ok || !gpu_.Wait(stream_, kOwnCopyTimeout)) {
     failed_ = true;  // the arena may be half reset: stop using it
     out->chunks.Abandon();  // a copy may still land in it: never reuse, never free under it
-    if (out->staged) {
-      std::lock_guard<std::mutex> lock(slices_mu_);
-      ReleaseSliceLocked(out->staging_offset);
-    }
+    if (out->staged) staging_.Release(out->staging_offset);
     out->staged = false;
     Log().error("profiling stops on GPU {}: the profile buffer could not be read back", facts_.info.ordinal);
     return ReadBack::kFailed;
@@ -572,24 +555,6 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   return ReadBack::kDone;
 }
 
-bool DeviceContext::FitSliceLocked(uint64_t bytes, uint64_t* offset) const {
-  uint64_t at = 0;  // first fit
-  for (const auto& [begin, slice] : slices_) {
-    if (begin - at >= bytes) break;
-    at = begin + slice.first;
-  }
-  *offset = at;
-  return at + bytes <= chunk_region_bytes_;
-}
-
-bool DeviceContext::TakeSlice(uint64_t bytes, uint64_t* offset) {
-  if (staging_ == 0) return false;
-  std::lock_guard<std::mutex> lock(slices_mu_);
-  if (!FitSliceLocked(bytes, offset)) return false;
-  slices_.emplace(*offset, std::make_pair(bytes, 1));
-  return true;
-}
-
 uint64_t DeviceContext::ProjectedReadBackBytes() {
   std::lock_guard<std::mutex> lock(mu_);
   const double chunks = std::min(std::ceil(projected_chunks_), static_cast<double>(ref_.num_chunks));
@@ -597,135 +562,20 @@ uint64_t DeviceContext::ProjectedReadBackBytes() {
 }
 
 bool DeviceContext::StagingHasRoom() {
-  if (staging_ == 0) return true;  // read-backs go to host memory: nothing to wait for
-  const uint64_t bytes = ProjectedReadBackBytes();
-  std::lock_guard<std::mutex> lock(slices_mu_);
-  uint64_t offset;
-  return slices_.empty() || FitSliceLocked(bytes, &offset);
-}
-
-void DeviceContext::ReleaseSliceLocked(uint64_t offset) {
-  auto it = slices_.find(offset);
-  if (it != slices_.end() && --it->second.second == 0) slices_.erase(it);
-}
-
-bool DeviceContext::CopyFromStaging(uint64_t offset, size_t bytes, GpuStream stream, HostBuffer* into) {
-  if (into->size() < bytes) *into = HostBuffer(bytes);
-  return into->size() >= bytes && gpu_.CopyToHost(into->data(), staging_ + offset, bytes, stream) &&
-         gpu_.Wait(stream, kOwnCopyTimeout);
+  return !staging_.available() || staging_.HasRoom(ProjectedReadBackBytes());
 }
 
 bool DeviceContext::VisitChunks(ArenaSnapshot* snapshot,
                                 const std::function<void(const uint8_t*, uint32_t)>& visit) {
-  {
-    std::lock_guard<std::mutex> lock(slices_mu_);
-    if (!snapshot->staged) {  // not staged, or an unload brought it
-      if (snapshot->used_chunks != 0) visit(snapshot->chunks.data(), snapshot->used_chunks);
-      return true;
-    }
-    snapshot->fetching = true;
-  }
-  // No lock across the copies: an unload's callback may hold the driver until
-  // it returns, and must not wait for this thread meanwhile.
-  const uint32_t chunk = snapshot->chunk_bytes;
-  const uint32_t total = snapshot->used_chunks;
-  const bool pinned = bounce_[0] != nullptr && chunk <= options_.bounce_bytes;
-  const uint32_t per_piece = pinned ? static_cast<uint32_t>(options_.bounce_bytes / chunk) : total;
-  const auto piece_at = [&](uint32_t first) { return std::min(per_piece, total - first); };
-  bool ok = true;
-  uint32_t visited = 0;
-  if (pinned) {
-    // Piece p lands in bounce_[p % 2] while piece p - 1 is visited.
-    const auto copy = [&](uint32_t first) {
-      return gpu_.CopyToHost(bounce_[(first / per_piece) % 2], staging_ + snapshot->staging_offset + uint64_t{first} * chunk,
-                             uint64_t{piece_at(first)} * chunk, fetch_stream_);
-    };
-    ok = total == 0 || copy(0);
-    for (uint32_t first = 0; ok && first < total; first += per_piece) {
-      ok = gpu_.Wait(fetch_stream_, kOwnCopyTimeout);  // this piece, and nothing after it yet
-      if (ok && first + per_piece < total) ok = copy(first + per_piece);
-      if (!ok) break;
-      visit(bounce_[(first / per_piece) % 2], piece_at(first));
-      visited = first + piece_at(first);
-    }
-  } else {
-    const size_t bytes = static_cast<size_t>(total) * chunk;
-    if (snapshot->chunks.size() < bytes) snapshot->retired = std::move(snapshot->chunks);
-    ok = CopyFromStaging(snapshot->staging_offset, bytes, fetch_stream_, &snapshot->chunks);
-    if (ok) {
-      if (total != 0) visit(snapshot->chunks.data(), total);
-      visited = total;
-    }
-  }
-  HostBuffer spent;  // unmapped outside the lock
-  HostBuffer rescued;
-  {
-    std::lock_guard<std::mutex> lock(slices_mu_);
-    snapshot->fetching = false;
-    snapshot->staged = false;
-    rescued = std::move(snapshot->rescued);
-    if (ok || rescued.size() >= static_cast<size_t>(total) * chunk) ReleaseSliceLocked(snapshot->staging_offset);
-  }
-  if (!ok && rescued.size() >= static_cast<size_t>(total) * chunk) {
-    // The context went while this thread copied: the unload's copy of the
-    // read-back stands in for what is left.
-    if (total > visited) visit(rescued.data() + static_cast<size_t>(visited) * chunk, total - visited);
-    snapshot->chunks.Abandon();  // a copy may still land in it
-    snapshot->chunks = std::move(rescued);
-    return true;
-  }
-  spent = std::move(rescued);
-  if (ok) return true;
-  // The slice stays held: a copy from it may still be under way.
+  if (staging_.Visit(snapshot, visit, facts_.info.ordinal)) return true;
   failed_ = true;
-  snapshot->chunks.Abandon();  // a copy may still land in it
-  Log().error("profiling stops on GPU {}: a read-back could not be brought to host memory; {} of its {} chunks are lost",
-              facts_.info.ordinal, total - visited, total);
   return false;
 }
 
 void DeviceContext::FetchAtUnload(ArenaSnapshot* snapshot, const std::function<void(const ArenaSnapshot&)>& scan) {
-  uint64_t offset;
-  bool staged;
-  {
-    std::lock_guard<std::mutex> lock(slices_mu_);
-    staged = snapshot->staged;
-    offset = snapshot->staging_offset;
-    if (staged) ++slices_[offset].second;  // held while copied here, whatever the fetch does
-  }
-  if (!staged) {
-    scan(*snapshot);  // in host memory for good (a harvest thread may be decoding it: both only read)
-    return;
-  }
-  ArenaSnapshot copy;
-  copy.used_chunks = snapshot->used_chunks;
-  copy.chunk_bytes = snapshot->chunk_bytes;
-  const bool ok =
-      CopyFromStaging(offset, static_cast<size_t>(copy.used_chunks) * copy.chunk_bytes, stream_, &copy.chunks);
-  if (!ok) {
-    copy.chunks.Abandon();  // a copy may still land in it
-    copy.used_chunks = 0;   // nothing to scan
-    Log().warn("GPU {}: staged events could not be read before an unload; their names may be unreadable",
-               facts_.info.ordinal);
-  }
-  scan(copy);
-  HostBuffer spent;  // unmapped outside the lock
-  std::lock_guard<std::mutex> lock(slices_mu_);
-  ReleaseSliceLocked(offset);
-  if (!ok || !snapshot->staged) return;  // failed here, or fetched meanwhile
-  if (snapshot->fetching) {
-    snapshot->rescued = std::move(copy.chunks);
-    return;
-  }
-  spent = std::move(snapshot->chunks);  // nobody is fetching it: this copy is its chunks
-  snapshot->chunks = std::move(copy.chunks);
-  snapshot->staged = false;
-  ReleaseSliceLocked(offset);
+  staging_.FetchAtUnload(snapshot, scan, stream_, facts_.info.ordinal);
 }
 
-bool DeviceContext::Staged(const ArenaSnapshot& snapshot) {
-  std::lock_guard<std::mutex> lock(slices_mu_);
-  return snapshot.staged;
-}
+bool DeviceContext::Staged(const ArenaSnapshot& snapshot) { return staging_.Staged(snapshot); }
 
 }  // namespace smprof::injector

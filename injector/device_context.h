@@ -38,20 +38,11 @@
 // (cursors left in shared memory by earlier blocks never match again) and
 // returns the bytes; decoding happens elsewhere (harvester.h).
 //
-// Staging: the copy the application waits for is a device-to-device copy
-// into the context's staging area (as large as the arena, allocated beside
-// it), at the device's memory speed: 35 MB in tens of microseconds where the
-// copy to host took milliseconds, and 2 GB in about two. A harvest thread
-// then brings the staged chunks to host memory piece by piece through two
-// page-locked buffers allocated at setup (VisitChunks), off the
-// application's threads. Each read-back takes a slice of the area until it
-// is fetched; one
-// that finds no slice free (earlier read-backs, not fetched yet, fill the
-// area) copies to host memory directly, as all do when the staging area
-// could not be allocated. Before the context or its modules go, the thread
-// of the unload brings every staged read-back to host memory itself
-// (FetchAtUnload): it never waits for a harvest thread, whose driver calls
-// may be waiting for the unload's callback to return.
+// Staging (staging_area.h): the copy the application waits for is a
+// device-to-device copy into a slice of the context's staging area, at the
+// device's memory speed; a harvest thread brings it to host memory later
+// (VisitChunks). A read-back that finds no slice free copies to host memory
+// directly, as all do when the staging area could not be allocated.
 //
 // Thread-safe; all state is private. No lock is held across a Gpu call
 // except the gate and the read-back mutex, which only harvests take first.
@@ -61,16 +52,17 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "injector/arena_snapshot.h"
 #include "injector/chunk_sizing.h"
 #include "injector/gpu.h"
 #include "injector/host_buffer.h"
+#include "injector/staging_area.h"
 #include "smprof/wire.h"
 
 namespace smprof::injector {
@@ -91,29 +83,6 @@ enum class HarvestMode {
   kContextSynced,  // the application synchronised the context: likewise, but work on streams smprof
                    // cannot query (other threads' per-thread streams, destroyed streams) is done too
   kForce,          // wait for the recording work, until a deadline (drain, unload, teardown, exit)
-};
-
-// What one read-back took from the arena.
-struct ArenaSnapshot {
-  HostBuffer chunks;  // used_chunks x chunk_bytes
-  // A buffer too small for a read-back, replaced by a larger one: unmapped
-  // by a harvest thread, not by the application's.
-  HostBuffer retired;
-  uint32_t used_chunks = 0;
-  uint32_t chunk_bytes = 0;
-  uint32_t total_chunks = 0;
-  uint64_t dropped_events = 0;   // ArenaHeader counters at the read
-  uint64_t unplaced_events = 0;
-  uint64_t time_ns = 0;       // when the recording work was found done (CUPTI clock)
-  uint64_t wait_end_ns = 0;   // when the copy began
-  // The chunks wait in the context's staging area on the device, from
-  // `staging_offset` on: DeviceContext::VisitChunks brings them to host memory.
-  // Set by Read; once the snapshot is handed on, `staged`, `fetching` and
-  // `rescued` are used only under its context's slice lock.
-  bool staged = false;
-  bool fetching = false;  // a harvest thread is copying them into `chunks`
-  HostBuffer rescued;     // an unload's copy, for a fetch that fails as the context goes
-  uint64_t staging_offset = 0;
 };
 
 enum class ReadBack { kDone, kNothing, kBusy, kFailed };
@@ -232,14 +201,6 @@ class DeviceContext {
   // The arena: options_.buffer_bytes, or sized from the free device memory.
   bool AllocateArena(uint64_t* bytes);
   bool Quiesce(HarvestMode mode, std::chrono::steady_clock::time_point deadline);
-  // A slice of the staging area for a read-back of `bytes` (false: none
-  // free), held once; each hold is released once, the last frees it.
-  bool TakeSlice(uint64_t bytes, uint64_t* offset);
-  bool FitSliceLocked(uint64_t bytes, uint64_t* offset) const;  // slices_mu_ held; where it would go
-  void ReleaseSliceLocked(uint64_t offset);                          // slices_mu_ held
-  // Copies `bytes` of the staging area from `offset` into `*into` (replaced
-  // by a large enough buffer if it is smaller) on `stream`, and waits.
-  bool CopyFromStaging(uint64_t offset, size_t bytes, GpuStream stream, HostBuffer* into);
   void AddBusy(GpuStream stream, bool per_thread, uint64_t thread);  // mu_ held
   // The generation's chunks are of `chunk_class` (ref_ and its mirrors);
   // in SetUp, or mu_ held with nothing lit.
@@ -262,16 +223,7 @@ class DeviceContext {
   std::atomic<uint32_t> num_chunks_{0};  // ref_'s, for readers without a lock
   std::atomic<int> chunk_class_{0};
   GpuStream stream_ = nullptr;  // private, non-blocking
-  DevPtr staging_ = 0;          // as large as the chunk region; 0: none could be had
-  GpuStream fetch_stream_ = nullptr;  // private: the fetches' copies
-  // The page-locked buffers staged chunks come to host memory through
-  // (options_.bounce_bytes each; none: VisitChunks copies into the
-  // snapshot's buffer instead).
-  uint8_t* bounce_[2] = {nullptr, nullptr};
-  std::mutex slices_mu_;              // never held across a Gpu call
-  // Slices of the staging area holding read-backs not fetched yet:
-  // offset -> (bytes, holds).
-  std::map<uint64_t, std::pair<uint64_t, int>> slices_;
+  StagingArea staging_;         // as large as the chunk region
   std::atomic<uint64_t> staged_reads_{0}, direct_reads_{0};  // for the log
   // Page-locked words the GPU copies from and into asynchronously:
   // [0] the arena address, [1] zero (sources of in-stream-order lighting and
