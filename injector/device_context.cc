@@ -225,9 +225,7 @@ bool DeviceContext::Light(Module* m, GpuStream stream, bool capturing) {
   if (!m->is_lit.exchange(true, std::memory_order_acq_rel)) lit_count_.fetch_add(1, std::memory_order_acq_rel);
   // Unwanted launches queued before the light may record now: their streams
   // hold recording work until proven idle.
-  for (GpuStream s : quiet_streams_) AddBusy(s, false, 0);
-  for (uint64_t thread : quiet_ptds_users_) AddBusy(nullptr, true, thread);
-  if (!quiet_streams_.empty() || !quiet_ptds_users_.empty()) ++pending_;
+  if (streams_.QuietBecomeBusy()) ++pending_;
   return true;
 }
 
@@ -270,14 +268,6 @@ bool DeviceContext::DarkenInStreamOrder(Module* m, GpuStream stream, bool per_th
   return true;
 }
 
-void DeviceContext::AddBusy(GpuStream stream, bool per_thread, uint64_t thread) {
-  if (per_thread) {
-    if (std::find(ptds_users_.begin(), ptds_users_.end(), thread) == ptds_users_.end()) ptds_users_.push_back(thread);
-  } else if (std::find(busy_streams_.begin(), busy_streams_.end(), stream) == busy_streams_.end()) {
-    busy_streams_.push_back(stream);
-  }
-}
-
 void DeviceContext::NoteLaunch(Module* m, GpuStream stream, bool per_thread, double chunks, ClaimRates* rates,
                                uint64_t warps) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -292,7 +282,7 @@ void DeviceContext::NoteLaunch(Module* m, GpuStream stream, bool per_thread, dou
   if (m != nullptr) {
     m->NoteStream(stream);
   }
-  AddBusy(stream, per_thread, ThreadToken());
+  streams_.NoteBusy(stream, per_thread, ThreadToken());
 }
 
 namespace {
@@ -318,24 +308,17 @@ void DeviceContext::NoteQuietLaunch(GpuStream stream, bool per_thread) {
 
 void DeviceContext::AdoptQuietLaunch(GpuStream stream, bool per_thread, uint64_t thread) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (per_thread) {
-    if (std::find(quiet_ptds_users_.begin(), quiet_ptds_users_.end(), thread) == quiet_ptds_users_.end()) {
-      quiet_ptds_users_.push_back(thread);
-    }
-  } else if (std::find(quiet_streams_.begin(), quiet_streams_.end(), stream) == quiet_streams_.end()) {
-    quiet_streams_.push_back(stream);
-  }
+  streams_.NoteQuiet(stream, per_thread, thread);
 }
 
 void DeviceContext::NoteStreamDestroy(GpuStream stream) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (std::find(busy_streams_.begin(), busy_streams_.end(), stream) == busy_streams_.end()) return;
+    if (!streams_.busy(stream)) return;
   }
   const bool idle = gpu_.Query(stream) == StreamState::kIdle;
   std::lock_guard<std::mutex> lock(mu_);
-  busy_streams_.erase(std::remove(busy_streams_.begin(), busy_streams_.end(), stream), busy_streams_.end());
-  orphaned_work_ |= !idle;
+  streams_.Destroyed(stream, idle);
 }
 
 void DeviceContext::ModulesMayBeStale() {
@@ -396,28 +379,18 @@ void DeviceContext::Poll() {
 // the application's capture); work on it is not executing anyway, but the
 // stream may also hold earlier eager work, so it counts as busy.
 bool DeviceContext::Quiesce(HarvestMode mode, std::chrono::steady_clock::time_point deadline) {
-  std::vector<GpuStream> streams;
-  bool other_threads = false;
-  bool orphaned;
+  StreamTracker::Work work;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    streams = busy_streams_;
-    orphaned = orphaned_work_;
-    for (uint64_t token : ptds_users_) {
-      if (token == ThreadToken()) {
-        streams.push_back(kPerThreadStream);  // this thread's own per-thread stream
-      } else {
-        other_threads = true;
-      }
-    }
+    work = streams_.WorkFor(ThreadToken());
   }
-  if (orphaned || other_threads) {
+  if (work.orphaned || work.other_threads) {
     // Only the application's own context synchronisation proves such work
     // done; smprof repeats it to cover launches that raced it. Without one,
     // the harvest waits for a later synchronisation (or is lost at exit).
     return mode == HarvestMode::kContextSynced && gpu_.SynchronizeContext();
   }
-  for (GpuStream s : streams) {
+  for (GpuStream s : work.streams) {
     if (gpu_.Capturing(s)) return false;
     if (mode == HarvestMode::kForce) {
       const auto left = deadline - std::chrono::steady_clock::now();
@@ -543,12 +516,8 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
     m->lit_everywhere = false;
   }
   lit_count_.store(0, std::memory_order_release);
-  busy_streams_.clear();
-  ptds_users_.clear();
-  quiet_streams_.clear();
-  quiet_ptds_users_.clear();
+  streams_.Clear();
   quiet_generation_.fetch_add(1, std::memory_order_acq_rel);
-  orphaned_work_ = false;
   pending_ = 0;
   projected_chunks_ = 0;
   sized_ = false;

@@ -12,7 +12,7 @@
 //     kernel of the module queued earlier on *another* stream may then
 //     record too: every stream that received an unwanted launch since the
 //     last harvest (NoteQuietLaunch: a thread-local check per launch) then
-//     counts as busy, so no harvest reads the arena under it, and the
+//     counts as busy (stream_tracker.h), so no harvest reads the arena under it, and the
 //     harvest keeps only the events of wanted launches.
 //   - DarkenInStreamOrder(): an unwanted launch of a lit module whose wanted
 //     launches since the last harvest were all on the same stream darkens it
@@ -63,6 +63,7 @@
 #include "injector/gpu.h"
 #include "injector/host_buffer.h"
 #include "injector/staging_area.h"
+#include "injector/stream_tracker.h"
 #include "smprof/wire.h"
 
 namespace smprof::injector {
@@ -201,7 +202,6 @@ class DeviceContext {
   // The arena: options_.buffer_bytes, or sized from the free device memory.
   bool AllocateArena(uint64_t* bytes);
   bool Quiesce(HarvestMode mode, std::chrono::steady_clock::time_point deadline);
-  void AddBusy(GpuStream stream, bool per_thread, uint64_t thread);  // mu_ held
   // The generation's chunks are of `chunk_class` (ref_ and its mirrors);
   // in SetUp, or mu_ held with nothing lit.
   void UseChunkClass(int chunk_class);
@@ -241,13 +241,8 @@ class DeviceContext {
   std::vector<std::unique_ptr<Module>> retired_;  // forgotten modules: cached pointers stay valid
   bool modules_stale_ = false;
   std::atomic<int> lit_count_{0};
-  std::vector<GpuStream> busy_streams_;   // streams with recording work since the last harvest
-  std::vector<uint64_t> ptds_users_;      // threads with recording work on their per-thread stream
-  bool orphaned_work_ = false;            // a busy stream was destroyed before its work ended
-  // Streams (and per-thread streams, by thread) of unwanted launches since the last harvest.
-  std::vector<GpuStream> quiet_streams_;
-  std::vector<uint64_t> quiet_ptds_users_;
-  std::atomic<uint64_t> quiet_generation_{1};  // bumped at each harvest
+  StreamTracker streams_;                       // work since the last harvest
+  std::atomic<uint64_t> quiet_generation_{1};  // bumped at each harvest (NoteQuietLaunch's fast path)
   uint64_t pending_ = 0;                  // recording launches since the last harvest
   bool sized_ = false;                    // the chunk size of this generation is fixed
   double projected_chunks_ = 0;
