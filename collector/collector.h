@@ -68,8 +68,9 @@ struct CollectorOptions {
   // Per-range SM cycles in a protobuf trace: "none", "counter" or "args"
   // (PerfettoSink::CyclesEncoding).
   std::string trace_cycles = "none";
-  // Run the trace writer and the statistics on threads of their own:
-  // kAuto does when the machine has at least kSinkThreadCores cores.
+  // Run the trace builder, the trace writer and the statistics on threads
+  // of their own: kAuto does when the machine has at least kSinkThreadCores
+  // cores.
   enum class SinkThreads { kAuto, kOn, kOff };
   SinkThreads sink_threads = SinkThreads::kAuto;
   static constexpr unsigned kSinkThreadCores = 4;

@@ -60,7 +60,7 @@ constexpr char kUsage[] =
     "  --log-level L           trace|debug|info|warn|error|critical|off (default warn)\n"
     "  --layout L              protobuf track layout: launch|hardware|auto (default auto)\n"
     "  --trace-cycles HOW      per-range SM cycles in a protobuf trace: none|counter|args (default none)\n"
-    "  --sink-threads WHEN     trace writer and statistics on threads of their own:\n"
+    "  --sink-threads WHEN     trace builder, writer and statistics on threads of their own:\n"
     "                          auto (4 or more cores)|on|off (default auto)\n"
     "  --help                  show this help\n";
 

@@ -48,9 +48,10 @@ const std::vector<SettingSpec> kSettings = {
      "have them; ~12 bytes an event), counter (a \"cycles\" counter value per\n"
      "range; ~1.7 bytes an event more) or args (a slice argument; ~3.4 more)"},
     {Setting::kSinkThreads, "SMPROF_SINK_THREADS", nullptr, 0, "WHEN", "auto",
-     "the collector's trace writer and statistics each on a thread of its\n"
-     "own, beside the thread that decodes and matches: auto (on machines of\n"
-     "4 or more cores), on or off; the trace is the same byte for byte"},
+     "the collector's trace builder, trace writer and statistics each on a\n"
+     "thread of its own, beside the thread that decodes read-backs: auto (on\n"
+     "machines of 4 or more cores), on or off; the trace is the same byte for\n"
+     "byte"},
     {Setting::kBacklog, "SMPROF_BACKLOG", "backlog", 0, "POLICY", "wait",
      "when the host falls behind the GPU (every read-back buffer queued):\n"
      "wait (hold the application's synchronisation or launch until one is\n"

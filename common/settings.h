@@ -100,7 +100,7 @@ struct Settings {
   std::string log_level = "warn";
   std::string layout = "auto";        // trace layout: "launch", "hardware" or "auto"
   std::string trace_cycles = "none";  // per-slice SM cycles in a protobuf trace: "none", "counter" or "args"
-  std::string sink_threads = "auto";  // the collector's trace writer and statistics on threads: "auto", "on", "off"
+  std::string sink_threads = "auto";  // the collector's builder, writer and statistics on threads: "auto", "on", "off"
   Backlog backlog = Backlog::kWait;
 };
 
