@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,11 +22,17 @@ namespace {
 // One message for the next stage, built in place.
 class Outgoing {
  public:
-  // Room for `bytes` (padding zeroed); Send sets the header.
+  // Room for `bytes`, the caller to write every one of them (the padding
+  // after them is zeroed here); Commit sets the header.
   uint8_t* Frame(uint32_t bytes) {
     const uint32_t size = wire::PaddedSize(bytes);
-    buffer_.assign(size, 0);
-    return buffer_.data();
+    if (capacity_ < size) {
+      capacity_ = std::max<size_t>(size, capacity_ * 2);
+      buffer_ = std::make_unique<uint8_t[]>(capacity_);
+    }
+    size_ = size;
+    std::memset(buffer_.get() + bytes, 0, size - bytes);
+    return buffer_.get();
   }
   template <typename Msg>
   void Send(const LaunchAssembler::Next& next, const transport::ProducerInfo& info, uint32_t type, const Msg& fixed,
@@ -36,13 +43,15 @@ class Outgoing {
     Commit(next, info, type);
   }
   void Commit(const LaunchAssembler::Next& next, const transport::ProducerInfo& info, uint32_t type) {
-    const wire::MsgHeader h{type, static_cast<uint32_t>(buffer_.size())};
-    std::memcpy(buffer_.data(), &h, sizeof(h));
-    next(info, buffer_.data(), static_cast<uint32_t>(buffer_.size()));
+    const wire::MsgHeader h{type, size_};
+    std::memcpy(buffer_.get(), &h, sizeof(h));
+    next(info, buffer_.get(), size_);
   }
 
  private:
-  std::vector<uint8_t> buffer_;
+  std::unique_ptr<uint8_t[]> buffer_;
+  size_t capacity_ = 0;
+  uint32_t size_ = 0;
 };
 
 }  // namespace
@@ -311,6 +320,7 @@ size_t LaunchAssembler::Assemble(Producer& p, Context& c, bool final, uint32_t r
     slot = Cached{address, generation, id};
     return id;
   };
+  std::vector<uint32_t> ids;  // a message's name ids
   for (const arena::Launch& launch : launches) {
     const arena::KernelRecord& r = launch.record;
     auto m = ZeroedMessage<wire::LaunchMsg>();
@@ -356,7 +366,7 @@ size_t LaunchAssembler::Assemble(Producer& p, Context& c, bool final, uint32_t r
           ++count;
         }
         // Names first: a new one sends a NameMsg (through the same buffer).
-        std::vector<uint32_t> ids(count);
+        ids.resize(count);
         for (size_t i = 0; i < count; ++i) {
           ids[i] = name_id(seg.name_generation, seg.name_base + static_cast<int64_t>(warp.events[first + i].name_offset));
         }
