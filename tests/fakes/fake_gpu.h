@@ -31,6 +31,7 @@
 #include "injector/activity_store.h"
 #include "injector/gpu.h"
 #include "injector/kernel_table.h"
+#include "smprof/detail/arena_protocol.h"
 #include "smprof/wire.h"
 
 namespace smprof::injector::fake {
@@ -536,25 +537,19 @@ class FakeGpu final : public Gpu {
                 Write(ref.arena, header);
                 break;
               }
-              chunk = ref.chunks + (uint64_t{index} << ref.chunk_shift);
-              wire::ChunkHeader h{};
-              h.grid_id = grid;
-              h.name_base = m.name_base;
-              h.block_x = w / 4;
-              h.sm = static_cast<uint16_t>(w % 4);
-              h.warp = static_cast<uint8_t>(w % 4);
-              h.magic = wire::kChunkMagic;
-              h.hw_warp = static_cast<uint8_t>(w % 4);
-              h.anchor_clock = clock;
-              h.anchor_time_ns = start + clock;
-              Write(chunk, h);
+              chunk = protocol::ChunkAddress(ref.chunks, index, ref.chunk_shift);
+              const uint64_t words[protocol::kChunkHeaderWords] = {grid,
+                                                                   m.name_base,
+                                                                   protocol::BlockWord(w / 4, 0, 0),
+                                                                   protocol::WarpWord(w % 4, w % 4, w % 4, 0),
+                                                                   clock,
+                                                                   start + clock};
+              std::memcpy(At(chunk), words, sizeof(words));
               slot = 0;
             }
-            wire::Event ev{};
-            ev.clock_lo = static_cast<uint32_t>(clock);
-            ev.info = e % 2 == 0 ? wire::kEventBegin : wire::kEventEnd;
-            ev.name_offset = 16;
-            Write(chunk + sizeof(wire::ChunkHeader) + slot * sizeof(wire::Event), ev);
+            const uint64_t event[2] = {protocol::EventLow(clock, e % 2 == 0 ? wire::kEventBegin : wire::kEventEnd),
+                                       protocol::EventHigh(16, 0)};
+            std::memcpy(At(chunk + sizeof(wire::ChunkHeader) + slot * sizeof(wire::Event)), event, sizeof(event));
             ++slot;
             clock += 5;
             events_written_.fetch_add(1);

@@ -1,5 +1,5 @@
-// Test-only writer of arena chunks as the device recorder writes them
-// (include/smprof/detail/record.cuh, wire.h): headers, 16-byte events and
+// Test-only writer of arena chunks as the device recorder writes them, with
+// its words (include/smprof/detail/arena_protocol.h): headers, 16-byte events and
 // the Triton markers' compact 8-byte slots. Shared by the arena decoder's,
 // the launch assembler's and the chunk scan's tests.
 #pragma once
@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "smprof/detail/arena_protocol.h"
 #include "smprof/wire.h"
 
 namespace smprof::testing {
@@ -26,26 +27,18 @@ class ArenaBuilder {
   uint32_t Claim(uint64_t grid, uint32_t bx, uint16_t warp, uint16_t sm, uint64_t name_base = 0x1000,
                  uint64_t anchor_clock = 0, uint64_t anchor_time = 0, uint8_t flags = 0) {
     const uint32_t c = next_++;
-    wire::ChunkHeader h{};
-    h.grid_id = grid;
-    h.name_base = name_base;
-    h.block_x = bx;
-    h.sm = sm;
-    h.warp = static_cast<uint8_t>(warp);
-    h.magic = wire::kChunkMagic;
-    h.hw_warp = static_cast<uint8_t>(warp + 40);
-    h.flags = flags;
-    h.anchor_clock = anchor_clock;
-    h.anchor_time_ns = anchor_time;
-    std::memcpy(At(c, 0), &h, sizeof(h));
+    const uint64_t words[protocol::kChunkHeaderWords] = {
+        grid, name_base, protocol::BlockWord(bx, 0, 0), protocol::WarpWord(sm, warp, warp + 40u, flags),
+        anchor_clock, anchor_time};
+    std::memcpy(At(c, 0), words, sizeof(words));
     fill_.push_back(wire::kChunkHeaderSlots);
     return c;
   }
   // Writes an event the way the recorder packs it.
   void Add(uint32_t chunk, uint64_t clock, int32_t name, uint32_t kind, uint32_t value = 0) {
-    const wire::Event e{static_cast<uint32_t>(clock),
-                        static_cast<uint32_t>(clock >> 32 << wire::kEventClockShift) | kind, name, value};
-    std::memcpy(At(chunk, fill_[chunk]++), &e, sizeof(e));
+    const uint64_t words[2] = {protocol::EventLow(clock, kind),
+                               protocol::EventHigh(static_cast<uint32_t>(name), value)};
+    std::memcpy(At(chunk, fill_[chunk]++), words, sizeof(words));
   }
   void Skip(uint32_t chunk) { ++fill_[chunk]; }  // leaves an unused slot
   // Claims a chunk and writes nothing (a Triton warp's first chunk, claimed

@@ -12,6 +12,7 @@
 
 #include "collector/clock_map.h"
 #include "collector/launch_matcher.h"
+#include "smprof/detail/arena_protocol.h"
 #include "tests/support/arena_builder.h"
 
 namespace smprof::arena {
@@ -596,6 +597,46 @@ TEST(MatchLaunches, MergingOverThreadsGivesWhatOneThreadGives) {
   EXPECT_TRUE(std::is_sorted(first.events.begin(), first.events.end(),
                              [](const DecodedEvent& x, const DecodedEvent& y) { return x.clock < y.clock; }));
   EXPECT_EQ(first.events[0].time_ns, 1000000u + 0 + 12345);
+}
+
+// The words every arena writer stores (arena_protocol.h) are the fields the
+// readers take from wire.h's structs.
+TEST(ArenaProtocol, WordsAreTheHeaderAndEventFields) {
+  const uint64_t header_words[protocol::kChunkHeaderWords] = {
+      0x1122334455667788ull, 0x7f0000001000ull, protocol::BlockWord(70000, 65535, 3),
+      protocol::WarpWord(131, 31, 63, wire::kChunkFromCursor), 123456789012ull, 987654321098ull};
+  wire::ChunkHeader h;
+  static_assert(sizeof(header_words) == sizeof(h));
+  std::memcpy(&h, header_words, sizeof(h));
+  EXPECT_EQ(h.grid_id, 0x1122334455667788ull);
+  EXPECT_EQ(h.name_base, 0x7f0000001000ull);
+  EXPECT_EQ(h.block_x, 70000u);
+  EXPECT_EQ(h.block_y, 65535u);
+  EXPECT_EQ(h.block_z, 3u);
+  EXPECT_EQ(h.sm, 131u);
+  EXPECT_EQ(h.warp, 31u);
+  EXPECT_EQ(h.magic, wire::kChunkMagic);
+  EXPECT_EQ(h.hw_warp, 63u);
+  EXPECT_EQ(h.flags, wire::kChunkFromCursor);
+  EXPECT_EQ(h.cluster, 0u);
+  EXPECT_EQ(h.anchor_clock, 123456789012ull);
+  EXPECT_EQ(h.anchor_time_ns, 987654321098ull);
+
+  const uint64_t clock = (uint64_t{0x1234} << 32) | 0x89abcdefu;
+  const uint32_t kind = wire::kEventEnd | wire::kEventHasValue;
+  const uint64_t event_words[2] = {protocol::EventLow(clock, kind), protocol::EventHigh(0xfffffff0u, 42)};
+  wire::Event e;
+  std::memcpy(&e, event_words, sizeof(e));
+  EXPECT_EQ(e.clock_lo, 0x89abcdefu);
+  EXPECT_EQ(e.info & (wire::kEventKindMask | wire::kEventFlagsMask), kind);
+  EXPECT_EQ(e.info >> wire::kEventClockShift, 0x1234u);
+  EXPECT_EQ(e.name_offset, -16);
+  EXPECT_EQ(e.value, 42u);
+  const uint64_t continuation[2] = {protocol::ContinuationLow(event_words[0]), protocol::ContinuationHigh(7)};
+  std::memcpy(&e, continuation, sizeof(e));
+  EXPECT_EQ(e.clock_lo, 0x89abcdefu);
+  EXPECT_EQ(e.info & (wire::kEventKindMask | wire::kEventFlagsMask), uint32_t{wire::kEventValueHigh});
+  EXPECT_EQ(e.value, 7u);
 }
 
 }  // namespace

@@ -45,6 +45,7 @@
 
 #include <cstdint>
 
+#include "smprof/detail/arena_protocol.h"
 #include "smprof/detail/macros.h"
 #include "smprof/detail/options.h"
 #include "smprof/detail/sreg.cuh"
@@ -118,16 +119,15 @@ __device__ SMPROF_FORCEINLINE wire::WarpCursor* Cursors() {
   return cursors;
 }
 
-// The two 64-bit halves of a wire::Event.
+// The two 64-bit halves of a wire::Event (arena_protocol.h).
 __device__ SMPROF_FORCEINLINE uint64_t EventLow(uint64_t clock, uint32_t kind_flags) {
-  const uint32_t info = (static_cast<uint32_t>(clock >> 32) << wire::kEventClockShift) | kind_flags;
-  return static_cast<uint32_t>(clock) | (static_cast<uint64_t>(info) << 32);
+  return protocol::EventLow(clock, kind_flags);
 }
 
 __device__ SMPROF_FORCEINLINE uint64_t EventHigh(const char* name, uint32_t value) {
   const auto offset = static_cast<uint32_t>(reinterpret_cast<intptr_t>(name) -
                                             reinterpret_cast<intptr_t>(&g_name_base<kAbiVersion>));
-  return offset | (static_cast<uint64_t>(value) << 32);
+  return protocol::EventHigh(offset, value);
 }
 
 // A BEGIN is stamped after the marker's own work, every other kind before it,
@@ -154,21 +154,13 @@ __device__ SMPROF_FORCEINLINE void Store16If(bool pred, uint64_t dst, uint64_t l
       : "memory");
 }
 
-// A wide value's continuation slot (wire::kEventValueHigh): the event's
-// clock, bits 32-63 of the value, no name.
-__device__ SMPROF_FORCEINLINE uint64_t ContinuationLow(uint64_t lo) {
-  return (lo & ~(uint64_t{0xff} << 32)) | (static_cast<uint64_t>(wire::kEventValueHigh) << 32);
-}
-
-__device__ SMPROF_FORCEINLINE uint64_t ContinuationHigh(uint32_t value_high) {
-  return static_cast<uint64_t>(value_high) << 32;
-}
-
 // An event of kSlots slots (2: a wide value and its continuation) at `dst`.
 template <uint32_t kSlots>
 __device__ SMPROF_FORCEINLINE void StoreEventIf(bool pred, uint64_t dst, uint64_t lo, uint64_t hi, uint32_t high) {
   Store16If(pred, dst, lo, hi);
-  if constexpr (kSlots == 2) Store16If(pred, dst + sizeof(wire::Event), ContinuationLow(lo), ContinuationHigh(high));
+  if constexpr (kSlots == 2) {
+    Store16If(pred, dst + sizeof(wire::Event), protocol::ContinuationLow(lo), protocol::ContinuationHigh(high));
+  }
 }
 
 // red.global: a fire-and-forget add on a known-global address.
@@ -186,14 +178,11 @@ __device__ SMPROF_RECORDER_SLOW_PATH uint64_t ClaimChunk(uint32_t flags) {
                : "l"(ref.arena + offsetof(wire::ArenaHeader, next_chunk))
                : "memory");
   if (chunk >= ref.num_chunks) return 0;
-  const uint64_t base = ref.chunks + (static_cast<uint64_t>(chunk) << ref.chunk_shift);
+  const uint64_t base = protocol::ChunkAddress(ref.chunks, chunk, ref.chunk_shift);
   const uint64_t clock = sreg::Clock64();
   const uint64_t time = sreg::GlobalTimer();
-  const uint64_t w2 = static_cast<uint64_t>(sreg::CtaidX()) | (static_cast<uint64_t>(sreg::CtaidY()) << 32) |
-                      (static_cast<uint64_t>(sreg::CtaidZ()) << 48);
-  const uint64_t w3 = static_cast<uint64_t>(sreg::SmId() & 0xffff) | (static_cast<uint64_t>(WarpIndex()) << 16) |
-                      (static_cast<uint64_t>(wire::kChunkMagic) << 24) |
-                      (static_cast<uint64_t>(sreg::WarpSlot() & 0xff) << 32) | (static_cast<uint64_t>(flags) << 40);
+  const uint64_t w2 = protocol::BlockWord(sreg::CtaidX(), sreg::CtaidY(), sreg::CtaidZ());
+  const uint64_t w3 = protocol::WarpWord(sreg::SmId(), WarpIndex(), sreg::WarpSlot(), flags);
   Store16(base, sreg::GridId(), reinterpret_cast<uint64_t>(&g_name_base<kAbiVersion>));
   Store16(base + 16, w2, w3);
   Store16(base + 32, clock, time);
