@@ -9,13 +9,8 @@
 #include <cstring>
 #include <vector>
 
-#include "collector/trace_placement.h"
-
 namespace smprof {
 namespace {
-
-// Buffered bytes that trigger a write at the next object boundary.
-constexpr size_t kWriteThreshold = 1u << 20;
 
 void AppendUint(std::string* out, uint64_t v) {
   char tmp[24];
@@ -183,6 +178,33 @@ int64_t CompleteTracePrefix(int fd, uint64_t size, bool* closed) {
 
 }  // namespace internal
 
+namespace {
+
+// The JSON format's cut (TraceFile::Format): the file may end inside an
+// object. Cut it after the last whole object and close the array; if even
+// the three closing bytes do not fit, step back one object at a time.
+std::string CloseAfterLastObject(int fd, uint64_t /*at*/, std::string_view /*reached*/, uint64_t* written) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return "; the trace may end inside an event";
+  uint64_t end = static_cast<uint64_t>(st.st_size);
+  for (;;) {
+    bool closed = false;
+    const int64_t keep = internal::CompleteTracePrefix(fd, end, &closed);
+    if (keep > 0 && CloseAt(fd, static_cast<uint64_t>(keep))) {
+      *written = static_cast<uint64_t>(keep) + 3;
+      return "; the trace was cut after the last event written whole and closed";
+    }
+    if (keep <= 1) break;
+    end = static_cast<uint64_t>(keep) - 1;  // cuts that object: the one before is kept
+  }
+  return "; the trace may end inside an event";
+}
+
+// Read access too: after a write error the file is read back.
+constexpr TraceFile::Format kJsonFile{/*read_back=*/true, &CloseAfterLastObject};
+
+}  // namespace
+
 bool RepairTraceFile(const std::string& path, bool* repaired, std::string* error) {
   *repaired = false;
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
@@ -321,12 +343,9 @@ std::string JsonArgs::str() const {
 // --- TraceWriter ------------------------------------------------------------
 
 std::unique_ptr<TraceWriter> TraceWriter::Open(const std::string& path, std::string* error, bool exclusive) {
-  // Read access too: after a write error the writer reads back where the last
-  // whole object ends (CloseAfterError).
-  const int fd = OpenTraceFile(path, exclusive, /*read_back=*/true, error);
-  if (fd < 0) return nullptr;
-  std::unique_ptr<TraceWriter> writer(new TraceWriter(fd, path));
-  writer->buf_ = "[\n";
+  std::unique_ptr<TraceWriter> writer(new TraceWriter());
+  if (!writer->file_.Open(path, exclusive, kJsonFile, error)) return nullptr;
+  writer->file_.Append("[\n");
   if (!writer->Flush()) {
     if (error) *error = writer->error();
     return nullptr;
@@ -334,165 +353,116 @@ std::unique_ptr<TraceWriter> TraceWriter::Open(const std::string& path, std::str
   return writer;
 }
 
-TraceWriter::TraceWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
-  buf_.reserve(kWriteThreshold + (64u << 10));
-}
+TraceWriter::~TraceWriter() = default;
 
-TraceWriter::~TraceWriter() {
-  if (fd_ >= 0) {
-    Flush();
-    ::close(fd_);
-  }
-}
-
-bool TraceWriter::WriteAll(const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd_, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      error_ = "writing trace file '" + path_ + "': " + std::strerror(errno);
-      return false;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-bool TraceWriter::Flush() {
-  if (fd_ < 0) return ok();
-  if (!buf_.empty() && ok() && !WriteAll(buf_.data(), buf_.size())) CloseAfterError();
-  buf_.clear();  // after an error, output is discarded rather than grown forever
-  return ok();
-}
-
-void TraceWriter::CloseAfterError() {
-  // A write failed part way (ENOSPC, EFBIG): the file may end inside an
-  // object. Cut it after the last whole object and close the array; if even
-  // the three closing bytes do not fit, step back one object at a time.
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0) {
-    error_ += "; the trace may end inside an event";
-    return;
-  }
-  uint64_t end = static_cast<uint64_t>(st.st_size);
-  for (;;) {
-    bool closed = false;
-    const int64_t keep = internal::CompleteTracePrefix(fd_, end, &closed);
-    if (keep > 0 && CloseAt(fd_, static_cast<uint64_t>(keep))) {
-      error_ += "; the trace was cut after the last event written whole and closed";
-      return;
-    }
-    if (keep <= 1) break;
-    end = static_cast<uint64_t>(keep) - 1;  // cuts that object: the one before is kept
-  }
-  error_ += "; the trace may end inside an event";
-}
+bool TraceWriter::Flush() { return file_.Flush(); }
 
 void TraceWriter::Begin(char phase, uint32_t pid) {
-  if (objects_ != 0) buf_.append(",\n");
-  buf_.append("{\"ph\":\"");
-  buf_.push_back(phase);
-  buf_.append("\",\"pid\":");
-  AppendUint(&buf_, pid);
+  object_.clear();
+  if (objects_ != 0) object_.append(",\n");
+  object_.append("{\"ph\":\"");
+  object_.push_back(phase);
+  object_.append("\",\"pid\":");
+  AppendUint(&object_, pid);
 }
 
 void TraceWriter::End() {
-  buf_.push_back('}');
+  object_.push_back('}');
   ++objects_;
-  if (buf_.size() >= kWriteThreshold) Flush();
+  file_.Append(object_);
+  file_.RecordEnd();
 }
 
 void TraceWriter::BeginNamed(char phase, uint32_t pid, const uint32_t* tid, std::string_view name,
                              const char* before_cat) {
   Begin(phase, pid);
   if (tid != nullptr) {
-    buf_.append(",\"tid\":");
-    AppendUint(&buf_, *tid);
+    object_.append(",\"tid\":");
+    AppendUint(&object_, *tid);
   }
-  buf_.append(before_cat);
-  buf_.append(",\"cat\":\"smprof\",\"name\":");
-  AppendJsonString(&buf_, name);
+  object_.append(before_cat);
+  object_.append(",\"cat\":\"smprof\",\"name\":");
+  AppendJsonString(&object_, name);
 }
 
 void TraceWriter::ProcessName(uint32_t pid, std::string_view name) {
-  if (finished_ || !error_.empty()) return;
+  if (!writable()) return;
   Begin('M', pid);
-  buf_.append(",\"name\":\"process_name\",\"args\":{\"name\":");
-  AppendJsonString(&buf_, name);
-  buf_.push_back('}');
+  object_.append(",\"name\":\"process_name\",\"args\":{\"name\":");
+  AppendJsonString(&object_, name);
+  object_.push_back('}');
   End();
 }
 
 void TraceWriter::ProcessLabels(uint32_t pid, std::string_view labels) {
-  if (finished_ || !error_.empty()) return;
+  if (!writable()) return;
   Begin('M', pid);
-  buf_.append(",\"name\":\"process_labels\",\"args\":{\"labels\":");
-  AppendJsonString(&buf_, labels);
-  buf_.push_back('}');
+  object_.append(",\"name\":\"process_labels\",\"args\":{\"labels\":");
+  AppendJsonString(&object_, labels);
+  object_.push_back('}');
   End();
 }
 
 void TraceWriter::ProcessSortIndex(uint32_t pid, int64_t index) {
-  if (finished_ || !error_.empty()) return;
+  if (!writable()) return;
   Begin('M', pid);
-  buf_.append(",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":");
-  AppendInt(&buf_, index);
-  buf_.push_back('}');
+  object_.append(",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":");
+  AppendInt(&object_, index);
+  object_.push_back('}');
   End();
 }
 
 void TraceWriter::ThreadName(uint32_t pid, uint32_t tid, std::string_view name) {
-  if (finished_ || !error_.empty()) return;
+  if (!writable()) return;
   Begin('M', pid);
-  buf_.append(",\"tid\":");
-  AppendUint(&buf_, tid);
-  buf_.append(",\"name\":\"thread_name\",\"args\":{\"name\":");
-  AppendJsonString(&buf_, name);
-  buf_.push_back('}');
+  object_.append(",\"tid\":");
+  AppendUint(&object_, tid);
+  object_.append(",\"name\":\"thread_name\",\"args\":{\"name\":");
+  AppendJsonString(&object_, name);
+  object_.push_back('}');
   End();
 }
 
 void TraceWriter::ThreadSortIndex(uint32_t pid, uint32_t tid, int64_t index) {
-  if (finished_ || !error_.empty()) return;
+  if (!writable()) return;
   Begin('M', pid);
-  buf_.append(",\"tid\":");
-  AppendUint(&buf_, tid);
-  buf_.append(",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":");
-  AppendInt(&buf_, index);
-  buf_.push_back('}');
+  object_.append(",\"tid\":");
+  AppendUint(&object_, tid);
+  object_.append(",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":");
+  AppendInt(&object_, index);
+  object_.push_back('}');
   End();
 }
 
 void TraceWriter::Complete(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, uint64_t dur_ns,
                            const JsonArgs* args, JsonFlow flow) {
-  if (finished_ || !error_.empty()) return;
+  if (!writable()) return;
   BeginNamed('X', pid, &tid, name);
-  buf_.append(",\"ts\":");
-  AppendMicros(&buf_, ts_ns);
-  buf_.append(",\"dur\":");
-  AppendMicros(&buf_, dur_ns);
+  object_.append(",\"ts\":");
+  AppendMicros(&object_, ts_ns);
+  object_.append(",\"dur\":");
+  AppendMicros(&object_, dur_ns);
   if (flow.id != 0) {
-    buf_.append(",\"bind_id\":");
-    AppendUint(&buf_, flow.id);
-    if (flow.in) buf_.append(",\"flow_in\":true");
-    if (flow.out) buf_.append(",\"flow_out\":true");
+    object_.append(",\"bind_id\":");
+    AppendUint(&object_, flow.id);
+    if (flow.in) object_.append(",\"flow_in\":true");
+    if (flow.out) object_.append(",\"flow_out\":true");
   }
   if (args != nullptr) {
-    buf_.append(",\"args\":");
-    buf_.append(args->str());
+    object_.append(",\"args\":");
+    object_.append(args->str());
   }
   End();
 }
 
 void TraceWriter::Instant(uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, const JsonArgs* args) {
-  if (finished_ || !error_.empty()) return;
+  if (!writable()) return;
   BeginNamed('i', pid, &tid, name, ",\"s\":\"t\"");
-  buf_.append(",\"ts\":");
-  AppendMicros(&buf_, ts_ns);
+  object_.append(",\"ts\":");
+  AppendMicros(&object_, ts_ns);
   if (args != nullptr) {
-    buf_.append(",\"args\":");
-    buf_.append(args->str());
+    object_.append(",\"args\":");
+    object_.append(args->str());
   }
   End();
 }
@@ -507,53 +477,48 @@ void TraceWriter::Counter(uint32_t pid, uint32_t tid, std::string_view name, uin
 
 void TraceWriter::CounterEvent(uint32_t pid, const uint32_t* tid, std::string_view name, uint64_t ts_ns,
                                const JsonArgs& args) {
-  if (finished_ || !error_.empty()) return;
+  if (!writable()) return;
   BeginNamed('C', pid, tid, name);
-  buf_.append(",\"ts\":");
-  AppendMicros(&buf_, ts_ns);
-  buf_.append(",\"args\":");
-  buf_.append(args.str());
+  object_.append(",\"ts\":");
+  AppendMicros(&object_, ts_ns);
+  object_.append(",\"args\":");
+  object_.append(args.str());
   End();
 }
 
 void TraceWriter::Async(char phase, uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, uint64_t id,
                         const JsonArgs* args) {
-  if (finished_ || !error_.empty()) return;
+  if (!writable()) return;
   BeginNamed(phase, pid, &tid, name);
   char hex[24];
   std::snprintf(hex, sizeof(hex), "0x%llx", static_cast<unsigned long long>(id));
-  buf_.append(",\"id2\":{\"local\":\"");
-  buf_.append(hex);
-  buf_.append("\"},\"ts\":");
-  AppendMicros(&buf_, ts_ns);
+  object_.append(",\"id2\":{\"local\":\"");
+  object_.append(hex);
+  object_.append("\"},\"ts\":");
+  AppendMicros(&object_, ts_ns);
   if (args != nullptr) {
-    buf_.append(",\"args\":");
-    buf_.append(args->str());
+    object_.append(",\"args\":");
+    object_.append(args->str());
   }
   End();
 }
 
 void TraceWriter::Flow(char phase, uint32_t pid, uint32_t tid, std::string_view name, uint64_t ts_ns, uint64_t id) {
-  if (finished_ || !error_.empty()) return;
+  if (!writable()) return;
   BeginNamed(phase, pid, &tid, name);
-  buf_.append(",\"id\":");
-  AppendUint(&buf_, id);
-  buf_.append(",\"ts\":");
-  AppendMicros(&buf_, ts_ns);
-  if (phase == 'f') buf_.append(",\"bp\":\"e\"");
+  object_.append(",\"id\":");
+  AppendUint(&object_, id);
+  object_.append(",\"ts\":");
+  AppendMicros(&object_, ts_ns);
+  if (phase == 'f') object_.append(",\"bp\":\"e\"");
   End();
 }
 
 bool TraceWriter::Finish() {
   if (finished_) return ok();
   finished_ = true;
-  buf_.append("\n]\n");
-  const bool flushed = Flush();
-  if (::close(fd_) != 0 && flushed) {
-    error_ = "closing trace file '" + path_ + "': " + std::strerror(errno);
-  }
-  fd_ = -1;
-  return ok();
+  file_.Append("\n]\n");
+  return file_.Close();
 }
 
 }  // namespace smprof

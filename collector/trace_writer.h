@@ -2,8 +2,8 @@
 //
 // File layout: "[\n", then one event object per line, lines separated by
 // ",\n" (the separator is written *before* each object but the first), and
-// Finish() appends "\n]\n". Objects are buffered in memory and reach the file
-// only whole, through write(2) at object boundaries, so whatever a killed
+// Finish() appends "\n]\n". Each object is one record of the TraceFile
+// (trace_file.h): it reaches the file only whole, so whatever a killed
 // collector leaves on disk is "[" plus complete objects (unless a write was
 // cut short): appending "]" makes it strict JSON, and Perfetto accepts it as
 // is (an unclosed array is valid). RepairTraceFile also handles a cut write.
@@ -17,10 +17,11 @@
 // and control characters (\u00XX) and replaces invalid UTF-8 with U+FFFD, so
 // the output is always valid JSON whatever the input.
 //
-// Write errors (disk full, EFBIG): the writer cuts the file after the last
-// object that reached it whole, appends "\n]\n" so it stays strict JSON,
-// reports the error (error(), Finish() false) and writes nothing more.
-// RepairTraceFile does the same for a file whose writer was killed.
+// Write errors (disk full, EFBIG): the file is cut after the last object
+// that reached it whole and "\n]\n" appended so it stays strict JSON (found
+// by reading the file back, as RepairTraceFile does: when the closing does
+// not fit, whole objects are dropped from the end until it does); the error
+// is reported (error(), Finish() false) and nothing more is written.
 //
 // Single-threaded: the collector owns the writer.
 #pragma once
@@ -29,6 +30,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+
+#include "collector/trace_file.h"
 
 namespace smprof {
 
@@ -119,34 +122,31 @@ class TraceWriter {
   // write failed.
   bool Finish();
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
   uint64_t objects_written() const { return objects_; }
-  bool ok() const { return error_.empty(); }
+  bool ok() const { return file_.ok(); }
   // First write error ("" if none).
-  const std::string& error() const { return error_; }
+  const std::string& error() const { return file_.error(); }
 
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
 
  private:
+  TraceWriter() = default;
+  bool writable() const { return !finished_ && file_.ok(); }
   // Begin, then "tid" (when not null), `before_cat` (raw JSON), "cat" and "name".
   void BeginNamed(char phase, uint32_t pid, const uint32_t* tid, std::string_view name, const char* before_cat = "");
   // A "C" event, with a "tid" when `tid` is not null.
   void CounterEvent(uint32_t pid, const uint32_t* tid, std::string_view name, uint64_t ts_ns, const JsonArgs& args);
-  TraceWriter(int fd, std::string path);
   // Starts an object: separator, "{", "ph":..., "pid":...
   void Begin(char phase, uint32_t pid);
+  // Ends it and hands it to the file.
   void End();
-  bool WriteAll(const char* data, size_t size);
-  // After a failed write: cut after the last whole object, close the array.
-  void CloseAfterError();
 
-  int fd_;
-  std::string path_;
-  std::string buf_;
+  TraceFile file_;
+  std::string object_;  // the object under way, with its separator
   uint64_t objects_ = 0;
   bool finished_ = false;
-  std::string error_;
 };
 
 }  // namespace smprof
