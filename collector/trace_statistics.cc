@@ -19,7 +19,7 @@ namespace {
 constexpr std::string_view kSummaryName = "smprof run summary";
 constexpr std::string_view kArgument = "statistics";
 
-// Perfetto field numbers (perfetto_sink.cc writes them).
+// Perfetto field numbers (perfetto_fields.h).
 constexpr uint32_t kTrackEvent = 11;
 constexpr uint32_t kEventName = 23, kDebugAnnotations = 4;
 constexpr uint32_t kAnnotationName = 10, kStringValue = 6;

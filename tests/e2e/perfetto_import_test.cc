@@ -141,7 +141,7 @@ std::string Quoted(const std::string& s) { return "\"" + s + "\""; }
 
 // Each slice row of the warp and lane tracks (closed slices and instants)
 // with its value on the track's "cycles" counter, paired as
-// collector/perfetto_sink.h says: time by time, in id order. Columns:
+// collector/perfetto_sequences.h says: time by time, in id order. Columns:
 // warp track, its parent, slice name, ts, dur, depth, cycles; then `tail`.
 std::string CyclesQuery(const std::string& tail) {
   return "select t.name, p.name, s.name, s.ts, s.dur, s.depth, cast(c.value as int) from "
