@@ -4,6 +4,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "collector/perfetto_fields.h"
 #include "collector/proto_encoder.h"
 #include "collector/proto_reader.h"
 
@@ -13,20 +14,6 @@ namespace {
 using proto::Field;
 using proto::ProtoReader;
 
-// Field numbers: perfetto/trace/trace_packet.proto and friends.
-enum : uint32_t {
-  kTracePacket = 1,
-  kPacketTimestamp = 8,
-  kPacketSequenceId = 10,
-  kPacketTrackEvent = 11,
-  kPacketInternedData = 12,
-  kPacketSequenceFlags = 13,
-  kPacketClockSnapshot = 6,
-  kPacketTimestampClockId = 58,
-  kPacketDefaults = 59,
-  kPacketTrackDescriptor = 60,
-};
-constexpr uint32_t kSeqCleared = 1;
 constexpr uint32_t kFirstSequenceClock = 64, kLastSequenceClock = 127;
 
 struct Sequence {
@@ -84,7 +71,7 @@ class Checker {
     ProtoReader r(packet);
     Field f;
     while (r.Next(&f)) {
-      if (f.number != kPacketTrackDescriptor) continue;
+      if (f.number != kTrackDescriptor) continue;
       ++summary_.descriptors;
       uint64_t uuid = 0;
       std::string name;
@@ -92,17 +79,17 @@ class Checker {
       ProtoReader d(f.bytes);
       Field g;
       while (d.Next(&g)) {
-        if (g.number == 1) uuid = g.value;
-        if (g.number == 2) name = std::string(g.bytes);
-        if (g.number == 8) counter = true;
-        if (g.number == 3 || g.number == 4) {
-          thread = g.number == 4;
+        if (g.number == kUuid) uuid = g.value;
+        if (g.number == kTrackName) name = std::string(g.bytes);
+        if (g.number == kCounter) counter = true;
+        if (g.number == kProcessDescriptor || g.number == kThreadDescriptor) {
+          thread = g.number == kThreadDescriptor;
           ProtoReader p(g.bytes);
           Field h;
           while (p.Next(&h)) {
-            if (h.number == 1) has_pid = true;
-            if (h.number == 2 && thread) has_tid = true;
-            if ((h.number == 6 && !thread) || (h.number == 5 && thread)) {
+            if (h.number == kDescriptorPid) has_pid = true;
+            if (h.number == kDescriptorTid && thread) has_tid = true;
+            if ((h.number == kProcessName && !thread) || (h.number == kThreadName && thread)) {
               if (name.empty()) name = std::string(h.bytes);
             }
           }
@@ -124,17 +111,17 @@ class Checker {
     Field f;
     while (r.Next(&f)) {
       switch (f.number) {
-        case kPacketTimestamp:
+        case kTimestamp:
           has_ts = true;
           ts = f.value;
           break;
-        case kPacketSequenceId: seq_id = static_cast<uint32_t>(f.value); break;
-        case kPacketSequenceFlags: flags = static_cast<uint32_t>(f.value); break;
-        case kPacketTimestampClockId: clock_id = static_cast<uint32_t>(f.value); break;
-        case kPacketTrackEvent: event = f.bytes; break;
-        case kPacketInternedData: interned = f.bytes; break;
+        case kSequenceId: seq_id = static_cast<uint32_t>(f.value); break;
+        case kSequenceFlags: flags = static_cast<uint32_t>(f.value); break;
+        case kTimestampClockId: clock_id = static_cast<uint32_t>(f.value); break;
+        case kTrackEvent: event = f.bytes; break;
+        case kInternedData: interned = f.bytes; break;
         case kPacketDefaults: defaults = f.bytes; break;
-        case kPacketClockSnapshot: snapshot = f.bytes; break;
+        case kClockSnapshot: snapshot = f.bytes; break;
         default: break;
       }
     }
@@ -167,16 +154,16 @@ class Checker {
     ProtoReader r(snapshot);
     Field f;
     while (r.Next(&f)) {
-      if (f.number != 1) continue;
+      if (f.number != kClocks) continue;
       uint32_t id = 0;
       uint64_t value = 0;
       bool incremental = false;
       ProtoReader c(f.bytes);
       Field g;
       while (c.Next(&g)) {
-        if (g.number == 1) id = static_cast<uint32_t>(g.value);
-        if (g.number == 2) value = g.value;
-        if (g.number == 3) incremental = g.value != 0;
+        if (g.number == kClockId) id = static_cast<uint32_t>(g.value);
+        if (g.number == kClockValue) value = g.value;
+        if (g.number == kClockIncremental) incremental = g.value != 0;
       }
       if (incremental) s->incremental[id] = value;
     }
@@ -186,12 +173,12 @@ class Checker {
     ProtoReader r(defaults);
     Field f;
     while (r.Next(&f)) {
-      if (f.number == kPacketTimestampClockId) s->default_clock = static_cast<uint32_t>(f.value);
-      if (f.number != 11) continue;  // track_event_defaults
+      if (f.number == kTimestampClockId) s->default_clock = static_cast<uint32_t>(f.value);
+      if (f.number != kTrackEventDefaults) continue;
       ProtoReader d(f.bytes);
       Field g;
       while (d.Next(&g)) {
-        if (g.number == 11) s->default_track = g.value;
+        if (g.number == kDefaultTrackUuid) s->default_track = g.value;
       }
     }
   }
@@ -200,14 +187,14 @@ class Checker {
     ProtoReader r(interned);
     Field f;
     while (r.Next(&f)) {
-      if (f.number != 2) continue;  // event_names
+      if (f.number != kEventNames) continue;
       uint64_t iid = 0;
       std::string name;
       ProtoReader n(f.bytes);
       Field g;
       while (n.Next(&g)) {
-        if (g.number == 1) iid = g.value;
-        if (g.number == 2) name = std::string(g.bytes);
+        if (g.number == kIid) iid = g.value;
+        if (g.number == kInternedName) name = std::string(g.bytes);
       }
       if (iid == 0) Error("an interned event name with iid 0");
       s->names[iid] = std::move(name);
@@ -221,12 +208,12 @@ class Checker {
     ProtoReader r(event);
     Field f;
     while (r.Next(&f)) {
-      if (f.number == 9) type = static_cast<uint32_t>(f.value);
-      if (f.number == 11) track = f.value;
-      if (f.number == 10) name_iid = f.value;
-      if (f.number == 23) name = std::string(f.bytes);
-      if (f.number == 47) flows_.insert(f.value);  // begins the flow, or continues it
-      if (f.number == 48) {
+      if (f.number == kType) type = static_cast<uint32_t>(f.value);
+      if (f.number == kEventTrackUuid) track = f.value;
+      if (f.number == kNameIid) name_iid = f.value;
+      if (f.number == kEventName) name = std::string(f.bytes);
+      if (f.number == kFlowIds) flows_.insert(f.value);  // begins the flow, or continues it
+      if (f.number == kTerminatingFlowIds) {
         if (flows_.erase(f.value) == 0) Error(where + ": flow " + std::to_string(f.value) + " ends but never began");
         ++summary_.flows;
       }
@@ -240,29 +227,29 @@ class Checker {
     auto t = summary_.tracks.find(track);
     if (t == summary_.tracks.end()) return Error(where + ": track " + std::to_string(track) + " has no descriptor");
     TrackSummary& ts_track = t->second;
-    if (ts_track.counter != (type == 4)) {
-      return Error(where + (type == 4 ? ": a counter value on track " : ": a slice or instant on counter track ") +
+    if (ts_track.counter != (type == kCounterEvent)) {
+      return Error(where + (type == kCounterEvent ? ": a counter value on track " : ": a slice or instant on counter track ") +
                    std::to_string(track));
     }
     ts_track.first_ns = std::min(ts_track.first_ns, ts);
     ts_track.last_ns = std::max(ts_track.last_ns, ts);
     std::vector<OpenSlice>& open = open_[track];
     switch (type) {
-      case 1:  // SLICE_BEGIN
+      case kSliceBegin:
         open.push_back({name, ts});
         break;
-      case 2:  // SLICE_END
+      case kSliceEnd:
         if (open.empty()) return Error(where + ": SLICE_END with no open slice on track " + std::to_string(track));
         if (ts < open.back().ts) Error(where + ": a slice ends before it begins");
         ++ts_track.slices;
         ++ts_track.names[open.back().name];
         open.pop_back();
         break;
-      case 3:  // INSTANT
+      case kInstant:
         ++ts_track.instants;
         ++ts_track.names[name];
         break;
-      case 4:  // COUNTER
+      case kCounterEvent:
         ++ts_track.counter_values;
         break;
       default:

@@ -10,6 +10,7 @@
 #include <deque>
 #include <string_view>
 
+#include "collector/perfetto_fields.h"
 #include "collector/proto_reader.h"
 #include "common/json.h"
 
@@ -19,10 +20,11 @@ namespace {
 constexpr std::string_view kSummaryName = "smprof run summary";
 constexpr std::string_view kArgument = "statistics";
 
-// Perfetto field numbers (perfetto_fields.h).
-constexpr uint32_t kTrackEvent = 11;
-constexpr uint32_t kEventName = 23, kDebugAnnotations = 4;
-constexpr uint32_t kAnnotationName = 10, kStringValue = 6;
+using perfetto::kAnnotationName;
+using perfetto::kDebugAnnotations;
+using perfetto::kEventName;
+using perfetto::kStringValue;
+using perfetto::kTrackEvent;
 
 // The "statistics" annotation of a TrackEvent named kSummaryName, if any.
 bool FromTrackEvent(std::string_view event, std::string* out) {
