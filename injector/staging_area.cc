@@ -83,13 +83,18 @@ bool StagingArea::CopyOut(uint64_t offset, size_t bytes, GpuStream stream, HostB
 
 bool StagingArea::Visit(ArenaSnapshot* snapshot, const std::function<void(const uint8_t*, uint32_t)>& visit,
                         uint32_t ordinal) {
+  bool staged;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!snapshot->staged) {  // not staged, or an unload brought it
-      if (snapshot->used_chunks != 0) visit(snapshot->chunks.data(), snapshot->used_chunks);
-      return true;
-    }
-    snapshot->fetching = true;
+    staged = snapshot->staged;
+    snapshot->fetching = staged;
+  }
+  if (!staged) {
+    // Not staged, or an unload brought it: in host memory for good, and
+    // visited without the lock (`visit` takes its caller's locks, which a
+    // harvest may hold while it asks HasRoom).
+    if (snapshot->used_chunks != 0) visit(snapshot->chunks.data(), snapshot->used_chunks);
+    return true;
   }
   // No lock across the copies: an unload's callback may hold the driver until
   // it returns, and must not wait for this thread meanwhile.
