@@ -8,12 +8,15 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <tuple>
 #include <vector>
 
 #include "collector/arena_decoder.h"
 #include "collector/launch_matcher.h"
 #include "collector/message_decoder.h"
 #include "common/message_fields.h"
+#include "common/run_parts.h"
 #include "smprof/wire.h"
 
 namespace smprof {
@@ -105,16 +108,44 @@ LaunchAssembler::Producer& LaunchAssembler::ProducerOf(const transport::Producer
   return *slot;
 }
 
-uint32_t LaunchAssembler::NameId(Producer& p, const std::string& text) {
-  auto it = p.name_ids.find(text);
-  if (it != p.name_ids.end()) return it->second;
-  const uint32_t id = p.next_name_id++;
+void LaunchAssembler::SendName(Producer& p, uint32_t id, const std::string& text) {
   auto m = ZeroedMessage<wire::NameMsg>();
   m.name_id = id;
   m.name_len = TextLength(text);
   p.out.Send(next_, p.info, wire::kMsgName, m, text.data(), m.name_len);
-  p.name_ids.emplace(text, id);
-  return id;
+}
+
+void LaunchAssembler::SendLaunch(Producer& p, const Context& c, const arena::Launch& launch, uint64_t launch_id,
+                                 uint32_t extra_flags) {
+  const arena::KernelRecord& r = launch.record;
+  auto m = ZeroedMessage<wire::LaunchMsg>();
+  m.launch_id = launch_id;
+  m.start_ns = r.start_ns;
+  m.end_ns = std::max(r.start_ns, r.end_ns);
+  m.grid_id = r.grid_id;
+  m.correlation_id = r.correlation_id;
+  m.stream_id = r.stream_id;
+  m.device = (launch.flags & wire::kLaunchNoActivity) != 0 ? c.device : r.device;
+  m.context_id = r.context_id;
+  m.graph_id = r.graph_id;
+  m.flags = launch.flags | extra_flags | (r.graph_id != 0 ? uint32_t{wire::kLaunchFromGraph} : 0u);
+  std::copy(r.grid, r.grid + 3, m.grid);
+  std::copy(r.block, r.block + 3, m.block);
+  m.dynamic_smem = r.dynamic_smem;
+  m.static_smem = r.static_smem;
+  m.registers = r.registers;
+  m.call = r.call;
+  std::string display;
+  if ((launch.flags & wire::kLaunchNoActivity) != 0) {
+    display = "<kernel of grid " + std::to_string(r.grid_id) + ", no CUPTI record>";
+  } else if (auto k = p.kernel_names.find(r.kernel_id); k != p.kernel_names.end()) {
+    display = k->second;
+  } else {
+    display = "<unknown kernel>";
+  }
+  m.name_len = TextLength(display);
+  p.out.Send(next_, p.info, wire::kMsgLaunch, m, display.data(), m.name_len);
+  ++p.launches;
 }
 
 void LaunchAssembler::HandleMessage(const transport::ProducerInfo& producer, const uint8_t* data, uint32_t size) {
@@ -300,111 +331,191 @@ size_t LaunchAssembler::Assemble(Producer& p, Context& c, bool final, uint32_t r
   p.filtered += match.filtered;
   p.unattributed += match.unattributed;
 
-  // In start order: a LaunchMsg, then its warps' events.
-  const uint32_t extra_flags = reason == wire::kHarvestHighWater ? uint32_t{wire::kLaunchForcedDrain} : 0u;
-  // In front of the name maps: the last ids by address (a kernel has few names).
-  struct Cached {
-    uint64_t address = 0;
-    uint64_t generation = 0;
-    uint32_t id = 0;
-  };
-  Cached recent[64] = {};
-  const auto name_id = [&](uint64_t generation, uint64_t address) {
-    Cached& slot = recent[(address >> 3) % 64];
-    if (slot.id != 0 && slot.address == address && slot.generation == generation) return slot.id;
-    auto it = c.marker_names.find({static_cast<uint32_t>(generation), address});
-    char unreadable[64];
-    std::snprintf(unreadable, sizeof(unreadable), "<unreadable name at 0x%llx>",
-                  static_cast<unsigned long long>(address));
-    const uint32_t id = NameId(p, it != c.marker_names.end() ? it->second : std::string(unreadable));
-    slot = Cached{address, generation, id};
-    return id;
-  };
-  std::vector<uint32_t> ids;  // a message's name ids
-  for (const arena::Launch& launch : launches) {
-    const arena::KernelRecord& r = launch.record;
-    auto m = ZeroedMessage<wire::LaunchMsg>();
-    m.launch_id = p.next_launch_id++;
-    m.start_ns = r.start_ns;
-    m.end_ns = std::max(r.start_ns, r.end_ns);
-    m.grid_id = r.grid_id;
-    m.correlation_id = r.correlation_id;
-    m.stream_id = r.stream_id;
-    m.device = (launch.flags & wire::kLaunchNoActivity) != 0 ? c.device : r.device;
-    m.context_id = r.context_id;
-    m.graph_id = r.graph_id;
-    m.flags = launch.flags | extra_flags | (r.graph_id != 0 ? uint32_t{wire::kLaunchFromGraph} : 0u);
-    std::copy(r.grid, r.grid + 3, m.grid);
-    std::copy(r.block, r.block + 3, m.block);
-    m.dynamic_smem = r.dynamic_smem;
-    m.static_smem = r.static_smem;
-    m.registers = r.registers;
-    m.call = r.call;
-    std::string display;
-    if ((launch.flags & wire::kLaunchNoActivity) != 0) {
-      display = "<kernel of grid " + std::to_string(r.grid_id) + ", no CUPTI record>";
-    } else if (auto k = p.kernel_names.find(r.kernel_id); k != p.kernel_names.end()) {
-      display = k->second;
-    } else {
-      display = "<unknown kernel>";
-    }
-    m.name_len = TextLength(display);
-    p.out.Send(next_, p.info, wire::kMsgLaunch, m, display.data(), m.name_len);
-    ++p.launches;
-
-    for (const arena::LaunchEvents& warp : launch.warps) {
-      const arena::WarpSegment& seg = *warp.segment;
-      // A message holds up to kMaxEventsPerMessage wire entries; a wide value
-      // takes two (its event, then a kEventValueHigh entry), never split.
-      for (size_t first = 0; first < warp.events.size();) {
-        size_t count = 0;
-        uint32_t slots = 0;
-        while (first + count < warp.events.size()) {
-          const uint32_t need = (warp.events[first + count].info & wire::kEventWideValue) != 0 ? 2 : 1;
-          if (slots + need > kMaxEventsPerMessage) break;
-          slots += need;
-          ++count;
-        }
-        // Names first: a new one sends a NameMsg (through the same buffer).
-        ids.resize(count);
-        for (size_t i = 0; i < count; ++i) {
-          ids[i] = name_id(seg.name_generation, seg.name_base + static_cast<int64_t>(warp.events[first + i].name_offset));
-        }
-        auto w = ZeroedMessage<wire::WarpEventsMsg>();
-        w.launch_id = m.launch_id;
-        std::copy(seg.block, seg.block + 3, w.block);
-        w.sm = seg.sm;
-        w.warp = seg.warp;
-        w.hw_warp = seg.hw_warp;
-        w.flags = (seg.flags & wire::kChunkFromTriton) != 0
-                      ? static_cast<uint16_t>(wire::kWarpTritonProgram | (seg.cluster << wire::kWarpClusterShift))
-                      : 0;
-        w.count = slots;
-        uint8_t* message = p.out.Frame(static_cast<uint32_t>(sizeof(w) + slots * sizeof(wire::WireEvent)));
-        std::memcpy(message, &w, sizeof(w));
-        uint8_t* at = message + sizeof(w);
-        for (size_t i = 0; i < count; ++i, at += sizeof(wire::WireEvent)) {
-          const arena::DecodedEvent& e = warp.events[first + i];
-          const wire::WireEvent event{e.time_ns, static_cast<uint32_t>(e.clock), ids[i], e.info, e.value};
-          std::memcpy(at, &event, sizeof(event));
-          if ((e.info & wire::kEventWideValue) != 0) {
-            at += sizeof(wire::WireEvent);
-            const wire::WireEvent high{e.time_ns, static_cast<uint32_t>(e.clock), ids[i], wire::kEventValueHigh,
-                                       e.value_high};
-            std::memcpy(at, &high, sizeof(high));
-          }
-        }
-        p.out.Commit(next_, p.info, wire::kMsgWarpEvents);
-        first += count;
-      }
-    }
-  }
+  Emit(p, c, launches, reason == wire::kHarvestHighWater ? uint32_t{wire::kLaunchForcedDrain} : 0u);
   if (logger_) {
     logger_->debug("pid {}: read-back of GPU {}: {} chunks ({} empty, {} malformed), {} launches, {} events",
                    p.info.pid, c.device, decode.chunks, decode.empty_chunks, decode.malformed_chunks, launches.size(),
                    match.events);
   }
   return launches.size();
+}
+
+namespace {
+
+// A marker name as a chunk gives it: its module generation and address.
+struct NameKey {
+  uint64_t generation = 0;
+  uint64_t address = 0;
+  bool operator==(const NameKey& o) const { return generation == o.generation && address == o.address; }
+};
+struct NameKeyHash {
+  size_t operator()(const NameKey& k) const { return std::hash<uint64_t>()(k.address * 31 + k.generation); }
+};
+
+// One WarpEventsMsg: events [first, first + count) of a launch's warp, in
+// `slots` wire entries (a wide value takes two).
+struct Piece {
+  uint32_t launch = 0;  // index in the read-back's launches
+  uint32_t warp = 0;    // index in the launch's warps
+  uint32_t first = 0, count = 0, slots = 0;
+};
+
+// A contiguous run of the read-back's warps, framed by one thread.
+struct Part {
+  std::vector<Piece> pieces;
+  std::vector<std::pair<size_t, NameKey>> first_uses;  // (piece, name): where the part first uses a name
+  // NameMsgs to send before a piece: (piece, name id, text).
+  std::vector<std::tuple<size_t, uint32_t, std::string>> names_due;
+  std::vector<uint8_t> bytes;                          // the pieces' messages back to back
+  std::vector<std::pair<size_t, uint32_t>> frames;     // (offset, size) of each piece's message
+};
+
+}  // namespace
+
+void LaunchAssembler::Emit(Producer& p, Context& c, const std::vector<arena::Launch>& launches,
+                           uint32_t extra_flags) {
+  // The warps in send order, split into parts of about equal events.
+  std::vector<std::pair<uint32_t, uint32_t>> warps;  // (launch, warp)
+  uint64_t events = 0;
+  for (uint32_t l = 0; l < launches.size(); ++l) {
+    for (uint32_t w = 0; w < launches[l].warps.size(); ++w) warps.emplace_back(l, w);
+    events += launches[l].event_count;
+  }
+  const unsigned parts_count = PartsFor(threads_, events, kEventsPerFrameThread);
+  std::vector<size_t> bounds{0};  // part i: warps [bounds[i], bounds[i + 1])
+  {
+    uint64_t seen = 0;
+    for (size_t i = 0; i < warps.size() && bounds.size() < parts_count; ++i) {
+      seen += launches[warps[i].first].warps[warps[i].second].events.size();
+      if (seen * parts_count >= events * bounds.size()) bounds.push_back(i + 1);
+    }
+    bounds.push_back(warps.size());
+  }
+  std::vector<Part> parts(bounds.size() - 1);
+  const auto key_of = [&](const arena::LaunchEvents& warp, const arena::DecodedEvent& e) {
+    const arena::WarpSegment& seg = *warp.segment;
+    return NameKey{seg.name_generation, seg.name_base + static_cast<int64_t>(e.name_offset)};
+  };
+
+  // Each part's messages (a message holds up to kMaxEventsPerMessage wire
+  // entries; a wide value takes two, never split) and the names it uses
+  // first, in order.
+  RunParts(static_cast<unsigned>(parts.size()), [&](unsigned i) {
+    Part& part = parts[i];
+    std::unordered_set<NameKey, NameKeyHash> seen;
+    for (size_t k = bounds[i]; k < bounds[i + 1]; ++k) {
+      const arena::LaunchEvents& warp = launches[warps[k].first].warps[warps[k].second];
+      for (size_t first = 0; first < warp.events.size();) {
+        Piece piece{warps[k].first, warps[k].second, static_cast<uint32_t>(first), 0, 0};
+        while (first + piece.count < warp.events.size()) {
+          const arena::DecodedEvent& e = warp.events[first + piece.count];
+          const uint32_t need = (e.info & wire::kEventWideValue) != 0 ? 2 : 1;
+          if (piece.slots + need > kMaxEventsPerMessage) break;
+          piece.slots += need;
+          ++piece.count;
+          const NameKey key = key_of(warp, e);
+          if (seen.insert(key).second) part.first_uses.emplace_back(part.pieces.size(), key);
+        }
+        part.pieces.push_back(piece);
+        first += piece.count;
+      }
+    }
+  });
+
+  // Name ids in the order of first use in the read-back (as one thread
+  // would give them); a text new to the producer gets a NameMsg before the
+  // message that uses it first.
+  std::unordered_map<NameKey, uint32_t, NameKeyHash> ids;
+  for (Part& part : parts) {
+    for (const auto& [piece, key] : part.first_uses) {
+      if (ids.count(key) != 0) continue;
+      auto it = c.marker_names.find({static_cast<uint32_t>(key.generation), key.address});
+      std::string text;
+      if (it != c.marker_names.end()) {
+        text = it->second;
+      } else {
+        char unreadable[64];
+        std::snprintf(unreadable, sizeof(unreadable), "<unreadable name at 0x%llx>",
+                      static_cast<unsigned long long>(key.address));
+        text = unreadable;
+      }
+      auto known = p.name_ids.find(text);
+      if (known == p.name_ids.end()) {
+        known = p.name_ids.emplace(text, p.next_name_id++).first;
+        part.names_due.emplace_back(piece, known->second, text);
+      }
+      ids.emplace(key, known->second);
+    }
+  }
+
+  // The messages, framed in parallel (the last ids by address in front of
+  // the map: a kernel has few names).
+  const uint64_t first_launch_id = p.next_launch_id;
+  RunParts(static_cast<unsigned>(parts.size()), [&](unsigned i) {
+    Part& part = parts[i];
+    struct Cached {
+      NameKey key;
+      uint32_t id = 0;
+    };
+    Cached recent[64] = {};
+    for (const Piece& piece : part.pieces) {
+      const arena::LaunchEvents& warp = launches[piece.launch].warps[piece.warp];
+      const arena::WarpSegment& seg = *warp.segment;
+      auto w = ZeroedMessage<wire::WarpEventsMsg>();
+      w.launch_id = first_launch_id + piece.launch;
+      std::copy(seg.block, seg.block + 3, w.block);
+      w.sm = seg.sm;
+      w.warp = seg.warp;
+      w.hw_warp = seg.hw_warp;
+      w.flags = (seg.flags & wire::kChunkFromTriton) != 0
+                    ? static_cast<uint16_t>(wire::kWarpTritonProgram | (seg.cluster << wire::kWarpClusterShift))
+                    : 0;
+      w.count = piece.slots;
+      const uint32_t size = wire::PaddedSize(static_cast<uint32_t>(sizeof(w) + piece.slots * sizeof(wire::WireEvent)));
+      const size_t offset = part.bytes.size();
+      part.bytes.resize(offset + size);
+      part.frames.emplace_back(offset, size);
+      uint8_t* message = part.bytes.data() + offset;
+      w.h = wire::MsgHeader{wire::kMsgWarpEvents, size};
+      std::memcpy(message, &w, sizeof(w));
+      uint8_t* at = message + sizeof(w);
+      for (uint32_t j = 0; j < piece.count; ++j, at += sizeof(wire::WireEvent)) {
+        const arena::DecodedEvent& e = warp.events[piece.first + j];
+        const NameKey key = key_of(warp, e);
+        Cached& slot = recent[(key.address >> 3) % 64];
+        if (slot.id == 0 || !(slot.key == key)) slot = Cached{key, ids.at(key)};
+        const wire::WireEvent event{e.time_ns, static_cast<uint32_t>(e.clock), slot.id, e.info, e.value};
+        std::memcpy(at, &event, sizeof(event));
+        if ((e.info & wire::kEventWideValue) != 0) {
+          at += sizeof(wire::WireEvent);
+          const wire::WireEvent high{e.time_ns, static_cast<uint32_t>(e.clock), slot.id, wire::kEventValueHigh,
+                                     e.value_high};
+          std::memcpy(at, &high, sizeof(high));
+        }
+      }
+      std::memset(at, 0, message + size - at);  // the padding
+    }
+  });
+
+  // In start order: a LaunchMsg, then its warps' messages, each after the
+  // NameMsgs of the names it uses first.
+  uint32_t next_launch = 0;
+  const auto send_launches_to = [&](uint32_t end) {
+    for (; next_launch < end; ++next_launch) SendLaunch(p, c, launches[next_launch], first_launch_id + next_launch,
+                                                        extra_flags);
+  };
+  for (const Part& part : parts) {
+    size_t due = 0;
+    for (size_t k = 0; k < part.pieces.size(); ++k) {
+      send_launches_to(part.pieces[k].launch + 1);
+      for (; due < part.names_due.size() && std::get<0>(part.names_due[due]) == k; ++due) {
+        SendName(p, std::get<1>(part.names_due[due]), std::get<2>(part.names_due[due]));
+      }
+      next_(p.info, part.bytes.data() + part.frames[k].first, part.frames[k].second);
+    }
+  }
+  send_launches_to(static_cast<uint32_t>(launches.size()));
+  p.next_launch_id = first_launch_id + launches.size();
 }
 
 }  // namespace smprof

@@ -36,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "common/transport.h"
 
@@ -44,6 +45,9 @@ class logger;
 }
 
 namespace smprof {
+namespace arena {
+struct Launch;
+}
 
 class LaunchAssembler {
  public:
@@ -68,6 +72,7 @@ class LaunchAssembler {
   static constexpr size_t kMaxCarriedEvents = size_t{1} << 22;
   // Events per WarpEventsMsg before a warp is split into several messages.
   static constexpr uint32_t kMaxEventsPerMessage = 4096;
+  static constexpr uint64_t kEventsPerFrameThread = uint64_t{1} << 18;
 
   LaunchAssembler(const LaunchAssembler&) = delete;
   LaunchAssembler& operator=(const LaunchAssembler&) = delete;
@@ -80,7 +85,14 @@ class LaunchAssembler {
   // Decodes and matches what `context` holds and hands the launches on;
   // returns how many.
   size_t Assemble(Producer& p, Context& c, bool final, uint32_t reason);
-  uint32_t NameId(Producer& p, const std::string& text);
+  // Hands on `launches` in start order: each LaunchMsg, then its warps'
+  // WarpEventsMsgs, each after the NameMsgs of the names it uses first (the
+  // order one thread would give); the messages are framed on up to
+  // `threads_` threads when there are kEventsPerFrameThread events a thread.
+  void Emit(Producer& p, Context& c, const std::vector<arena::Launch>& launches, uint32_t extra_flags);
+  void SendLaunch(Producer& p, const Context& c, const arena::Launch& launch, uint64_t launch_id,
+                  uint32_t extra_flags);
+  void SendName(Producer& p, uint32_t id, const std::string& text);
 
   Next next_;
   const unsigned threads_;

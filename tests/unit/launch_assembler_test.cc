@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <string>
@@ -313,6 +314,68 @@ TEST_F(LaunchAssemblerTest, MissingNamesAndBadChunksAreReportedNotGuessed) {
   ASSERT_EQ(out.messages.size(), 1u);
   EXPECT_EQ(out.messages[0], m);
   EXPECT_EQ(assembler.rejected(), 1u);
+}
+
+// Framing a large read-back over threads hands on exactly the messages one
+// thread does, in the same order: launches, names before their first use
+// (known, unreadable, shared by two launches), split and wide warps.
+TEST(LaunchAssembler, FramingOverThreadsHandsOnWhatOneThreadDoes) {
+  constexpr uint32_t kChunk = 1024, kWarps = 6000, kChunksPerWarp = 2;
+  ArenaBuilder a(kWarps * kChunksPerWarp, kChunk);
+  const uint32_t per_chunk = kChunk / sizeof(wire::Event) - wire::kChunkHeaderSlots;
+  uint64_t events = 0;
+  for (uint32_t w = 0; w < kWarps; ++w) {
+    const uint64_t grid = w < kWarps / 3 ? 5 : 6;
+    for (uint32_t k = 0; k < kChunksPerWarp; ++k) {
+      const uint32_t c = a.Claim(grid, w / 4, static_cast<uint16_t>(w % 4), static_cast<uint16_t>(w % 132));
+      for (uint32_t i = 0; i + 1 < per_chunk; ++i, ++events) {
+        // Names: 40 known ones spread over the warps, one never named.
+        const int32_t name = static_cast<int32_t>(((w * 7 + i) % 41) * 8);
+        const uint64_t clock = uint64_t{k} * 100000 + i * 10;
+        if (w % 97 == 0 && i % 5 == 0) {
+          a.Add(c, clock, name, wire::kEventInstant | wire::kEventHasValue | wire::kEventWideValue, i);
+          a.Add(c, clock, name, wire::kEventValueHigh, i + 1);
+          ++i;
+        } else {
+          a.Add(c, clock, name, (i % 2 == 0) ? wire::kEventBegin : wire::kEventEnd);
+        }
+      }
+    }
+  }
+  ASSERT_GE(events, 2 * LaunchAssembler::kEventsPerFrameThread) << "too small to be framed over threads";
+  std::vector<Bytes> outputs[2];
+  const unsigned threads[2] = {1, 4};
+  for (int run = 0; run < 2; ++run) {
+    LaunchAssembler assembler([&](const transport::ProducerInfo&, const uint8_t* data,
+                                  uint32_t size) { outputs[run].emplace_back(data, data + size); },
+                              threads[run], nullptr);
+    const auto feed = [&](const Bytes& m) {
+      assembler.HandleMessage(kProducer, m.data(), static_cast<uint32_t>(m.size()));
+    };
+    feed(testing::KernelName(1, "gemm"));
+    for (uint32_t n = 0; n < 40; ++n) {
+      feed(testing::MarkerName(kContext, 1, 0x1000 + n * 8, "name " + std::to_string(n)));
+    }
+    feed(testing::Records(0, kContext, {testing::Record(5, 0, 1u << 30, 1, 1), testing::Record(6, 0, 1u << 30, 2, 1)}));
+    constexpr uint32_t kChunksPerMessage = 256;  // as the shipper splits a read-back
+    for (uint32_t first = 0; first < a.used(); first += kChunksPerMessage) {
+      const uint32_t n = std::min(kChunksPerMessage, a.used() - first);
+      std::vector<uint8_t> part(a.bytes().begin() + size_t{first} * kChunk,
+                                a.bytes().begin() + size_t{first + n} * kChunk);
+      feed(testing::Chunks(0, kContext, kChunk, part, 1));
+    }
+    feed(testing::ReadBackHarvest(1000000, 0, kContext, wire::kHarvestSync, a.used(), 0));
+  }
+  ASSERT_GT(outputs[0].size(), 3000u);
+  ASSERT_EQ(outputs[1].size(), outputs[0].size());
+  size_t names = 0;
+  for (size_t i = 0; i < outputs[0].size(); ++i) {
+    ASSERT_EQ(outputs[1][i], outputs[0][i]) << "message " << i;
+    wire::MsgHeader h;
+    std::memcpy(&h, outputs[0][i].data(), sizeof(h));
+    names += h.type == wire::kMsgName;
+  }
+  EXPECT_EQ(names, 41u);  // 40 names and the unreadable one
 }
 
 }  // namespace
