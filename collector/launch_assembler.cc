@@ -372,7 +372,7 @@ struct Part {
 
 }  // namespace
 
-void LaunchAssembler::Emit(Producer& p, Context& c, const std::vector<arena::Launch>& launches,
+void LaunchAssembler::Emit(Producer& p, const Context& c, const std::vector<arena::Launch>& launches,
                            uint32_t extra_flags) {
   // The warps in send order, split into parts of about equal events.
   std::vector<std::pair<uint32_t, uint32_t>> warps;  // (launch, warp)

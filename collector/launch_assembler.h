@@ -89,7 +89,7 @@ class LaunchAssembler {
   // WarpEventsMsgs, each after the NameMsgs of the names it uses first (the
   // order one thread would give); the messages are framed on up to
   // `threads_` threads when there are kEventsPerFrameThread events a thread.
-  void Emit(Producer& p, Context& c, const std::vector<arena::Launch>& launches, uint32_t extra_flags);
+  void Emit(Producer& p, const Context& c, const std::vector<arena::Launch>& launches, uint32_t extra_flags);
   void SendLaunch(Producer& p, const Context& c, const arena::Launch& launch, uint64_t launch_id,
                   uint32_t extra_flags);
   void SendName(Producer& p, uint32_t id, const std::string& text);

@@ -72,20 +72,30 @@ uint64_t TrackTree::NewThreadTrack(uint32_t pid, uint32_t tid, std::string_view 
   });
 }
 
-void TrackTree::Event(uint64_t track, uint32_t type, std::string_view name, uint64_t ts_ns, const Annotations* args,
-                      uint64_t flow) {
+TrackTree::EventPacket TrackTree::BeginEvent(uint64_t track, uint32_t type, uint64_t ts_ns) {
   last_ns_ = std::max(last_ns_, ts_ns);
-  const auto p = packet_.BeginNested(kTracePacket);
+  EventPacket e;
+  e.packet = packet_.BeginNested(kTracePacket);
   packet_.Varint(kTimestamp, ts_ns);
   packet_.Varint(kSequenceId, kMainSequence);
-  const auto te = packet_.BeginNested(kTrackEvent);
+  e.event = packet_.BeginNested(kTrackEvent);
   packet_.Varint(kType, type);
   packet_.Varint(kEventTrackUuid, track);
+  return e;
+}
+
+void TrackTree::EndEvent(EventPacket e) {
+  packet_.EndNested(e.event);
+  EndPacket(e.packet);
+}
+
+void TrackTree::Event(uint64_t track, uint32_t type, std::string_view name, uint64_t ts_ns, const Annotations* args,
+                      uint64_t flow) {
+  const EventPacket e = BeginEvent(track, type, ts_ns);
   if (type != kSliceEnd) packet_.Bytes(kEventName, name);
   if (args != nullptr) args->WriteTo(packet_);
   if (flow != 0) packet_.Fixed64(kFlowIds, flow);
-  packet_.EndNested(te);
-  EndPacket(p);
+  EndEvent(e);
 }
 
 void TrackTree::Slice(uint64_t track, std::string_view name, uint64_t begin_ns, uint64_t end_ns,
@@ -95,35 +105,21 @@ void TrackTree::Slice(uint64_t track, std::string_view name, uint64_t begin_ns, 
 }
 
 void TrackTree::Counter(uint64_t track, uint64_t ts_ns, uint64_t value) {
-  last_ns_ = std::max(last_ns_, ts_ns);
-  const auto p = packet_.BeginNested(kTracePacket);
-  packet_.Varint(kTimestamp, ts_ns);
-  packet_.Varint(kSequenceId, kMainSequence);
-  const auto te = packet_.BeginNested(kTrackEvent);
-  packet_.Varint(kType, kCounterEvent);
-  packet_.Varint(kEventTrackUuid, track);
+  const EventPacket e = BeginEvent(track, kCounterEvent, ts_ns);
   packet_.Varint(kCounterValue, std::min<uint64_t>(value, INT64_MAX));
-  packet_.EndNested(te);
-  EndPacket(p);
+  EndEvent(e);
 }
 
 void TrackTree::FlowInstant(uint64_t track, uint64_t cycles, std::string_view name, uint64_t ts_ns, uint64_t flow,
                             bool terminating) {
-  last_ns_ = std::max(last_ns_, ts_ns);
-  const auto p = packet_.BeginNested(kTracePacket);
-  packet_.Varint(kTimestamp, ts_ns);
-  packet_.Varint(kSequenceId, kMainSequence);
-  const auto te = packet_.BeginNested(kTrackEvent);
-  packet_.Varint(kType, kInstant);
-  packet_.Varint(kEventTrackUuid, track);
+  const EventPacket e = BeginEvent(track, kInstant, ts_ns);
   packet_.Bytes(kEventName, name);
   if (cycles != 0) {
     packet_.Varint(kExtraCounterTrackUuids, cycles);
     packet_.Varint(kExtraCounterValues, 0);
   }
   if (flow != 0) packet_.Fixed64(terminating ? kTerminatingFlowIds : kFlowIds, flow);
-  packet_.EndNested(te);
-  EndPacket(p);
+  EndEvent(e);
 }
 
 }  // namespace smprof::perfetto

@@ -77,6 +77,14 @@ class TrackTree {
   uint64_t Describe(Fields&& fields);
   // Ends the packet being built and appends it to the file.
   void EndPacket(proto::ProtoEncoder::Nested packet);
+  // A sequence-1 TrackEvent packet of `type` at `ts_ns` on `track`, open
+  // for the event's other fields; EndEvent closes both and appends it.
+  struct EventPacket {
+    proto::ProtoEncoder::Nested packet;
+    proto::ProtoEncoder::Nested event;
+  };
+  EventPacket BeginEvent(uint64_t track, uint32_t type, uint64_t ts_ns);
+  void EndEvent(EventPacket e);
 
   TraceFile& file_;
   proto::ProtoEncoder packet_;
