@@ -1,4 +1,5 @@
-# Per-target warnings and sanitizers: smprof_host_flags(<target> [NO_SANITIZE]).
+# Per-target warnings, sanitizers and batching: smprof_host_flags(<target>
+# [NO_SANITIZE]).
 #
 # SMPROF_SANITIZE (cache string, case-insensitive) sanitizes the host code:
 #   OFF      nothing (default)
@@ -11,6 +12,12 @@
 # sanitizer (a preloaded library: the ASan runtime must come first in a
 # process, so an ASan library in LD_PRELOAD of /bin/sh stops it at once).
 # SMPROF_SANITIZER holds the normalised value (off, address or thread).
+#
+# SMPROF_UNITY_BUILD compiles a host target's C++ files in batches of 16 (a
+# unity build): most of a file's compile time is the code generated for the
+# inline templates of the headers it shares with its neighbours (JSON, fmt,
+# the standard containers), which a batch generates once. Targets with CUDA
+# files are left alone, whatever CMake's version would batch.
 string(TOLOWER "${SMPROF_SANITIZE}" SMPROF_SANITIZER)
 if(SMPROF_SANITIZER STREQUAL "on")
   set(SMPROF_SANITIZER address)
@@ -44,5 +51,10 @@ function(smprof_host_flags target)
   if(_smprof_sanitize_compile AND NOT H_NO_SANITIZE)
     target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:${_smprof_sanitize_compile}>")
     target_link_options(${target} PRIVATE ${_smprof_sanitize_link})
+  endif()
+  get_target_property(_sources ${target} SOURCES)
+  list(FILTER _sources INCLUDE REGEX "\\.cu$")
+  if(SMPROF_UNITY_BUILD AND NOT _sources)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 16)
   endif()
 endfunction()

@@ -31,7 +31,6 @@ std::string_view TrimSpecItem(std::string_view s) {
 namespace {
 
 bool IsSpace(char c) { return IsSpecSpace(c); }
-bool IsEscaped(std::string_view s, size_t i) { return IsEscapedAt(s, i); }
 
 // Parses the class starting at pattern[open] == '['. On success returns true
 // and sets *end to the index just past the closing ']' and *matched to whether
@@ -179,11 +178,11 @@ std::optional<KernelFilter> KernelFilter::Parse(std::string_view spec, std::stri
 
   size_t start = 0;
   for (size_t i = 0; i <= spec.size(); ++i) {
-    if (i < spec.size() && !(spec[i] == ',' && !IsEscaped(spec, i))) continue;
+    if (i < spec.size() && !(spec[i] == ',' && !IsEscapedAt(spec, i))) continue;
     size_t b = start;
     size_t e = i;
     while (b < e && IsSpace(spec[b])) ++b;
-    while (e > b && IsSpace(spec[e - 1]) && !IsEscaped(spec, e - 1)) --e;
+    while (e > b && IsSpace(spec[e - 1]) && !IsEscapedAt(spec, e - 1)) --e;
     std::string_view element = spec.substr(b, e - b);
     const size_t column = b + 1;
     start = i + 1;

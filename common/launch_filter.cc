@@ -8,25 +8,16 @@
 
 #include <algorithm>
 
+#include "common/settings.h"
+
 namespace smprof {
 namespace {
 
-bool IsEscaped(std::string_view s, size_t i) { return IsEscapedAt(s, i); }
-std::string_view Trim(std::string_view s) { return TrimSpecItem(s); }
-
 std::string Quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
-
-bool IsDigits(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-  }
-  return true;
-}
 
 // A launch index: digits only, below kOpenEnd. *too_large: digits, but not.
 bool ParseIndex(std::string_view text, uint64_t* value, bool* too_large) {
-  if (!IsDigits(text)) return false;
+  if (!IsDecimalDigits(text)) return false;
   uint64_t v = 0;
   for (char c : text) {
     const uint64_t d = static_cast<uint64_t>(c - '0');
@@ -106,12 +97,12 @@ bool InRange(const std::vector<LaunchFilter::Range>& ranges, uint64_t index) {
 std::optional<LaunchFilter> LaunchFilter::Parse(std::string_view spec, std::string* error) {
   LaunchFilter filter;
   filter.spec_ = std::string(spec);
-  if (Trim(spec).empty()) return filter;
+  if (TrimSpecItem(spec).empty()) return filter;
 
   size_t start = 0;
   for (size_t i = 0; i <= spec.size(); ++i) {
-    if (i < spec.size() && !(spec[i] == ',' && !IsEscaped(spec, i))) continue;
-    const std::string_view item = Trim(spec.substr(start, i - start));
+    if (i < spec.size() && !(spec[i] == ',' && !IsEscapedAt(spec, i))) continue;
+    const std::string_view item = TrimSpecItem(spec.substr(start, i - start));
     const size_t column = start + 1;
     start = i + 1;
     if (item.empty()) {
@@ -121,7 +112,7 @@ std::optional<LaunchFilter> LaunchFilter::Parse(std::string_view spec, std::stri
 
     size_t colon = std::string_view::npos;
     for (size_t j = item.size(); j-- > 0;) {
-      if (item[j] == ':' && !IsEscaped(item, j)) {
+      if (item[j] == ':' && !IsEscapedAt(item, j)) {
         colon = j;
         break;
       }
@@ -134,8 +125,8 @@ std::optional<LaunchFilter> LaunchFilter::Parse(std::string_view spec, std::stri
           "item " + Quoted(item) + " has no launch range: write PATTERN:RANGES, e.g. " + std::string(item) + ":0-9";
       return std::nullopt;
     }
-    const std::string_view pattern = Trim(item.substr(0, colon));
-    const std::string_view ranges = Trim(item.substr(colon + 1));
+    const std::string_view pattern = TrimSpecItem(item.substr(0, colon));
+    const std::string_view ranges = TrimSpecItem(item.substr(colon + 1));
     if (pattern.empty()) {
       *error = "empty pattern in item " + Quoted(item) + ": name the kernels before the ':', e.g. gemm*" +
                std::string(item.substr(colon)) + " (or *" + std::string(item.substr(colon)) + " for every kernel)";

@@ -67,17 +67,9 @@ const std::vector<SettingSpec> kSettings = {
      "percent of the device buffer, 10-95, at which a drain is forced"},
 };
 
-bool IsDigits(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-  }
-  return true;
-}
-
 // Parses one warp index of `list`; false with *error if not a number in 0..31.
 bool ParseWarpIndex(std::string_view list, std::string_view text, uint32_t* value, std::string* error) {
-  if (!IsDigits(text)) {
+  if (!IsDecimalDigits(text)) {
     *error = "\"" + std::string(text) + "\" in \"" + std::string(list) +
              "\" is not a warp index: use numbers and ranges without spaces, such as 0,4-7";
     return false;
@@ -145,9 +137,17 @@ const SettingSpec* FindSettingByShortOption(char short_option) {
   return nullptr;
 }
 
+bool IsDecimalDigits(std::string_view text) {
+  if (text.empty()) return false;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
 bool ParseWholeNumber(std::string_view text, uint64_t min, uint64_t max, uint64_t* value, std::string* error) {
   const std::string range = "give a whole number from " + std::to_string(min) + " to " + std::to_string(max);
-  if (!IsDigits(text)) {
+  if (!IsDecimalDigits(text)) {
     *error = "\"" + std::string(text) + "\" is not a positive whole number: " + range;
     return false;
   }
@@ -260,7 +260,7 @@ bool ParseSetting(Setting setting, std::string_view text, std::string_view sourc
       if (text == "auto") {
         s.buffer_mb = kAutoBufferMb;
         ok = true;
-      } else if (IsDigits(text)) {
+      } else if (IsDecimalDigits(text)) {
         ok = ParseBounded(text, kMinBufferMb, kMaxBufferMb, &s.buffer_mb, &why);
       } else {
         why = "\"" + std::string(text) + "\" is not a size in MiB: give a whole number from " +

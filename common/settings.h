@@ -126,6 +126,9 @@ Settings LoadSettings(const GetEnv& getenv_fn, std::vector<std::string>* errors,
 
 // --- parsers, shared by everything that reads numbers or lists -----------------
 
+// True when `text` is one or more of the characters 0-9 and nothing else.
+bool IsDecimalDigits(std::string_view text);
+
 // A decimal whole number in [min, max], digits only (leading zeros allowed).
 // On failure *error says "\"x\" is not a positive whole number: give a whole
 // number from min to max" or "x is out of range: give ...".

@@ -17,11 +17,12 @@
 # Host code only (SMPROF_BUILD_CUDA=OFF): device code is not sanitized, and
 # the gpu tests run in the normal build. RelWithDebInfo at -O1 -g1: the
 # sanitizers' recommended level, line tables are all their stack traces
-# need, and it halves the compile time of the json-heavy files. Each phase
-# prints its duration.
+# need, and it halves the compile time of the json-heavy files. Unity-built as
+# scripts/build.sh builds. Each phase prints its duration.
 #
 # Environment: SMPROF_ASAN_BUILD_DIR, SMPROF_TSAN_BUILD_DIR (default
-# build-asan, build-tsan), SMPROF_JOBS (default: nproc), CUDA_HOME.
+# build-asan, build-tsan), SMPROF_JOBS (default: nproc), CUDA_HOME,
+# SMPROF_UNITY_BUILD (default ON).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 asan_dir="${SMPROF_ASAN_BUILD_DIR:-$root/build-asan}"
@@ -58,7 +59,8 @@ phase() {
 
 configure() {  # configure <dir> <SMPROF_SANITIZE value>
   cmake -S "$root" -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-    -DSMPROF_BUILD_CUDA=OFF -DSMPROF_BUILD_TESTS=ON -DSMPROF_SANITIZE="$2" -DCUDAToolkit_ROOT="$cuda" >/dev/null
+    -DSMPROF_BUILD_CUDA=OFF -DSMPROF_BUILD_TESTS=ON -DSMPROF_SANITIZE="$2" -DCUDAToolkit_ROOT="$cuda" \
+    -DSMPROF_UNITY_BUILD="${SMPROF_UNITY_BUILD:-ON}" >/dev/null
 }
 
 build() {  # build <dir> <SMPROF_SANITIZE value> [targets...]
