@@ -56,5 +56,9 @@ function(smprof_host_flags target)
   list(FILTER _sources INCLUDE REGEX "\\.cu$")
   if(SMPROF_UNITY_BUILD AND NOT _sources)
     set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 16)
+    # A class of a .cc file holding a type of its anonymous namespace is
+    # fine in that file alone; in a batch the file is no longer the main
+    # file, and GCC would warn as if it were a header.
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
   endif()
 endfunction()
