@@ -62,7 +62,8 @@ const std::vector<SettingSpec> kSettings = {
      "largest device chunk size in bytes, a power of two 256-65536. Chunks\n"
      "start at 1024 (or this, if smaller), smaller for launches that would\n"
      "not fit; they double for warps of many events (each chunk claim stalls\n"
-     "its warp) while a doubling saves a quarter of the claims and fits"},
+     "its warp) while a doubling saves a quarter of the claims and fits, and\n"
+     "halve for warps of few events while no kernel would claim more"},
     {Setting::kHighWater, "SMPROF_HIGH_WATER", nullptr, 0, "N", "75",
      "percent of the device buffer, 10-95, at which a drain is forced"},
 };

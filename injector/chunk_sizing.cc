@@ -24,6 +24,16 @@ int Grow(const std::function<double(int)>& chunks_at, int from, int max_class, d
   return c;
 }
 
+// From `from`: halve while no one claims more for it (fewer bytes, so it
+// still fits). Rates are averages over warps: a relative tolerance absorbs
+// their rounding.
+int Shrink(const std::function<double(int)>& chunks_at, const std::function<double(int)>& mix_at, int from) {
+  const auto no_more = [](double smaller, double larger) { return smaller <= larger * (1 + 1e-6); };
+  int c = from;
+  while (c > 0 && no_more(chunks_at(c - 1), chunks_at(c)) && no_more(mix_at(c - 1), mix_at(c))) --c;
+  return c;
+}
+
 }  // namespace
 
 void ClaimRates::Rescale(int chunk_class, double rate) {
@@ -47,15 +57,21 @@ void ClaimTally::Teach(uint64_t launched_warps, ClaimRates* rates) const {
   for (int c = 0; c < kChunkClasses; ++c) {
     rates->set(c, static_cast<double>(chunks_[c]) / static_cast<double>(launched_warps));
   }
+  rates->MarkLearned();
 }
 
-int ChooseChunkClass(const std::function<double(int)>& chunks_at, int start_class, int max_class, double limit_bytes) {
+int ChooseChunkClass(const std::function<double(int)>& chunks_at, int start_class, int max_class, double limit_bytes,
+                     const std::function<double(int)>& mix_at) {
   const int start = std::min(start_class, max_class);
   int fewest = start;
   double fewest_bytes = -1;
   for (int c = start; c >= 0; --c) {
     const double bytes = chunks_at(c) * ChunkBytesOf(c);
-    if (bytes <= limit_bytes) return c == start ? Grow(chunks_at, c, max_class, limit_bytes) : c;
+    if (bytes <= limit_bytes) {
+      if (c != start) return c;
+      const int grown = Grow(chunks_at, c, max_class, limit_bytes);
+      return grown == start && mix_at ? Shrink(chunks_at, mix_at, start) : grown;
+    }
     if (fewest_bytes < 0 || bytes < fewest_bytes) {
       fewest = c;
       fewest_bytes = bytes;

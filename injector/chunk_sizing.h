@@ -21,6 +21,14 @@
 //      3/4 (a doubling must save a quarter of the claims). Unknown kernels
 //      (one chunk per warp at every size) and warps whose events already fit
 //      one chunk stay where they are, so the slots wasted stay bounded.
+//   3. Only when the start size fit and no growth was taken, shrink: halve
+//      while neither that launch nor the kernels of the previous generation
+//      (each with the warps it launched there, all of them learned from
+//      decoded warps) would claim a chunk more. Warps of a few events then
+//      take 256 bytes, not 1 KiB, in a program whose kernels all write few
+//      (4,096 warps of two events: 1 MiB a launch instead of 4); a program
+//      that also runs a dense kernel keeps the start size, since its dense
+//      launches would otherwise claim 2-4 times as often.
 // Later launches of the generation use the same size (chunks of one
 // generation are all alike: the recorder tells a full chunk by its cursor
 // reaching a multiple of the size); a launch that would not fit forces a
@@ -66,6 +74,10 @@ class ClaimRates {
     for (auto& r : per_warp_) r.store(1.0f, std::memory_order_relaxed);
   }
   double at(int chunk_class) const { return per_warp_[chunk_class].load(std::memory_order_relaxed); }
+  // Whether a tally of decoded warps has set the rates (their shape over the
+  // sizes is known; before, it is assumed flat: one chunk per warp).
+  bool learned() const { return learned_.load(std::memory_order_acquire); }
+  void MarkLearned() { learned_.store(true, std::memory_order_release); }
   void set(int chunk_class, double rate) { per_warp_[chunk_class].store(static_cast<float>(rate), std::memory_order_relaxed); }
   void set_all(double rate) {
     for (auto& r : per_warp_) r.store(static_cast<float>(rate), std::memory_order_relaxed);
@@ -76,6 +88,7 @@ class ClaimRates {
 
  private:
   std::array<std::atomic<float>, kChunkClasses> per_warp_;
+  std::atomic<bool> learned_{false};
 };
 
 // Accumulates one launch's warps, then teaches the rates.
@@ -85,7 +98,8 @@ class ClaimTally {
   explicit ClaimTally(uint32_t observed_chunk_bytes) : observed_slots_(SlotsOf(observed_chunk_bytes)) {}
   // One recording warp: `events` events in `chunks` chunks.
   void AddWarp(uint64_t events, uint32_t chunks);
-  // Sets `rates` for `launched_warps` launched warps (nothing when 0).
+  // Sets `rates` for `launched_warps` launched warps (nothing when 0) and
+  // marks them learned.
   void Teach(uint64_t launched_warps, ClaimRates* rates) const;
 
   static uint64_t SlotsOf(uint32_t chunk_bytes);
@@ -100,7 +114,10 @@ class ClaimTally {
 // `max_class` when smaller) that fits, or when none fits the class needing
 // the fewest bytes; then, when the start class fit, each larger class up to
 // `max_class` that fits and needs at most kGrowthClaims of the chunks of the
-// class before it.
-int ChooseChunkClass(const std::function<double(int)>& chunks_at, int start_class, int max_class, double limit_bytes);
+// class before it; when none did, each smaller class at which neither
+// `chunks_at` nor `mix_at` (the chunks the previous generation's kernels
+// would claim; empty: unknown, no shrinking) needs more chunks.
+int ChooseChunkClass(const std::function<double(int)>& chunks_at, int start_class, int max_class, double limit_bytes,
+                     const std::function<double(int)>& mix_at = {});
 
 }  // namespace smprof::injector

@@ -273,10 +273,18 @@ void DeviceContext::NoteLaunch(Module* m, GpuStream stream, bool per_thread, dou
   std::lock_guard<std::mutex> lock(mu_);
   ++pending_;
   projected_chunks_ += chunks;
-  if (rates == nullptr || cycle_kernels_.size() >= 64) {
+  if (rates == nullptr) {
     cycle_mixed_ = true;
-  } else if (std::find(cycle_kernels_.begin(), cycle_kernels_.end(), rates) == cycle_kernels_.end()) {
-    cycle_kernels_.push_back(rates);
+  } else {
+    auto it = std::find_if(cycle_kernels_.begin(), cycle_kernels_.end(),
+                           [rates](const std::pair<ClaimRates*, uint64_t>& k) { return k.first == rates; });
+    if (it != cycle_kernels_.end()) {
+      it->second += warps;
+    } else if (cycle_kernels_.size() < 64) {
+      cycle_kernels_.emplace_back(rates, warps);
+    } else {
+      cycle_mixed_ = true;
+    }
   }
   cycle_warps_ += warps;
   if (m != nullptr) {
@@ -339,12 +347,23 @@ bool DeviceContext::NeedsDrain(double chunks) {
   return sampled >= limit || projected_chunks_ + chunks > limit;
 }
 
-void DeviceContext::SizeChunks(const std::function<double(int)>& chunks_at) {
+void DeviceContext::SizeChunks(const std::function<double(int)>& chunks_at, bool learned) {
   std::lock_guard<std::mutex> lock(mu_);
   if (sized_) return;
   sized_ = true;
   const double limit = static_cast<double>(chunk_region_bytes_) * options_.high_water_percent / 100.0;
-  const int chosen = ChooseChunkClass(chunks_at, start_chunk_class_, max_chunk_class_, limit);
+  const bool mix_known = learned && !last_cycle_.empty() &&
+                         std::all_of(last_cycle_.begin(), last_cycle_.end(),
+                                     [](const std::pair<ClaimRates*, uint64_t>& k) { return k.first->learned(); });
+  std::function<double(int)> mix_at;
+  if (mix_known) {
+    mix_at = [this](int chunk_class) {
+      double chunks = 0;
+      for (const auto& [rates, warps] : last_cycle_) chunks += static_cast<double>(warps) * rates->at(chunk_class);
+      return chunks;
+    };
+  }
+  const int chosen = ChooseChunkClass(chunks_at, start_chunk_class_, max_chunk_class_, limit, mix_at);
   if (chosen == chunk_class()) return;
   // Nothing is lit and nothing records (a new generation): every module gets
   // the new size with its next light.
@@ -499,10 +518,12 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   __atomic_store_n(reinterpret_cast<uint32_t*>(&words_[2]), 0u, __ATOMIC_RELAXED);
   std::lock_guard<std::mutex> lock(mu_);
   if (used == 0) {  // nothing claimed: none of these kernels records (for now)
-    for (ClaimRates* rates : cycle_kernels_) rates->set_all(0);
+    for (const auto& [rates, warps] : cycle_kernels_) rates->set_all(0);
   } else if (!cycle_mixed_ && cycle_kernels_.size() == 1 && cycle_warps_ > 0) {
-    cycle_kernels_[0]->Rescale(chunk_class(), static_cast<double>(used) / static_cast<double>(cycle_warps_));
+    cycle_kernels_[0].first->Rescale(chunk_class(), static_cast<double>(used) / static_cast<double>(cycle_warps_));
   }
+  last_cycle_.clear();
+  if (!cycle_mixed_) last_cycle_.swap(cycle_kernels_);
   cycle_kernels_.clear();
   cycle_mixed_ = false;
   cycle_warps_ = 0;

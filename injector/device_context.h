@@ -56,6 +56,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "injector/arena_snapshot.h"
@@ -128,8 +129,11 @@ class DeviceContext {
   void Poll();
   // Gate held, before the first Light of a generation (later calls do
   // nothing): fixes its chunk size from `chunks_at(class)`, the chunks the
-  // launch may claim at each chunk class (chunk_sizing.h).
-  void SizeChunks(const std::function<double(int)>& chunks_at);
+  // launch may claim at each chunk class (chunk_sizing.h). `learned`: the
+  // launch's rates come from decoded warps; only then may the size shrink
+  // below the start, and only as far as the previous generation's kernels
+  // (also learned) allow.
+  void SizeChunks(const std::function<double(int)>& chunks_at, bool learned);
   void LockGate() { gate_.lock_shared(); }
   void UnlockGate() { gate_.unlock_shared(); }
 
@@ -246,8 +250,12 @@ class DeviceContext {
   uint64_t pending_ = 0;                  // recording launches since the last harvest
   bool sized_ = false;                    // the chunk size of this generation is fixed
   double projected_chunks_ = 0;
-  std::vector<ClaimRates*> cycle_kernels_;  // claim rates of the kernels launched since (at most 64)
-  bool cycle_mixed_ = false;                         // ... more than that, or graphs
+  // The kernels launched since (at most 64), each with the warps it launched.
+  std::vector<std::pair<ClaimRates*, uint64_t>> cycle_kernels_;
+  bool cycle_mixed_ = false;  // ... more than that, or graphs
+  // The previous generation's cycle_kernels_ (empty when it was mixed): what
+  // the next generation is expected to launch, for SizeChunks.
+  std::vector<std::pair<ClaimRates*, uint64_t>> last_cycle_;
   uint64_t cycle_warps_ = 0;
 };
 

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -192,6 +193,8 @@ class CollectorE2eTest : public ::testing::Test {
   }
   void TearDown() override {
     if (!run_id_.empty()) transport::RemoveRunSegments(run_id_);
+    std::error_code ignored;  // a failed test keeps its files to look at
+    if (!HasFailure()) std::filesystem::remove_all(dir_, ignored);
   }
 
   // Starts the collector and waits for "ready". Its output goes to `log`

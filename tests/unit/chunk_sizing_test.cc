@@ -143,6 +143,49 @@ TEST(ChunkSizingTest, AMaximumBelowTheStartIsNeverPassed) {
   EXPECT_EQ(ChooseChunkClass(chunks_at, k1K, k1K, 48.0 * 1024 * 1024), k1K);
 }
 
+TEST(ChunkSizingTest, OnlyATallyOfDecodedWarpsMakesRatesLearned) {
+  ClaimRates rates;
+  EXPECT_FALSE(rates.learned());
+  rates.Rescale(k1K, 5.0);  // a read-back's level: the shape is still assumed
+  EXPECT_FALSE(rates.learned());
+  TeachWarpsWriting(2, &rates);
+  EXPECT_TRUE(rates.learned());
+}
+
+TEST(ChunkSizingTest, SparseWarpsShrinkWhenNothingInTheMixClaimsMore) {
+  ClaimRates sparse;
+  TeachWarpsWriting(2, &sparse);  // one chunk per warp at every size
+  const auto launch = [&](int c) { return 4096.0 * sparse.at(c); };
+  const auto mix = [&](int c) { return 2.0 * 4096.0 * sparse.at(c); };
+  EXPECT_EQ(ChooseChunkClass(launch, k1K, k64K, 48.0 * 1024 * 1024, mix), k256);
+  // Without a known mix the start size stays.
+  EXPECT_EQ(ChooseChunkClass(launch, k1K, k64K, 48.0 * 1024 * 1024), k1K);
+}
+
+TEST(ChunkSizingTest, ShrinkingStopsWhereAWarpWouldNeedASecondChunk) {
+  // 20 events: one chunk of 512 bytes (29 slots), two of 256 (13 slots).
+  ClaimRates rates;
+  TeachWarpsWriting(20, &rates);
+  const auto launch = [&](int c) { return 64.0 * rates.at(c); };
+  EXPECT_EQ(ChooseChunkClass(launch, k1K, k64K, 48.0 * 1024 * 1024, launch), k512);
+}
+
+TEST(ChunkSizingTest, ADenseKernelInTheMixKeepsTheStartSize) {
+  ClaimRates sparse, dense;
+  TeachWarpsWriting(2, &sparse);
+  TeachWarpsWriting(256, &dense);  // 5 chunks at 1 KiB, 10 at 512 bytes
+  const auto launch = [&](int c) { return 4096.0 * sparse.at(c); };
+  const auto mix = [&](int c) { return 4096.0 * sparse.at(c) + 8.0 * dense.at(c); };
+  EXPECT_EQ(ChooseChunkClass(launch, k1K, k64K, 48.0 * 1024 * 1024, mix), k1K);
+}
+
+TEST(ChunkSizingTest, GrowthComesBeforeShrinking) {
+  ClaimRates dense;
+  TeachWarpsWriting(256, &dense);
+  const auto launch = [&](int c) { return 132.0 * dense.at(c); };
+  EXPECT_EQ(ChooseChunkClass(launch, k1K, k64K, 48.0 * 1024 * 1024, launch), k8K);
+}
+
 TEST(ChunkSizingTest, WhenNothingFitsTheSizeNeedingFewestBytesIsChosen) {
   // 258 events per warp: 20 chunks of 256 bytes (5120) against 5 of 1 KiB (5120)
   // and 3 of 512 bytes (29 events each: 9 chunks, 4608 bytes).

@@ -500,6 +500,42 @@ TEST_F(ProfilerTest, ChunkSizesAreLearnedPerCompiledFunction) {
   EXPECT_EQ(sink.stats.forced_drains, 0u);
 }
 
+// Warps of two events: the first generation takes the start size (the
+// kernel is unknown); once a harvest has taught that a warp of it needs one
+// chunk at every size, later generations take 256-byte chunks, a quarter of
+// the arena per launch.
+TEST_F(ProfilerTest, SparseWarpsTakeTheSmallestChunksOnceTaught) {
+  Start(MakeSettings(), /*harvest_threads=*/1);
+  for (uint64_t i = 0; i < 3; ++i) {
+    Gemm(s1, 8, /*ranges=*/1);
+    Sync();
+    sink.WaitForHarvests(i + 1);
+  }
+  Finish();
+  EXPECT_EQ(gpu.chunk_sizes_recorded(), (std::vector<uint32_t>{1024, 256, 256}));
+  EXPECT_EQ(sink.events["gemm(float*)"], 3u * 8 * 2);
+  EXPECT_EQ(sink.stats.events_dropped_device, 0u);
+}
+
+// The same sparse kernel launched first in every generation, with a dense
+// one after it: small chunks would make the dense warps claim 4 times as
+// often, so the program keeps the start size.
+TEST_F(ProfilerTest, ADenseKernelBesideSparseOnesKeepsTheStartSize) {
+  Start(MakeSettings(), /*harvest_threads=*/1);
+  const GpuModule heavy_module = gpu.AddModule(true);
+  const GpuFunction heavy = gpu.AddFunction(heavy_module, kGemm);
+  for (uint64_t i = 0; i < 3; ++i) {
+    Gemm(s1, 8, /*ranges=*/1);
+    LaunchOn(heavy, heavy_module, kGemm, s1, 8, /*ranges=*/32);
+    Sync();
+    sink.WaitForHarvests(i + 1);
+  }
+  Finish();
+  EXPECT_EQ(gpu.chunk_sizes_recorded(), (std::vector<uint32_t>(6, 1024)));
+  EXPECT_EQ(sink.events["gemm(float*)"], 3u * 8 * (2 + 64));
+  EXPECT_EQ(sink.stats.events_dropped_device, 0u);
+}
+
 // SMPROF_CHUNK_BYTES=1024: the same warps keep 1 KiB chunks.
 TEST_F(ProfilerTest, DenseWarpsNeverGrowPastTheLargestChunkSize) {
   Settings settings = MakeSettings();
@@ -556,14 +592,17 @@ TEST_F(ProfilerTest, StagedReadBacksComeThroughPageLockedPieces) {
   sink.WaitForHarvests(1);
   const size_t locked = gpu.pinned_allocations();
   const size_t before = gpu.host_copies();
-  for (int i = 0; i < 5; ++i) Gemm(s1, 8, 40);  // 5 x 8 warps x 80 events: 2 chunks a warp, 80 chunks
+  for (int i = 0; i < 5; ++i) Gemm(s1, 8, 40);  // 5 x 8 warps x 80 events
   Sync();
   const size_t on_app_thread = gpu.host_copies_from(std::this_thread::get_id());
   Finish();
   EXPECT_EQ(sink.events["gemm(float*)"], 2u + 5 * 8 * 80);
   EXPECT_EQ(gpu.pinned_allocations(), locked);
   EXPECT_EQ(on_app_thread, 0u);
-  EXPECT_GE(gpu.host_copies() - before, 20u);  // 80 chunks in pieces of 4
+  // The first launch taught two events a warp, so the five came in 256-byte
+  // chunks (13 events): 7 a warp, 280 in all, in pieces of 16.
+  ASSERT_EQ(gpu.chunk_sizes_recorded().back(), 256u);
+  EXPECT_GE(gpu.host_copies() - before, 280u / 16);
 }
 
 TEST_F(ProfilerTest, ReadBacksLockNoHostMemory) {
