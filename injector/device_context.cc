@@ -21,43 +21,11 @@ constexpr auto kPollInterval = std::chrono::microseconds(100);
 // smprof's own copies on its private stream; they need no SM, only a copy
 // engine the application may keep busy for a while.
 constexpr auto kOwnCopyTimeout = std::chrono::seconds(10);
-// An in-stream-order darkening not yet reached by another stream's launch.
-constexpr auto kDarkenWait = std::chrono::milliseconds(200);
-// WriteArenaWord's "not in any application stream's order".
-GpuStream const kImmediate = reinterpret_cast<GpuStream>(~uintptr_t{0});
 
 }  // namespace
 
-struct DeviceContext::Module {
-  GpuModule module = nullptr;
-  DevPtr global = 0;    // its wire::ArenaRef
-  bool written = false;  // everything but `arena` is current (this epoch)
-  std::atomic<bool> is_lit{false};
-  bool has_selected = false;
-  // Streams of its recording launches since the last harvest.
-  GpuStream only_stream = nullptr;
-  bool many_streams = false;
-  bool any_stream = false;
-  // Darkened in stream order on this stream since the last harvest.
-  GpuStream dark_pending_on = nullptr;
-  // Lit by copies queued on these streams (a launch on another stream may
-  // run before they land, so it queues its own), or at once (everywhere).
-  std::vector<GpuStream> lit_on;
-  bool lit_everywhere = false;
-
-  // A recording launch of it on `stream` (DeviceContext::mu_ held).
-  void NoteStream(GpuStream stream) {
-    if (!any_stream) {
-      only_stream = stream;
-      any_stream = true;
-    } else if (only_stream != stream) {
-      many_streams = true;
-    }
-  }
-};
-
 DeviceContext::DeviceContext(Gpu& gpu, GpuCtx ctx, const ArenaOptions& options)
-    : gpu_(gpu), ctx_(ctx), options_(options), staging_(gpu) {}
+    : gpu_(gpu), ctx_(ctx), options_(options), switch_(gpu), staging_(gpu) {}
 
 DeviceContext::~DeviceContext() {
   Log().debug("GPU {}: {} read-backs staged on the device, {} copied to host memory directly", facts_.info.ordinal,
@@ -115,6 +83,7 @@ bool DeviceContext::SetUp() {
   words_[1] = 0;
   words_[2] = 0;
   words_[3] = 0;
+  switch_.SetUp(stream_, &words_[0], &words_[1]);
   if (!gpu_.Fill(arena_, 0, bytes, stream_) || !gpu_.CopyToDevice(arena_, &header, sizeof(header), stream_) ||
       !gpu_.Wait(stream_, kOwnCopyTimeout)) {
     failed_ = true;
@@ -148,128 +117,36 @@ bool DeviceContext::SetUp() {
 }
 
 DeviceContext::Module* DeviceContext::FindModule(GpuModule module, DevPtr arena_global, bool has_selected) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = modules_[module];
-  if (!slot || slot->global != arena_global) {
-    if (slot) retired_.push_back(std::move(slot));
-    slot = std::make_unique<Module>();
-    slot->module = module;
-    slot->global = arena_global;
-  }
-  slot->has_selected |= has_selected;
-  return slot.get();
-}
-
-bool DeviceContext::lit(const Module* m) const { return m->is_lit.load(std::memory_order_acquire); }
-
-bool DeviceContext::WriteArenaWord(Module* m, bool lit, GpuStream stream) {
-  // Immediate: smprof's stream, waited for.
-  if (stream == stream_ || stream == kImmediate) {
-    return gpu_.CopyToDevice(m->global, &words_[lit ? 0 : 1], sizeof(uint64_t), stream_) &&
-           gpu_.Wait(stream_, kOwnCopyTimeout);
-  }
-  // In the order of the application's stream, from a word that never changes.
-  return gpu_.CopyToDevice(m->global, &words_[lit ? 0 : 1], sizeof(uint64_t), stream);
+  return switch_.Find(module, arena_global, has_selected);
 }
 
 bool DeviceContext::Light(Module* m, GpuStream stream, bool capturing) {
-  const auto lit_here = [&] {
-    return m->is_lit.load(std::memory_order_relaxed) &&
-           (m->lit_everywhere || std::find(m->lit_on.begin(), m->lit_on.end(), stream) != m->lit_on.end());
-  };
-  {
+  const ModuleSwitch::Lit lit = switch_.Light(m, stream, capturing, [this] {
     std::lock_guard<std::mutex> lock(mu_);
-    m->NoteStream(stream);
-    if (lit_here()) return true;
-  }
-  // One light at a time: two threads publishing a module for the first time
-  // must not interleave (the second's reference write, `arena` still 0,
-  // would darken a kernel the first already let through).
-  std::lock_guard<std::mutex> lighting(light_mu_);
-  bool written;
-  GpuStream dark_pending;
-  wire::ArenaRef ref;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (lit_here()) return true;
-    written = m->written;
-    dark_pending = m->dark_pending_on;
-    ref = ref_;
     sized_ = true;  // lit: the chunk size stays until the next read-back
-  }
-  if (!written) {
-    // Everything but `arena` first, then `arena`: a kernel of this module that
-    // is already running sees either nothing or a complete reference.
-    ref.arena = 0;
-    if (!gpu_.CopyToDevice(m->global, &ref, sizeof(ref), stream_) || !gpu_.Wait(stream_, kOwnCopyTimeout)) {
-      return false;
-    }
-  }
-  // In the launch's stream order (launches queued before it on its stream do
-  // not record); at once when the stream is capturing (a copy would join the
-  // graph). A darkening still queued on another stream must land first.
-  if (dark_pending != nullptr && dark_pending != stream && gpu_.Query(dark_pending) == StreamState::kBusy &&
-      !gpu_.Wait(dark_pending, kDarkenWait)) {
-    Log().warn("a module darkened on one stream is wanted on another before that stream ran: "
-               "events of the launch may be missing");
-  }
-  const bool ok = WriteArenaWord(m, true, capturing ? kImmediate : stream);
-  if (!ok) return false;
-  std::lock_guard<std::mutex> lock(mu_);
-  m->written = true;
-  if (capturing) {
-    m->lit_everywhere = true;
-  } else {
-    m->lit_on.push_back(stream);
-  }
-  if (!m->is_lit.exchange(true, std::memory_order_acq_rel)) lit_count_.fetch_add(1, std::memory_order_acq_rel);
+    return ref_;
+  });
+  if (lit != ModuleSwitch::Lit::kNow) return lit == ModuleSwitch::Lit::kAlready;
   // Unwanted launches queued before the light may record now: their streams
   // hold recording work until proven idle.
+  std::lock_guard<std::mutex> lock(mu_);
   if (streams_.QuietBecomeBusy()) ++pending_;
   return true;
 }
 
 bool DeviceContext::LightSelected(GpuStream stream, bool capturing) {
-  std::vector<Module*> wanted;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [module, m] : modules_) {
-      if (m->has_selected) wanted.push_back(m.get());
-    }
-  }
   bool ok = true;
-  for (Module* m : wanted) ok &= Light(m, stream, capturing);
+  for (Module* m : switch_.Selected()) ok &= Light(m, stream, capturing);
   return ok;
 }
 
 bool DeviceContext::DarkenInStreamOrder(Module* m, GpuStream stream, bool per_thread, bool capturing) {
-  // Only when every recording launch of it since the last harvest was on
-  // this stream: stream order then keeps them recording.
-  const auto decide = [&]() -> int {  // 1: dark already, 0: darken, -1: cannot
-    if (!m->is_lit.load(std::memory_order_relaxed)) return 1;
-    const bool one_stream = !m->many_streams && (!m->any_stream || m->only_stream == stream);
-    return capturing || per_thread || stream == kPerThreadStream || !one_stream ? -1 : 0;
-  };
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (const int d = decide(); d != 0) return d > 0;
-  }
-  std::lock_guard<std::mutex> lighting(light_mu_);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (const int d = decide(); d != 0) return d > 0;
-  }
-  if (!WriteArenaWord(m, false, stream)) return false;
-  std::lock_guard<std::mutex> lock(mu_);
-  m->dark_pending_on = stream;
-  m->lit_on.clear();
-  m->lit_everywhere = false;
-  if (m->is_lit.exchange(false, std::memory_order_acq_rel)) lit_count_.fetch_sub(1, std::memory_order_acq_rel);
-  return true;
+  return switch_.DarkenInStreamOrder(m, stream, per_thread, capturing);
 }
 
 void DeviceContext::NoteLaunch(Module* m, GpuStream stream, bool per_thread, double chunks, ClaimRates* rates,
                                uint64_t warps) {
+  if (m != nullptr) switch_.NoteStream(m, stream);
   std::lock_guard<std::mutex> lock(mu_);
   ++pending_;
   projected_chunks_ += chunks;
@@ -287,9 +164,6 @@ void DeviceContext::NoteLaunch(Module* m, GpuStream stream, bool per_thread, dou
     }
   }
   cycle_warps_ += warps;
-  if (m != nullptr) {
-    m->NoteStream(stream);
-  }
   streams_.NoteBusy(stream, per_thread, ThreadToken());
 }
 
@@ -329,10 +203,7 @@ void DeviceContext::NoteStreamDestroy(GpuStream stream) {
   streams_.Destroyed(stream, idle);
 }
 
-void DeviceContext::ModulesMayBeStale() {
-  std::lock_guard<std::mutex> lock(mu_);
-  modules_stale_ = true;
-}
+void DeviceContext::ModulesMayBeStale() { switch_.MayBeStale(); }
 
 bool DeviceContext::has_pending() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -368,7 +239,7 @@ void DeviceContext::SizeChunks(const std::function<double(int)>& chunks_at, bool
   // Nothing is lit and nothing records (a new generation): every module gets
   // the new size with its next light.
   UseChunkClass(chosen);
-  for (auto& [module, m] : modules_) m->written = false;
+  switch_.ReferencesChanged();
   Log().debug("GPU {}: chunks of {} bytes until the next harvest", facts_.info.ordinal, ChunkBytesOf(chosen));
 }
 
@@ -467,34 +338,13 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   // Zero what was used; every module goes dark at a new epoch (its whole
   // reference in one copy: no kernel of it can be running now).
   ++ref_.epoch;
-  std::vector<Module*> modules;
-  bool stale;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [module, m] : modules_) modules.push_back(m.get());
-    stale = modules_stale_;
-  }
-  if (stale) {  // after an unload: never write into a module that is gone
-    std::vector<Module*> gone;
-    for (Module* m : modules) {
-      DevPtr global = 0;
-      size_t bytes = 0;
-      const Lookup found = gpu_.ModuleGlobal(m->module, KernelTable::ArenaSymbol(wire::kArenaAbiVersion).c_str(),
-                                             &global, &bytes);
-      if (found != Lookup::kFound || global != m->global || bytes != sizeof(wire::ArenaRef)) gone.push_back(m);
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    for (Module* m : gone) {
-      auto it = modules_.find(m->module);
-      if (it == modules_.end() || it->second.get() != m) continue;
-      if (m->is_lit.exchange(false)) lit_count_.fetch_sub(1, std::memory_order_acq_rel);
-      retired_.push_back(std::move(it->second));
-      modules_.erase(it);
-    }
-    modules_stale_ = false;
-    modules.clear();
-    for (auto& [module, m] : modules_) modules.push_back(m.get());
-  }
+  const std::vector<Module*> modules = switch_.DropGone([this](GpuModule module, DevPtr global) {
+    DevPtr found_global = 0;
+    size_t bytes = 0;
+    const Lookup found = gpu_.ModuleGlobal(module, KernelTable::ArenaSymbol(wire::kArenaAbiVersion).c_str(),
+                                           &found_global, &bytes);
+    return found == Lookup::kFound && found_global == global && bytes == sizeof(wire::ArenaRef);
+  });
   wire::ArenaRef dark = ref_;
   dark.arena = 0;
   bool ok = true;
@@ -506,7 +356,7 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   ok = ok && (used == 0 || gpu_.Fill(ref_.chunks, 0, used_bytes, stream_)) &&
        gpu_.Fill(arena_ + offsetof(wire::ArenaHeader, next_chunk), 0,
                  sizeof(wire::ArenaHeader) - offsetof(wire::ArenaHeader, next_chunk), stream_);
-  for (Module* m : modules) ok = ok && gpu_.CopyToDevice(m->global, &dark, sizeof(dark), stream_);
+  ok = ok && switch_.QueueDark(modules, dark, stream_);
   if (!ok || !gpu_.Wait(stream_, kOwnCopyTimeout)) {
     failed_ = true;  // the arena may be half reset: stop using it
     out->chunks.Abandon();  // a copy may still land in it: never reuse, never free under it
@@ -516,6 +366,7 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
     return ReadBack::kFailed;
   }
   __atomic_store_n(reinterpret_cast<uint32_t*>(&words_[2]), 0u, __ATOMIC_RELAXED);
+  switch_.EndGeneration();
   std::lock_guard<std::mutex> lock(mu_);
   if (used == 0) {  // nothing claimed: none of these kernels records (for now)
     for (const auto& [rates, warps] : cycle_kernels_) rates->set_all(0);
@@ -527,16 +378,6 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   cycle_kernels_.clear();
   cycle_mixed_ = false;
   cycle_warps_ = 0;
-  for (auto& [module, m] : modules_) {
-    m->written = true;
-    m->is_lit.store(false, std::memory_order_release);
-    m->any_stream = m->many_streams = false;
-    m->only_stream = nullptr;
-    m->dark_pending_on = nullptr;
-    m->lit_on.clear();
-    m->lit_everywhere = false;
-  }
-  lit_count_.store(0, std::memory_order_release);
   streams_.Clear();
   quiet_generation_.fetch_add(1, std::memory_order_acq_rel);
   pending_ = 0;

@@ -1,28 +1,14 @@
 // DeviceContext: one GPU context's arena, and which of its modules record.
 //
 // The arena is the device buffer every opted-in kernel of the context writes
-// (wire.h). A module records only while its arena reference is *lit* (the
-// `arena` field set); otherwise its markers cost one constant load and
-// record nothing, so an excluded kernel, or a launch outside the chosen
-// range or capture window, takes no arena space:
-//
-//   - Light(): before a wanted launch, a dark module is lit by an 8-byte
-//     copy queued on the launch's stream, ahead of it (at once through
-//     smprof's private stream when that stream is capturing a graph). A
-//     kernel of the module queued earlier on *another* stream may then
-//     record too: every stream that received an unwanted launch since the
-//     last harvest (NoteQuietLaunch: a thread-local check per launch) then
-//     counts as busy (stream_tracker.h), so no harvest reads the arena under it, and the
-//     harvest keeps only the events of wanted launches.
-//   - DarkenInStreamOrder(): an unwanted launch of a lit module whose wanted
-//     launches since the last harvest were all on the same stream darkens it
-//     by an 8-byte copy queued on that stream, ahead of the launch: the
-//     earlier launches still record, this one does not. A module used on
-//     several streams stays lit until the next harvest (its unwanted
-//     launches record and are filtered on the host). Lighting a module whose
-//     darkening may still be queued goes through the same stream, or waits
-//     (boundedly) for it on another stream.
-//   - ReadBack(): at a harvest every module goes dark again.
+// (wire.h). Which modules record is the module switch's (module_switch.h:
+// lights and darkenings in the launches' stream order). A kernel of the
+// module queued earlier on *another* stream may record once the module is
+// lit: every stream that received an unwanted launch since the last harvest
+// (NoteQuietLaunch: a thread-local check per launch) then counts as busy
+// (stream_tracker.h), so no harvest reads the arena under it, and the
+// harvest keeps only the events of wanted launches. At a harvest every
+// module goes dark again.
 //
 // Launch gate: launches of work that records hold it shared from API enter to
 // exit; ReadBack holds it exclusively (with a timeout), so no such launch is
@@ -45,7 +31,8 @@
 // directly, as all do when the staging area could not be allocated.
 //
 // Thread-safe; all state is private. No lock is held across a Gpu call
-// except the gate and the read-back mutex, which only harvests take first.
+// except the gate and the read-back mutex, which only harvests take first
+// (and the module switch's own, module_switch.h).
 #pragma once
 
 #include <atomic>
@@ -63,6 +50,7 @@
 #include "injector/chunk_sizing.h"
 #include "injector/gpu.h"
 #include "injector/host_buffer.h"
+#include "injector/module_switch.h"
 #include "injector/staging_area.h"
 #include "injector/stream_tracker.h"
 #include "smprof/wire.h"
@@ -96,7 +84,7 @@ uint64_t ThreadToken();
 class DeviceContext {
  public:
   // A module of this context that opted in.
-  struct Module;
+  using Module = ModuleSwitch::Module;
 
   DeviceContext(Gpu& gpu, GpuCtx ctx, const ArenaOptions& options);
   ~DeviceContext();
@@ -121,9 +109,9 @@ class DeviceContext {
   // The module's state (created on first use); `has_selected`: it has a
   // selected kernel (graph launches light such modules).
   Module* FindModule(GpuModule module, DevPtr arena_global, bool has_selected);
-  bool lit(const Module* m) const;
+  bool lit(const Module* m) const { return switch_.lit(m); }
   // True when no module is lit (the common state of an unwanted launch).
-  bool all_dark() const { return lit_count_.load(std::memory_order_acquire) == 0; }
+  bool all_dark() const { return switch_.all_dark(); }
 
   bool NeedsDrain(double chunks);
   void Poll();
@@ -209,7 +197,6 @@ class DeviceContext {
   // The generation's chunks are of `chunk_class` (ref_ and its mirrors);
   // in SetUp, or mu_ held with nothing lit.
   void UseChunkClass(int chunk_class);
-  bool WriteArenaWord(Module* m, bool lit, GpuStream stream);
 
   Gpu& gpu_;
   const uint64_t id_ = NewInstanceId();
@@ -227,6 +214,7 @@ class DeviceContext {
   std::atomic<uint32_t> num_chunks_{0};  // ref_'s, for readers without a lock
   std::atomic<int> chunk_class_{0};
   GpuStream stream_ = nullptr;  // private, non-blocking
+  ModuleSwitch switch_;
   StagingArea staging_;         // as large as the chunk region
   std::atomic<uint64_t> staged_reads_{0}, direct_reads_{0};  // for the log
   // Page-locked words the GPU copies from and into asynchronously:
@@ -237,14 +225,9 @@ class DeviceContext {
   std::chrono::steady_clock::time_point last_poll_{};
 
   std::shared_mutex gate_;
-  std::mutex read_mu_;   // serialises read-backs
-  std::mutex light_mu_;  // serialises the writes of Light and DarkenInStreamOrder
+  std::mutex read_mu_;  // serialises read-backs
 
   mutable std::mutex mu_;  // guards what follows; never held across a Gpu call
-  std::unordered_map<GpuModule, std::unique_ptr<Module>> modules_;
-  std::vector<std::unique_ptr<Module>> retired_;  // forgotten modules: cached pointers stay valid
-  bool modules_stale_ = false;
-  std::atomic<int> lit_count_{0};
   StreamTracker streams_;                       // work since the last harvest
   std::atomic<uint64_t> quiet_generation_{1};  // bumped at each harvest (NoteQuietLaunch's fast path)
   uint64_t pending_ = 0;                  // recording launches since the last harvest

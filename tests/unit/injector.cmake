@@ -19,6 +19,6 @@ set_tests_properties(injector.exports_only_its_entry_point PROPERTIES LABELS uni
 # stage (collector/launch_assembler.h).
 smprof_add_test(injector_logic_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/profiler_test.cc ${CMAKE_CURRENT_LIST_DIR}/host_buffer_test.cc
-          ${CMAKE_CURRENT_LIST_DIR}/stream_tracker_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/stream_tracker_test.cc ${CMAKE_CURRENT_LIST_DIR}/module_switch_test.cc
   LIBS smprof_injector_logic smprof::collector
   LABELS unit)
