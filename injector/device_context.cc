@@ -18,9 +18,6 @@ uint64_t ThreadToken() {
 namespace {
 
 constexpr auto kPollInterval = std::chrono::microseconds(100);
-// smprof's own copies on its private stream; they need no SM, only a copy
-// engine the application may keep busy for a while.
-constexpr auto kOwnCopyTimeout = std::chrono::seconds(10);
 
 }  // namespace
 

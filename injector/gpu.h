@@ -63,6 +63,10 @@ struct DeviceFacts {
   double cycles_per_ns = 1.0;  // SM clock in GHz: measured, else nominal
 };
 
+// How long smprof waits for a copy of its own on a private stream: it needs
+// no SM, only a copy engine the application may keep busy for a while.
+inline constexpr std::chrono::seconds kOwnCopyTimeout{10};
+
 class Gpu {
  public:
   virtual ~Gpu() = default;

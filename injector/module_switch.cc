@@ -7,10 +7,6 @@
 
 namespace smprof::injector {
 namespace {
-
-// smprof's own copies on its private stream; they need no SM, only a copy
-// engine the application may keep busy for a while.
-constexpr auto kOwnCopyTimeout = std::chrono::seconds(10);
 // An in-stream-order darkening not yet reached by another stream's launch.
 constexpr auto kDarkenWait = std::chrono::milliseconds(200);
 // WriteArenaWord's "not in any application stream's order".

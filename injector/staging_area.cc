@@ -5,13 +5,6 @@
 #include "injector/log.h"
 
 namespace smprof::injector {
-namespace {
-
-// smprof's own copies on its private streams; they need no SM, only a copy
-// engine the application may keep busy for a while.
-constexpr auto kCopyTimeout = std::chrono::seconds(10);
-
-}  // namespace
 
 StagingArea::~StagingArea() {
   if (base_ != 0) gpu_.Free(base_);
@@ -78,7 +71,7 @@ bool StagingArea::HasRoom(uint64_t bytes) {
 bool StagingArea::CopyOut(uint64_t offset, size_t bytes, GpuStream stream, HostBuffer* into) {
   if (into->size() < bytes) *into = HostBuffer(bytes);
   return into->size() >= bytes && gpu_.CopyToHost(into->data(), base_ + offset, bytes, stream) &&
-         gpu_.Wait(stream, kCopyTimeout);
+         gpu_.Wait(stream, kOwnCopyTimeout);
 }
 
 bool StagingArea::Visit(ArenaSnapshot* snapshot, const std::function<void(const uint8_t*, uint32_t)>& visit,
@@ -113,7 +106,7 @@ bool StagingArea::Visit(ArenaSnapshot* snapshot, const std::function<void(const 
     };
     ok = total == 0 || copy(0);
     for (uint32_t first = 0; ok && first < total; first += per_piece) {
-      ok = gpu_.Wait(fetch_stream_, kCopyTimeout);  // this piece, and nothing after it yet
+      ok = gpu_.Wait(fetch_stream_, kOwnCopyTimeout);  // this piece, and nothing after it yet
       if (ok && first + per_piece < total) ok = copy(first + per_piece);
       if (!ok) break;
       visit(bounce_[(first / per_piece) % 2], piece_at(first));
