@@ -2,9 +2,9 @@
 //
 // The arena is the device buffer every opted-in kernel of the context writes
 // (wire.h). Which modules record is the module switch's (module_switch.h:
-// lights and darkenings in the launches' stream order). A kernel of the
-// module queued earlier on *another* stream may record once the module is
-// lit: every stream that received an unwanted launch since the last harvest
+// lights and darkenings in the launches' stream order). Once a module is
+// lit, its kernels queued earlier on *other* streams may record too: every
+// stream that received an unwanted launch since the last harvest
 // (NoteQuietLaunch: a thread-local check per launch) then counts as busy
 // (stream_tracker.h), so no harvest reads the arena under it, and the
 // harvest keeps only the events of wanted launches. At a harvest every
