@@ -24,17 +24,30 @@ int Grow(const std::function<double(int)>& chunks_at, int from, int max_class, d
   return c;
 }
 
-// From `from`: halve while no one claims more for it (fewer bytes, so it
-// still fits). Rates are averages over warps: a relative tolerance absorbs
-// their rounding.
-int Shrink(const std::function<double(int)>& chunks_at, const std::function<double(int)>& mix_at, int from) {
-  const auto no_more = [](double smaller, double larger) { return smaller <= larger * (1 + 1e-6); };
+// Halving from `larger` to `smaller` chunks costs no claim. Rates are
+// averages over warps: a relative tolerance absorbs their rounding.
+bool NoMore(double smaller, double larger) { return smaller <= larger * (1 + 1e-6); }
+
+// From `from`: halve, down to `floor`, while no one claims more for it
+// (fewer bytes, so it still fits).
+int Shrink(const std::function<double(int)>& chunks_at, const std::function<double(int)>& mix_at, int from,
+           int floor) {
   int c = from;
-  while (c > 0 && no_more(chunks_at(c - 1), chunks_at(c)) && no_more(mix_at(c - 1), mix_at(c))) --c;
+  while (c > std::max(floor, 0) && NoMore(chunks_at(c - 1), chunks_at(c)) && NoMore(mix_at(c - 1), mix_at(c))) --c;
   return c;
 }
 
 }  // namespace
+
+void ClaimRates::RaiseShrinkFloor(int chunk_class) {
+  if (!taught_.exchange(true, std::memory_order_acq_rel)) {
+    shrink_floor_.store(chunk_class, std::memory_order_release);
+    return;
+  }
+  int floor = shrink_floor_.load(std::memory_order_acquire);
+  while (floor < chunk_class && !shrink_floor_.compare_exchange_weak(floor, chunk_class, std::memory_order_acq_rel)) {
+  }
+}
 
 void ClaimRates::Rescale(int chunk_class, double rate) {
   const double was = at(chunk_class);
@@ -57,11 +70,13 @@ void ClaimTally::Teach(uint64_t launched_warps, ClaimRates* rates) const {
   for (int c = 0; c < kChunkClasses; ++c) {
     rates->set(c, static_cast<double>(chunks_[c]) / static_cast<double>(launched_warps));
   }
-  rates->MarkLearned();
+  int floor = kChunkClasses - 1;
+  while (floor > 0 && NoMore(static_cast<double>(chunks_[floor - 1]), static_cast<double>(chunks_[floor]))) --floor;
+  rates->RaiseShrinkFloor(floor);
 }
 
 int ChooseChunkClass(const std::function<double(int)>& chunks_at, int start_class, int max_class, double limit_bytes,
-                     const std::function<double(int)>& mix_at) {
+                     const std::function<double(int)>& mix_at, int shrink_floor) {
   const int start = std::min(start_class, max_class);
   int fewest = start;
   double fewest_bytes = -1;
@@ -70,7 +85,7 @@ int ChooseChunkClass(const std::function<double(int)>& chunks_at, int start_clas
     if (bytes <= limit_bytes) {
       if (c != start) return c;
       const int grown = Grow(chunks_at, c, max_class, limit_bytes);
-      return grown == start && mix_at ? Shrink(chunks_at, mix_at, start) : grown;
+      return grown == start && mix_at ? Shrink(chunks_at, mix_at, start, shrink_floor) : grown;
     }
     if (fewest_bytes < 0 || bytes < fewest_bytes) {
       fewest = c;

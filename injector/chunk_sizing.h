@@ -23,12 +23,19 @@
 //      one chunk stay where they are, so the slots wasted stay bounded.
 //   3. Only when the start size fit and no growth was taken, shrink: halve
 //      while neither that launch nor the kernels of the previous generation
-//      (each with the warps it launched there, all of them learned from
-//      decoded warps) would claim a chunk more. Warps of a few events then
-//      take 256 bytes, not 1 KiB, in a program whose kernels all write few
-//      (4,096 warps of two events: 1 MiB a launch instead of 4); a program
-//      that also runs a dense kernel keeps the start size, since its dense
-//      launches would otherwise claim 2-4 times as often.
+//      (each with the warps it launched there) would claim a chunk more, and
+//      no size below each kernel's shrink floor is taken. Warps of a few
+//      events then take 256 bytes, not 1 KiB, in a program whose kernels all
+//      write few (4,096 warps of two events: 1 MiB a launch instead of 4); a
+//      program that also runs a dense kernel keeps the start size, since its
+//      dense launches would otherwise claim 2-4 times as often. A kernel's
+//      floor is the smallest size down to which no tally of its decoded
+//      warps ever needed a chunk more, and it only rises: a kernel whose
+//      warps write few events in one launch and many in another (a Triton
+//      function called with several problem sizes) stops shrinking once it
+//      was seen dense, rather than alternate between small chunks and many
+//      claims. A kernel no tally has taught (one chunk per warp assumed at
+//      every size) never shrinks.
 // Later launches of the generation use the same size (chunks of one
 // generation are all alike: the recorder tells a full chunk by its cursor
 // reaching a multiple of the size); a launch that would not fit forces a
@@ -74,10 +81,14 @@ class ClaimRates {
     for (auto& r : per_warp_) r.store(1.0f, std::memory_order_relaxed);
   }
   double at(int chunk_class) const { return per_warp_[chunk_class].load(std::memory_order_relaxed); }
-  // Whether a tally of decoded warps has set the rates (their shape over the
-  // sizes is known; before, it is assumed flat: one chunk per warp).
-  bool learned() const { return learned_.load(std::memory_order_acquire); }
-  void MarkLearned() { learned_.store(true, std::memory_order_release); }
+  // The smallest chunk class a generation may shrink to for this kernel
+  // (rule 3 above); kChunkClasses until a tally of decoded warps has taught
+  // the rates (a read-back's level alone does not: their shape over the
+  // sizes is then only assumed).
+  int shrink_floor() const { return shrink_floor_.load(std::memory_order_acquire); }
+  // A tally found that halving from `chunk_class` costs claims no lower:
+  // the floor rises to it (or is set, the first time).
+  void RaiseShrinkFloor(int chunk_class);
   void set(int chunk_class, double rate) { per_warp_[chunk_class].store(static_cast<float>(rate), std::memory_order_relaxed); }
   void set_all(double rate) {
     for (auto& r : per_warp_) r.store(static_cast<float>(rate), std::memory_order_relaxed);
@@ -88,7 +99,8 @@ class ClaimRates {
 
  private:
   std::array<std::atomic<float>, kChunkClasses> per_warp_;
-  std::atomic<bool> learned_{false};
+  std::atomic<int> shrink_floor_{kChunkClasses};
+  std::atomic<bool> taught_{false};
 };
 
 // Accumulates one launch's warps, then teaches the rates.
@@ -99,7 +111,7 @@ class ClaimTally {
   // One recording warp: `events` events in `chunks` chunks.
   void AddWarp(uint64_t events, uint32_t chunks);
   // Sets `rates` for `launched_warps` launched warps (nothing when 0) and
-  // marks them learned.
+  // raises their shrink floor to what these warps allow.
   void Teach(uint64_t launched_warps, ClaimRates* rates) const;
 
   static uint64_t SlotsOf(uint32_t chunk_bytes);
@@ -114,10 +126,11 @@ class ClaimTally {
 // `max_class` when smaller) that fits, or when none fits the class needing
 // the fewest bytes; then, when the start class fit, each larger class up to
 // `max_class` that fits and needs at most kGrowthClaims of the chunks of the
-// class before it; when none did, each smaller class at which neither
-// `chunks_at` nor `mix_at` (the chunks the previous generation's kernels
-// would claim; empty: unknown, no shrinking) needs more chunks.
+// class before it; when none did, each smaller class down to `shrink_floor`
+// at which neither `chunks_at` nor `mix_at` (the chunks the previous
+// generation's kernels would claim) needs more chunks. Without `mix_at`,
+// no shrinking.
 int ChooseChunkClass(const std::function<double(int)>& chunks_at, int start_class, int max_class, double limit_bytes,
-                     const std::function<double(int)>& mix_at = {});
+                     const std::function<double(int)>& mix_at = {}, int shrink_floor = kChunkClasses);
 
 }  // namespace smprof::injector

@@ -215,23 +215,22 @@ bool DeviceContext::NeedsDrain(double chunks) {
   return sampled >= limit || projected_chunks_ + chunks > limit;
 }
 
-void DeviceContext::SizeChunks(const std::function<double(int)>& chunks_at, bool learned) {
+void DeviceContext::SizeChunks(const std::function<double(int)>& chunks_at, int shrink_floor) {
   std::lock_guard<std::mutex> lock(mu_);
   if (sized_) return;
   sized_ = true;
   const double limit = static_cast<double>(chunk_region_bytes_) * options_.high_water_percent / 100.0;
-  const bool mix_known = learned && !last_cycle_.empty() &&
-                         std::all_of(last_cycle_.begin(), last_cycle_.end(),
-                                     [](const std::pair<ClaimRates*, uint64_t>& k) { return k.first->learned(); });
+  // The previous generation's kernels, as a mix: no shrinking without one.
   std::function<double(int)> mix_at;
-  if (mix_known) {
+  if (!last_cycle_.empty()) {
+    for (const auto& [rates, warps] : last_cycle_) shrink_floor = std::max(shrink_floor, rates->shrink_floor());
     mix_at = [this](int chunk_class) {
       double chunks = 0;
       for (const auto& [rates, warps] : last_cycle_) chunks += static_cast<double>(warps) * rates->at(chunk_class);
       return chunks;
     };
   }
-  const int chosen = ChooseChunkClass(chunks_at, start_chunk_class_, max_chunk_class_, limit, mix_at);
+  const int chosen = ChooseChunkClass(chunks_at, start_chunk_class_, max_chunk_class_, limit, mix_at, shrink_floor);
   if (chosen == chunk_class()) return;
   // Nothing is lit and nothing records (a new generation): every module gets
   // the new size with its next light.

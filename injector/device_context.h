@@ -117,11 +117,11 @@ class DeviceContext {
   void Poll();
   // Gate held, before the first Light of a generation (later calls do
   // nothing): fixes its chunk size from `chunks_at(class)`, the chunks the
-  // launch may claim at each chunk class (chunk_sizing.h). `learned`: the
-  // launch's rates come from decoded warps; only then may the size shrink
-  // below the start, and only as far as the previous generation's kernels
-  // (also learned) allow.
-  void SizeChunks(const std::function<double(int)>& chunks_at, bool learned);
+  // launch may claim at each chunk class (chunk_sizing.h). The size may
+  // shrink below the start no further than `shrink_floor` (the launched
+  // kernel's, ClaimRates::shrink_floor) and the floors of the previous
+  // generation's kernels allow.
+  void SizeChunks(const std::function<double(int)>& chunks_at, int shrink_floor);
   void LockGate() { gate_.lock_shared(); }
   void UnlockGate() { gate_.unlock_shared(); }
 

@@ -236,7 +236,7 @@ void Profiler::OnLaunchEnter(const LaunchCall& call) {
   HoldGate(device);
   const ClaimRates& claims = info->claims;
   device.SizeChunks([&](int chunk_class) { return static_cast<double>(call.warps) * claims.at(chunk_class); },
-                    claims.learned());
+                    claims.shrink_floor());
   if (!device.Light(m, stream, capturing) || capturing) return;  // a captured launch records with its graph
   device.NoteLaunch(m, call.stream, call.per_thread, Projected(*info, call.warps, device), &info->claims, call.warps);
   t_call = CallInProgress{c, &c->host_calls, call.correlation_id, start_ns, call.api, &info->claims};
@@ -337,7 +337,7 @@ void Profiler::EnterGraphLaunch(const LaunchCall& call) {
     device.Poll();
   }
   HoldGate(device);
-  device.SizeChunks(chunks_at, /*learned=*/false);  // a graph's mix of kernels never shrinks the size
+  device.SizeChunks(chunks_at, kChunkClasses);  // a graph's mix of kernels never shrinks the size
   chunks = std::min(chunks_at(device.chunk_class()), static_cast<double>(device.num_chunks()));
   bool lit = true;
   if (plan == nullptr) {

@@ -143,13 +143,25 @@ TEST(ChunkSizingTest, AMaximumBelowTheStartIsNeverPassed) {
   EXPECT_EQ(ChooseChunkClass(chunks_at, k1K, k1K, 48.0 * 1024 * 1024), k1K);
 }
 
-TEST(ChunkSizingTest, OnlyATallyOfDecodedWarpsMakesRatesLearned) {
+TEST(ChunkSizingTest, OnlyATallyOfDecodedWarpsSetsTheShrinkFloor) {
   ClaimRates rates;
-  EXPECT_FALSE(rates.learned());
+  EXPECT_EQ(rates.shrink_floor(), kChunkClasses);
   rates.Rescale(k1K, 5.0);  // a read-back's level: the shape is still assumed
-  EXPECT_FALSE(rates.learned());
-  TeachWarpsWriting(2, &rates);
-  EXPECT_TRUE(rates.learned());
+  EXPECT_EQ(rates.shrink_floor(), kChunkClasses);
+  TeachWarpsWriting(2, &rates);  // one chunk a warp at every size
+  EXPECT_EQ(rates.shrink_floor(), k256);
+}
+
+TEST(ChunkSizingTest, TheShrinkFloorOnlyRises) {
+  ClaimRates rates;
+  TeachWarpsWriting(20, &rates);  // one 512-byte chunk, two of 256
+  EXPECT_EQ(rates.shrink_floor(), k512);
+  TeachWarpsWriting(256, &rates);  // 1 chunk from 8 KiB up, 2 of 4 KiB
+  EXPECT_EQ(rates.shrink_floor(), k8K);
+  TeachWarpsWriting(2, &rates);  // sparse again: the floor stays
+  EXPECT_EQ(rates.shrink_floor(), k8K);
+  const auto launch = [&](int c) { return 8.0 * rates.at(c); };
+  EXPECT_EQ(ChooseChunkClass(launch, k1K, k64K, 48.0 * 1024 * 1024, launch, rates.shrink_floor()), k1K);
 }
 
 TEST(ChunkSizingTest, SparseWarpsShrinkWhenNothingInTheMixClaimsMore) {
@@ -157,7 +169,7 @@ TEST(ChunkSizingTest, SparseWarpsShrinkWhenNothingInTheMixClaimsMore) {
   TeachWarpsWriting(2, &sparse);  // one chunk per warp at every size
   const auto launch = [&](int c) { return 4096.0 * sparse.at(c); };
   const auto mix = [&](int c) { return 2.0 * 4096.0 * sparse.at(c); };
-  EXPECT_EQ(ChooseChunkClass(launch, k1K, k64K, 48.0 * 1024 * 1024, mix), k256);
+  EXPECT_EQ(ChooseChunkClass(launch, k1K, k64K, 48.0 * 1024 * 1024, mix, sparse.shrink_floor()), k256);
   // Without a known mix the start size stays.
   EXPECT_EQ(ChooseChunkClass(launch, k1K, k64K, 48.0 * 1024 * 1024), k1K);
 }
@@ -167,7 +179,7 @@ TEST(ChunkSizingTest, ShrinkingStopsWhereAWarpWouldNeedASecondChunk) {
   ClaimRates rates;
   TeachWarpsWriting(20, &rates);
   const auto launch = [&](int c) { return 64.0 * rates.at(c); };
-  EXPECT_EQ(ChooseChunkClass(launch, k1K, k64K, 48.0 * 1024 * 1024, launch), k512);
+  EXPECT_EQ(ChooseChunkClass(launch, k1K, k64K, 48.0 * 1024 * 1024, launch, k256), k512);
 }
 
 TEST(ChunkSizingTest, ADenseKernelInTheMixKeepsTheStartSize) {
@@ -176,14 +188,14 @@ TEST(ChunkSizingTest, ADenseKernelInTheMixKeepsTheStartSize) {
   TeachWarpsWriting(256, &dense);  // 5 chunks at 1 KiB, 10 at 512 bytes
   const auto launch = [&](int c) { return 4096.0 * sparse.at(c); };
   const auto mix = [&](int c) { return 4096.0 * sparse.at(c) + 8.0 * dense.at(c); };
-  EXPECT_EQ(ChooseChunkClass(launch, k1K, k64K, 48.0 * 1024 * 1024, mix), k1K);
+  EXPECT_EQ(ChooseChunkClass(launch, k1K, k64K, 48.0 * 1024 * 1024, mix, k256), k1K);
 }
 
 TEST(ChunkSizingTest, GrowthComesBeforeShrinking) {
   ClaimRates dense;
   TeachWarpsWriting(256, &dense);
   const auto launch = [&](int c) { return 132.0 * dense.at(c); };
-  EXPECT_EQ(ChooseChunkClass(launch, k1K, k64K, 48.0 * 1024 * 1024, launch), k8K);
+  EXPECT_EQ(ChooseChunkClass(launch, k1K, k64K, 48.0 * 1024 * 1024, launch, k256), k8K);
 }
 
 TEST(ChunkSizingTest, WhenNothingFitsTheSizeNeedingFewestBytesIsChosen) {

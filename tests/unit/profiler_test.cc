@@ -517,6 +517,25 @@ TEST_F(ProfilerTest, SparseWarpsTakeTheSmallestChunksOnceTaught) {
   EXPECT_EQ(sink.stats.events_dropped_device, 0u);
 }
 
+// One compiled function whose warps write two events in one launch and 256
+// in the next (as a Triton function called with two problem sizes): once a
+// harvest has seen it dense, it no longer shrinks, so its dense launches do
+// not come back to 256-byte chunks (20 claims a warp) every other time.
+TEST_F(ProfilerTest, AKernelSeenDenseStopsShrinking) {
+  Start(MakeSettings(), /*harvest_threads=*/1);
+  for (uint64_t i = 0; i < 4; ++i) {
+    Gemm(s1, 8, /*ranges=*/i % 2 == 0 ? 1 : 128);
+    Sync();
+    sink.WaitForHarvests(i + 1);
+  }
+  Finish();
+  // Unknown, then taught sparse (shrinks), then taught dense (grows), then
+  // the floor holds the start size.
+  EXPECT_EQ(gpu.chunk_sizes_recorded(), (std::vector<uint32_t>{1024, 256, 8192, 1024}));
+  EXPECT_EQ(sink.events["gemm(float*)"], 2u * 8 * 2 + 2u * 8 * 256);
+  EXPECT_EQ(sink.stats.events_dropped_device, 0u);
+}
+
 // The same sparse kernel launched first in every generation, with a dense
 // one after it: small chunks would make the dense warps claim 4 times as
 // often, so the program keeps the start size.
