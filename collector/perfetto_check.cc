@@ -228,7 +228,8 @@ class Checker {
     if (t == summary_.tracks.end()) return Error(where + ": track " + std::to_string(track) + " has no descriptor");
     TrackSummary& ts_track = t->second;
     if (ts_track.counter != (type == kCounterEvent)) {
-      return Error(where + (type == kCounterEvent ? ": a counter value on track " : ": a slice or instant on counter track ") +
+      return Error(where +
+                   (type == kCounterEvent ? ": a counter value on track " : ": a slice or instant on counter track ") +
                    std::to_string(track));
     }
     ts_track.first_ns = std::min(ts_track.first_ns, ts);

@@ -33,19 +33,17 @@ bool NoMore(double smaller, double larger) { return smaller <= larger * (1 + 1e-
 int Shrink(const std::function<double(int)>& chunks_at, const std::function<double(int)>& mix_at, int from,
            int floor) {
   int c = from;
-  while (c > std::max(floor, 0) && NoMore(chunks_at(c - 1), chunks_at(c)) && NoMore(mix_at(c - 1), mix_at(c))) --c;
+  while (c > floor && NoMore(chunks_at(c - 1), chunks_at(c)) && NoMore(mix_at(c - 1), mix_at(c))) --c;
   return c;
 }
 
 }  // namespace
 
 void ClaimRates::RaiseShrinkFloor(int chunk_class) {
-  if (!taught_.exchange(true, std::memory_order_acq_rel)) {
-    shrink_floor_.store(chunk_class, std::memory_order_release);
-    return;
-  }
+  // kChunkClasses (never taught) gives way to the first tally's floor.
   int floor = shrink_floor_.load(std::memory_order_acquire);
-  while (floor < chunk_class && !shrink_floor_.compare_exchange_weak(floor, chunk_class, std::memory_order_acq_rel)) {
+  while ((floor == kChunkClasses || floor < chunk_class) &&
+         !shrink_floor_.compare_exchange_weak(floor, chunk_class, std::memory_order_acq_rel)) {
   }
 }
 

@@ -100,7 +100,6 @@ class ClaimRates {
  private:
   std::array<std::atomic<float>, kChunkClasses> per_warp_;
   std::atomic<int> shrink_floor_{kChunkClasses};
-  std::atomic<bool> taught_{false};
 };
 
 // Accumulates one launch's warps, then teaches the rates.

@@ -160,7 +160,6 @@ void DeviceContext::NoteLaunch(Module* m, GpuStream stream, bool per_thread, dou
       cycle_mixed_ = true;
     }
   }
-  cycle_warps_ += warps;
   streams_.NoteBusy(stream, per_thread, ThreadToken());
 }
 
@@ -366,14 +365,14 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   std::lock_guard<std::mutex> lock(mu_);
   if (used == 0) {  // nothing claimed: none of these kernels records (for now)
     for (const auto& [rates, warps] : cycle_kernels_) rates->set_all(0);
-  } else if (!cycle_mixed_ && cycle_kernels_.size() == 1 && cycle_warps_ > 0) {
-    cycle_kernels_[0].first->Rescale(chunk_class(), static_cast<double>(used) / static_cast<double>(cycle_warps_));
+  } else if (!cycle_mixed_ && cycle_kernels_.size() == 1 && cycle_kernels_[0].second > 0) {
+    const auto& [rates, warps] = cycle_kernels_[0];
+    rates->Rescale(chunk_class(), static_cast<double>(used) / static_cast<double>(warps));
   }
   last_cycle_.clear();
   if (!cycle_mixed_) last_cycle_.swap(cycle_kernels_);
   cycle_kernels_.clear();
   cycle_mixed_ = false;
-  cycle_warps_ = 0;
   streams_.Clear();
   quiet_generation_.fetch_add(1, std::memory_order_acq_rel);
   pending_ = 0;

@@ -239,7 +239,6 @@ class DeviceContext {
   // The previous generation's cycle_kernels_ (empty when it was mixed): what
   // the next generation is expected to launch, for SizeChunks.
   std::vector<std::pair<ClaimRates*, uint64_t>> last_cycle_;
-  uint64_t cycle_warps_ = 0;
 };
 
 }  // namespace smprof::injector
