@@ -23,6 +23,7 @@ nlohmann::json CollectorSummary::ToJson() const {
   j["unterminated_ranges"] = unterminated_ranges;
   j["unmatched_ends"] = unmatched_ends;
   j["forced_drains"] = forced_drains;
+  j["switched_drains"] = switched_drains;
   j["harvests"] = harvests;
   j["framing_errors"] = framing_errors;
   j["producers_incomplete"] = producers_incomplete;
@@ -125,6 +126,7 @@ bool CollectorSummary::FromJson(const nlohmann::json& j, CollectorSummary* out, 
     return false;
   }
   if (j.contains("harvests_skipped") && !Get(j, "harvests_skipped", &s.harvests_skipped, error)) return false;
+  if (j.contains("switched_drains") && !Get(j, "switched_drains", &s.switched_drains, error)) return false;
   const std::pair<const char*, uint64_t*> async[] = {{"async_spans", &s.async_spans},
                                                      {"async_unterminated", &s.async_unterminated},
                                                      {"async_unmatched_ends", &s.async_unmatched_ends},

@@ -50,6 +50,9 @@ struct CollectorSummary {
   uint64_t async_unmatched_ends = 0;
   uint64_t async_dropped = 0;
   uint64_t forced_drains = 0;
+  // Of them, drains that switched arena segments: the application did not
+  // wait for its kernels (HarvestMsg kHarvestSwitched).
+  uint64_t switched_drains = 0;
   uint64_t harvests = 0;
   uint64_t framing_errors = 0;
   uint64_t producers_incomplete = 0;  // ended without a clean detach, or still attached at Finish

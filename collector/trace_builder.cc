@@ -116,6 +116,7 @@ struct TraceBuilder::Producer {
   uint64_t harvest_unplaced = 0;
   uint64_t harvests = 0;
   uint64_t forced_drains = 0;
+  uint64_t switched_drains = 0;  // of them, segments switched (HarvestMsg kHarvestSwitched)
   // Run-wide keys of this producer's latest API calls, by correlation id
   // (the newest kCallKeysKept: a graph's kernels arrive in one harvest).
   std::unordered_map<uint64_t, uint64_t> call_keys;
@@ -662,6 +663,7 @@ void TraceBuilder::OnHarvest(Producer& p, const DecodedMessage& m) {
 
   ++p.harvests;
   if (msg.reason == wire::kHarvestHighWater) ++p.forced_drains;
+  if ((msg.flags & wire::kHarvestSwitched) != 0) ++p.switched_drains;
   p.harvest_dropped = SatAdd(p.harvest_dropped, msg.dropped_events);
   p.harvest_unplaced = SatAdd(p.harvest_unplaced, msg.unplaced_events);
   p.last_ns = std::max(p.last_ns, msg.time_ns);
@@ -709,6 +711,7 @@ void TraceBuilder::EndProducer(Producer& p, bool clean) {
   ended_filtered_ = SatAdd(ended_filtered_, p.filtered());
   ended_unattributed_ = SatAdd(ended_unattributed_, p.unattributed());
   ended_forced_ = SatAdd(ended_forced_, p.all_forced());
+  ended_switched_ = SatAdd(ended_switched_, p.switched_drains);
   ended_harvests_ = SatAdd(ended_harvests_, p.all_harvests());
   ended_opted_in_ = SatAdd(ended_opted_in_, p.opted_in());
   ended_not_selected_ = SatAdd(ended_not_selected_, p.not_selected());
@@ -753,6 +756,7 @@ void TraceBuilder::Finish(const transport::ConsumerStats& transport, CollectorSu
   s.filtered_events = ended_filtered_;
   s.unattributed_events = ended_unattributed_;
   s.forced_drains = ended_forced_;
+  s.switched_drains = ended_switched_;
   s.harvests = ended_harvests_;
   s.framing_errors = transport.framing_errors;
   s.registry_full = transport.registry_full;

@@ -147,7 +147,7 @@ class TraceBuilder {
   // Device totals of producers already ended.
   uint64_t ended_dropped_ = 0, ended_unplaced_ = 0, ended_filtered_ = 0, ended_unattributed_ = 0, ended_forced_ = 0,
            ended_harvests_ = 0, ended_opted_in_ = 0, ended_not_selected_ = 0, ended_calls_forgotten_ = 0,
-           ended_lost_host_ = 0, ended_skipped_ = 0;
+           ended_lost_host_ = 0, ended_skipped_ = 0, ended_switched_ = 0;
   bool have_base_ = false;
   uint64_t base_ns_ = 0;
   uint64_t last_rel_ns_ = 0;  // latest timestamp (or slice end) handed on

@@ -26,10 +26,11 @@ void ActivityStore::Add(KernelRecord record) {
   records_.push_back(std::move(record));
 }
 
-std::vector<KernelRecord> ActivityStore::Take(uint32_t context_id, uint64_t until) {
+std::vector<KernelRecord> ActivityStore::Take(uint32_t context_id, uint64_t until, uint64_t correlation_limit) {
   std::lock_guard<std::mutex> lock(mu_);
   auto keep = std::stable_partition(records_.begin(), records_.end(), [&](const KernelRecord& r) {
-    return !(r.context_id == context_id && r.end_ns <= until);
+    return !(r.context_id == context_id && r.end_ns <= until &&
+             (correlation_limit == 0 || r.correlation_id < correlation_limit));
   });
   std::vector<KernelRecord> taken(std::make_move_iterator(keep), std::make_move_iterator(records_.end()));
   records_.erase(keep, records_.end());

@@ -3,7 +3,9 @@
 //
 // A harvest takes the records that ended before its read-back (the kernels
 // whose events it holds, and late records of earlier ones), never later ones:
-// the harvest thread may run while the application launches on.
+// the harvest thread may run while the application launches on. The read-back
+// of a segment switched away from takes only the records of launches before
+// the switch (by correlation id): later ones wrote the next segment.
 //
 // CUPTI delivers records asynchronously, on its own thread, in buffers (see
 // cupti_subscriber.cc); only kernels of opted-in modules (Track) and the
@@ -43,8 +45,9 @@ class ActivityStore {
   bool Tracked(const char* mangled) const;
 
   void Add(KernelRecord record);
-  // Removes and returns the records of a context that ended by `until`.
-  std::vector<KernelRecord> Take(uint32_t context_id, uint64_t until);
+  // Removes and returns the records of a context that ended by `until`,
+  // of calls before `correlation_limit` (0: any).
+  std::vector<KernelRecord> Take(uint32_t context_id, uint64_t until, uint64_t correlation_limit = 0);
   // Removes and returns a context's records of kernels named `name`.
   std::vector<KernelRecord> TakeNamed(uint32_t context_id, const std::string& name);
 

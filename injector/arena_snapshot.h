@@ -26,6 +26,11 @@ struct ArenaSnapshot {
   uint64_t dropped_events = 0;  // ArenaHeader counters at the read
   uint64_t unplaced_events = 0;
   uint64_t time_ns = 0;      // when the recording work was found done (CUPTI clock)
+  // A segment switched away from (device_context.h): the API call of the
+  // first launch that wrote the next segment; its harvest takes only records
+  // of calls before it. 0: every record that ended by time_ns.
+  uint64_t correlation_limit = 0;
+  bool switched = false;  // a segment switched away from: it filled (a drain, whichever call reads it)
   uint64_t wait_end_ns = 0;  // when the copy began
   // The chunks wait in the context's staging area on the device, from
   // `staging_offset` on: DeviceContext::VisitChunks brings them to host memory.

@@ -283,13 +283,15 @@ bool CudaGpu::Fill(DevPtr dst, uint8_t value, size_t bytes, GpuStream stream) {
   return SMPROF_CU(cuMemsetD8Async(dst, value, bytes, S(stream)));
 }
 
-// Polls: never blocks past the deadline, since the work may wait on something
-// a blocked application thread would launch.
-bool CudaGpu::Wait(GpuStream stream, std::chrono::nanoseconds timeout) {
-  RelaxedCapture relaxed;
+namespace {
+// Polls `query` until it stops saying CUDA_ERROR_NOT_READY: never blocks past
+// the deadline, since the work may wait on something a blocked application
+// thread would launch.
+template <typename Query>
+bool PollUntilDone(Query query, std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int spins = 0;; ++spins) {
-    const CUresult r = cuStreamQuery(S(stream));
+    const CUresult r = query();
     if (r == CUDA_SUCCESS) return true;
     if (r != CUDA_ERROR_NOT_READY || std::chrono::steady_clock::now() >= deadline) return false;
     if (spins < 64) {
@@ -298,6 +300,36 @@ bool CudaGpu::Wait(GpuStream stream, std::chrono::nanoseconds timeout) {
       std::this_thread::sleep_for(std::chrono::microseconds(spins < 256 ? 20 : 200));
     }
   }
+}
+}  // namespace
+
+bool CudaGpu::Wait(GpuStream stream, std::chrono::nanoseconds timeout) {
+  RelaxedCapture relaxed;
+  return PollUntilDone([stream] { return cuStreamQuery(S(stream)); }, timeout);
+}
+
+bool CudaGpu::CreateEvent(GpuEvent* event) {
+  CUevent e = nullptr;
+  if (!SMPROF_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING))) return false;
+  *event = e;
+  return true;
+}
+
+void CudaGpu::DestroyEvent(GpuEvent event) { cuEventDestroy(static_cast<CUevent>(event)); }
+
+bool CudaGpu::RecordEvent(GpuEvent event, GpuStream stream) {
+  RelaxedCapture relaxed;
+  return SMPROF_CU(cuEventRecord(static_cast<CUevent>(event), S(stream)));
+}
+
+StreamState CudaGpu::QueryEvent(GpuEvent event) {
+  const CUresult r = cuEventQuery(static_cast<CUevent>(event));
+  if (r == CUDA_SUCCESS) return StreamState::kIdle;
+  return r == CUDA_ERROR_NOT_READY ? StreamState::kBusy : StreamState::kGone;
+}
+
+bool CudaGpu::WaitEvent(GpuEvent event, std::chrono::nanoseconds timeout) {
+  return PollUntilDone([event] { return cuEventQuery(static_cast<CUevent>(event)); }, timeout);
 }
 
 StreamState CudaGpu::Query(GpuStream stream) {

@@ -40,6 +40,11 @@ class CudaGpu final : public Gpu {
   bool Fill(DevPtr dst, uint8_t value, size_t bytes, GpuStream stream) override;
   bool Wait(GpuStream stream, std::chrono::nanoseconds timeout) override;
   StreamState Query(GpuStream stream) override;
+  bool CreateEvent(GpuEvent* event) override;
+  void DestroyEvent(GpuEvent event) override;
+  bool RecordEvent(GpuEvent event, GpuStream stream) override;
+  StreamState QueryEvent(GpuEvent event) override;
+  bool WaitEvent(GpuEvent event, std::chrono::nanoseconds timeout) override;
   bool Capturing(GpuStream stream) override;
   bool SynchronizeContext() override;
   GpuCtx StreamContext(GpuStream stream) override;

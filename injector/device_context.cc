@@ -25,10 +25,13 @@ DeviceContext::DeviceContext(Gpu& gpu, GpuCtx ctx, const ArenaOptions& options)
     : gpu_(gpu), ctx_(ctx), options_(options), switch_(gpu), staging_(gpu) {}
 
 DeviceContext::~DeviceContext() {
-  Log().debug("GPU {}: {} read-backs staged on the device, {} copied to host memory directly", facts_.info.ordinal,
-              staged_reads_.load(), direct_reads_.load());
+  Log().debug("GPU {}: {} read-backs staged on the device, {} copied to host memory directly, {} segment switches",
+              facts_.info.ordinal, staged_reads_.load(), direct_reads_.load(), switches_.load());
   if (arena_ != 0) gpu_.Free(arena_);
-  if (words_ != nullptr) gpu_.FreePinned(words_);
+  if (pinned_ != nullptr) gpu_.FreePinned(pinned_);
+  for (Segment& s : segments_) {
+    if (s.switched != nullptr) gpu_.DestroyEvent(s.switched);
+  }
   if (stream_ != nullptr) gpu_.DestroyStream(stream_);
 }
 
@@ -60,40 +63,52 @@ bool DeviceContext::AllocateArena(uint64_t* bytes) {
 bool DeviceContext::SetUp() {
   uint64_t bytes = 0;
   const uint64_t chunk = options_.chunk_bytes;
-  words_ = static_cast<uint64_t*>(gpu_.AllocatePinned(4 * sizeof(uint64_t)));
-  if (!gpu_.CreateStream(&stream_) || words_ == nullptr || !AllocateArena(&bytes)) {
+  pinned_ = static_cast<Pinned*>(gpu_.AllocatePinned(sizeof(Pinned)));
+  if (!gpu_.CreateStream(&stream_) || pinned_ == nullptr || !AllocateArena(&bytes)) {
     failed_ = true;
     return false;
   }
+  *pinned_ = Pinned{};
+  // Two segments from kTwoSegmentsFrom bytes, each aligned to the largest chunk.
+  segment_count_ = bytes >= kTwoSegmentsFrom ? 2 : 1;
+  const uint64_t segment_bytes = segment_count_ == 2 ? bytes / 2 / chunk * chunk : bytes;
   // Chunks are aligned to their size: the recorder tells a full chunk by its
   // cursor reaching a multiple of it. Aligned to the largest size, the region
   // suits every size a generation may take; the header tells the largest.
-  const uint64_t chunks_offset = (arena_ + sizeof(wire::ArenaHeader) + chunk - 1) / chunk * chunk - arena_;
-  const uint64_t num_chunks = std::min<uint64_t>((bytes - chunks_offset) / chunk, 0x7fffffffu);
+  uint64_t chunks_offset = 0;
+  for (int i = 0; i < segment_count_; ++i) {
+    Segment& seg = segments_[i];
+    seg.header = arena_ + static_cast<uint64_t>(i) * segment_bytes;
+    const uint64_t offset = (seg.header + sizeof(wire::ArenaHeader) + chunk - 1) / chunk * chunk - seg.header;
+    chunks_offset = std::max(chunks_offset, offset);
+    pinned_->lit_word[i] = seg.header;
+    if (segment_count_ == 2 && !gpu_.CreateEvent(&seg.switched)) segment_count_ = 1;
+  }
+  chunk_region_bytes_ = segment_bytes - chunks_offset;
+  const uint64_t num_chunks = std::min<uint64_t>(chunk_region_bytes_ / chunk, 0x7fffffffu);
   wire::ArenaHeader header{};
   header.magic = wire::kArenaMagic;
   header.abi_version = wire::kArenaAbiVersion;
   header.chunk_bytes = static_cast<uint32_t>(chunk);
   header.num_chunks = static_cast<uint32_t>(num_chunks);
   header.chunks_offset = chunks_offset;
-  words_[0] = arena_;
-  words_[1] = 0;
-  words_[2] = 0;
-  words_[3] = 0;
-  switch_.SetUp(stream_, &words_[0], &words_[1]);
-  if (!gpu_.Fill(arena_, 0, bytes, stream_) || !gpu_.CopyToDevice(arena_, &header, sizeof(header), stream_) ||
-      !gpu_.Wait(stream_, kOwnCopyTimeout)) {
+  switch_.SetUp(stream_, &pinned_->dark_word);
+  bool ok = gpu_.Fill(arena_, 0, bytes, stream_);
+  for (int i = 0; i < segment_count_; ++i) {
+    segments_[i].chunks = segments_[i].header + chunks_offset;
+    ok = ok && gpu_.CopyToDevice(segments_[i].header, &header, sizeof(header), stream_);
+  }
+  if (!ok || !gpu_.Wait(stream_, kOwnCopyTimeout)) {
     failed_ = true;
     return false;
   }
-  ref_.arena = arena_;
-  ref_.chunks = arena_ + chunks_offset;
-  chunk_region_bytes_ = bytes - chunks_offset;
+  ref_.arena = segments_[0].header;
+  ref_.chunks = segments_[0].chunks;
+  ref_.warp_mask = options_.warp_mask;
+  ref_.epoch = 1;
   max_chunk_class_ = ChunkClassOf(static_cast<uint32_t>(__builtin_ctzll(chunk)));
   start_chunk_class_ = std::min(ChunkClassOf(kStartChunkShift), max_chunk_class_);
   UseChunkClass(start_chunk_class_);
-  ref_.warp_mask = options_.warp_mask;
-  ref_.epoch = 1;
   if (!gpu_.SetUpDevice(&facts_)) {
     failed_ = true;
     return false;
@@ -102,14 +117,16 @@ bool DeviceContext::SetUp() {
   facts_.info.buffer_bytes = bytes;
   // Optional: without it, read-backs copy to host memory on the
   // application's thread.
-  if (!staging_.SetUp(chunk_region_bytes_, options_.bounce_bytes)) {
+  const uint64_t staging_bytes = chunk_region_bytes_ * static_cast<uint64_t>(segment_count_);
+  if (!staging_.SetUp(staging_bytes, options_.bounce_bytes)) {
     Log().info(
         "GPU {}: no device memory for a staging copy of the arena ({} MB); read-backs copy to host memory "
         "while the application waits",
-        facts_.info.ordinal, chunk_region_bytes_ >> 20);
+        facts_.info.ordinal, staging_bytes >> 20);
   }
-  Log().info("GPU {} ({}): {} MiB arena, chunks of {} bytes, up to {} for warps of many events", facts_.info.ordinal,
-             facts_.info.name, bytes >> 20, ChunkBytesOf(start_chunk_class_), chunk);
+  Log().info("GPU {} ({}): {} MiB arena in {} segment{}, chunks of {} bytes, up to {} for warps of many events",
+             facts_.info.ordinal, facts_.info.name, bytes >> 20, segment_count_, segment_count_ == 2 ? "s" : "",
+             ChunkBytesOf(start_chunk_class_), chunk);
   return true;
 }
 
@@ -121,7 +138,7 @@ bool DeviceContext::Light(Module* m, GpuStream stream, bool capturing) {
   const ModuleSwitch::Lit lit = switch_.Light(m, stream, capturing, [this] {
     std::lock_guard<std::mutex> lock(mu_);
     sized_ = true;  // lit: the chunk size stays until the next read-back
-    return ref_;
+    return ModuleSwitch::Publication{ref_, &pinned_->lit_word[current_], &pinned_->dark_ref[current_]};
   });
   if (lit != ModuleSwitch::Lit::kNow) return lit == ModuleSwitch::Lit::kAlready;
   // Unwanted launches queued before the light may record now: their streams
@@ -202,13 +219,30 @@ void DeviceContext::NoteStreamDestroy(GpuStream stream) {
 void DeviceContext::ModulesMayBeStale() { switch_.MayBeStale(); }
 
 bool DeviceContext::has_pending() const {
+  if (retiring()) return true;
   std::lock_guard<std::mutex> lock(mu_);
   return pending_ != 0;
 }
 
+bool DeviceContext::retiring() const { return retiring_.load(std::memory_order_acquire); }
+
+bool DeviceContext::RetiredDone() {
+  if (!retiring() || querying_.exchange(true, std::memory_order_acquire)) return false;
+  const auto now = std::chrono::steady_clock::now();
+  bool done = false;
+  if (now - last_query_ >= kPollInterval) {
+    last_query_ = now;
+    std::lock_guard<std::mutex> lock(mu_);
+    const Segment& old = segments_[1 - current_];
+    done = old.retiring && gpu_.QueryEvent(old.switched) == StreamState::kIdle;
+  }
+  querying_.store(false, std::memory_order_release);
+  return done;
+}
+
 bool DeviceContext::NeedsDrain(double chunks) {
   const double limit = static_cast<double>(num_chunks()) * options_.high_water_percent / 100.0;
-  const uint32_t sampled = __atomic_load_n(reinterpret_cast<const uint32_t*>(&words_[2]), __ATOMIC_RELAXED);
+  const uint32_t sampled = __atomic_load_n(&pinned_->claim_sample, __ATOMIC_RELAXED);
   std::lock_guard<std::mutex> lock(mu_);
   if (pending_ == 0) return false;
   return sampled >= limit || projected_chunks_ + chunks > limit;
@@ -243,6 +277,13 @@ void DeviceContext::UseChunkClass(int chunk_class) {
   ref_.num_chunks = static_cast<uint32_t>(std::min<uint64_t>(chunk_region_bytes_ >> ref_.chunk_shift, 0x7fffffffu));
   num_chunks_.store(ref_.num_chunks, std::memory_order_relaxed);
   chunk_class_.store(chunk_class, std::memory_order_relaxed);
+  PublishRefs();
+}
+
+void DeviceContext::PublishRefs() {
+  wire::ArenaRef dark = ref_;
+  dark.arena = 0;
+  pinned_->dark_ref[current_] = dark;
 }
 
 // One thread at a time samples the claim counter, at most every 100 us and
@@ -252,7 +293,13 @@ void DeviceContext::Poll() {
   const auto now = std::chrono::steady_clock::now();
   if (now - last_poll_ >= kPollInterval && gpu_.Query(stream_) == StreamState::kIdle) {
     last_poll_ = now;
-    gpu_.CopyToHost(&words_[2], arena_ + offsetof(wire::ArenaHeader, next_chunk), sizeof(uint32_t), stream_);
+    DevPtr header;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      header = segments_[current_].header;
+    }
+    gpu_.CopyToHost(&pinned_->claim_sample, header + offsetof(wire::ArenaHeader, next_chunk), sizeof(uint32_t),
+                    stream_);
   }
   polling_.store(false, std::memory_order_release);
 }
@@ -298,21 +345,79 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
     Log().debug("harvest skipped on GPU {}: launches in progress", facts_.info.ordinal);
     return ReadBack::kBusy;
   }
+  if (retiring()) return ReadRetired(mode, deadline, out);
   if (!has_pending()) return ReadBack::kNothing;
   if (!Quiesce(mode, deadline)) return ReadBack::kBusy;
   out->time_ns = gpu_.Now();
+  out->correlation_limit = 0;
+  out->switched = false;
+  const ReadBack copied = CopyOut(segments_[current_], ref_, out);
+  if (copied != ReadBack::kDone) return copied;
 
+  // Every module goes dark at a new epoch (its whole reference in one copy:
+  // no kernel of it can be running now).
+  ++ref_.epoch;
+  const std::vector<Module*> modules =
+      switch_.DropGone([this](GpuModule module, DevPtr global) { return StillThere(module, global); });
+  wire::ArenaRef dark = ref_;
+  dark.arena = 0;
+  if (!switch_.QueueDark(modules, dark, stream_) || !gpu_.Wait(stream_, kOwnCopyTimeout)) return FailRead(out);
+  __atomic_store_n(&pinned_->claim_sample, 0u, __ATOMIC_RELAXED);
+  switch_.EndGeneration();
+  std::lock_guard<std::mutex> lock(mu_);
+  PublishRefs();
+  Teach(cycle_kernels_, cycle_mixed_, chunk_class(), out->used_chunks);
+  NextGeneration();
+  return ReadBack::kDone;
+}
+
+void DeviceContext::NextGeneration() {
+  last_cycle_.clear();
+  if (!cycle_mixed_) last_cycle_.swap(cycle_kernels_);
+  cycle_kernels_.clear();
+  cycle_mixed_ = false;
+  streams_.Clear();
+  quiet_generation_.fetch_add(1, std::memory_order_acq_rel);
+  pending_ = 0;
+  projected_chunks_ = 0;
+  sized_ = false;
+}
+
+ReadBack DeviceContext::ReadRetired(HarvestMode mode, std::chrono::steady_clock::time_point deadline,
+                                    ArenaSnapshot* out) {
+  Segment& old = segments_[1 - current_];
+  const bool done = mode == HarvestMode::kForce
+                        ? gpu_.WaitEvent(old.switched, std::max(deadline - std::chrono::steady_clock::now(),
+                                                                std::chrono::steady_clock::duration::zero()))
+                        : gpu_.QueryEvent(old.switched) == StreamState::kIdle;
+  if (!done) return ReadBack::kBusy;
+  switch_.SwitchPassed();
+  out->time_ns = gpu_.Now();
+  out->correlation_limit = old.correlation_limit;
+  out->switched = true;
+  const ReadBack copied = CopyOut(old, old.ref, out);
+  if (copied != ReadBack::kDone) return copied;
+  if (!gpu_.Wait(stream_, kOwnCopyTimeout)) return FailRead(out);
+  std::lock_guard<std::mutex> lock(mu_);
+  Teach(old.kernels, old.mixed, static_cast<int>(old.ref.chunk_shift - kMinChunkShift), out->used_chunks);
+  old.kernels.clear();
+  old.retiring = false;
+  retiring_.store(false, std::memory_order_release);
+  return ReadBack::kDone;
+}
+
+ReadBack DeviceContext::CopyOut(const Segment& s, const wire::ArenaRef& ref, ArenaSnapshot* out) {
   wire::ArenaHeader header{};
-  if (!gpu_.CopyToHost(&header, arena_, sizeof(header), stream_) || !gpu_.Wait(stream_, kOwnCopyTimeout)) {
+  if (!gpu_.CopyToHost(&header, s.header, sizeof(header), stream_) || !gpu_.Wait(stream_, kOwnCopyTimeout)) {
     return ReadBack::kBusy;
   }
   out->wait_end_ns = gpu_.Now();
-  const uint32_t chunk_bytes = 1u << ref_.chunk_shift;
-  const uint32_t used = std::min(header.next_chunk, ref_.num_chunks);
+  const uint32_t chunk_bytes = 1u << ref.chunk_shift;
+  const uint32_t used = std::min(header.next_chunk, ref.num_chunks);
   const size_t used_bytes = static_cast<size_t>(used) * chunk_bytes;
   out->used_chunks = used;
   out->chunk_bytes = chunk_bytes;
-  out->total_chunks = ref_.num_chunks;
+  out->total_chunks = ref.num_chunks;
   out->dropped_events = header.dropped_events;
   out->unplaced_events = header.unplaced_events;
   out->staged = used > 0 && staging_.Take(used_bytes, &out->staging_offset);
@@ -329,56 +434,94 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
       return ReadBack::kFailed;
     }
   }
-
-  // Zero what was used; every module goes dark at a new epoch (its whole
-  // reference in one copy: no kernel of it can be running now).
-  ++ref_.epoch;
-  const std::vector<Module*> modules = switch_.DropGone([this](GpuModule module, DevPtr global) {
-    DevPtr found_global = 0;
-    size_t bytes = 0;
-    const Lookup found = gpu_.ModuleGlobal(module, KernelTable::ArenaSymbol(wire::kArenaAbiVersion).c_str(),
-                                           &found_global, &bytes);
-    return found == Lookup::kFound && found_global == global && bytes == sizeof(wire::ArenaRef);
-  });
-  wire::ArenaRef dark = ref_;
-  dark.arena = 0;
   bool ok = true;
   if (out->staged) {
-    ok = gpu_.CopyOnDevice(staging_.at(out->staging_offset), ref_.chunks, used_bytes, stream_);
+    ok = gpu_.CopyOnDevice(staging_.at(out->staging_offset), s.chunks, used_bytes, stream_);
   } else if (used > 0) {
-    ok = gpu_.CopyToHost(out->chunks.data(), ref_.chunks, used_bytes, stream_);
+    ok = gpu_.CopyToHost(out->chunks.data(), s.chunks, used_bytes, stream_);
   }
-  ok = ok && (used == 0 || gpu_.Fill(ref_.chunks, 0, used_bytes, stream_)) &&
-       gpu_.Fill(arena_ + offsetof(wire::ArenaHeader, next_chunk), 0,
+  ok = ok && (used == 0 || gpu_.Fill(s.chunks, 0, used_bytes, stream_)) &&
+       gpu_.Fill(s.header + offsetof(wire::ArenaHeader, next_chunk), 0,
                  sizeof(wire::ArenaHeader) - offsetof(wire::ArenaHeader, next_chunk), stream_);
-  ok = ok && switch_.QueueDark(modules, dark, stream_);
-  if (!ok || !gpu_.Wait(stream_, kOwnCopyTimeout)) {
-    failed_ = true;  // the arena may be half reset: stop using it
-    out->chunks.Abandon();  // a copy may still land in it: never reuse, never free under it
-    if (out->staged) staging_.Release(out->staging_offset);
-    out->staged = false;
-    Log().error("profiling stops on GPU {}: the profile buffer could not be read back", facts_.info.ordinal);
-    return ReadBack::kFailed;
-  }
-  __atomic_store_n(reinterpret_cast<uint32_t*>(&words_[2]), 0u, __ATOMIC_RELAXED);
-  switch_.EndGeneration();
-  std::lock_guard<std::mutex> lock(mu_);
+  return ok ? ReadBack::kDone : FailRead(out);
+}
+
+ReadBack DeviceContext::FailRead(ArenaSnapshot* out) {
+  failed_ = true;  // the arena may be half reset: stop using it
+  out->chunks.Abandon();  // a copy may still land in it: never reuse, never free under it
+  if (out->staged) staging_.Release(out->staging_offset);
+  out->staged = false;
+  Log().error("profiling stops on GPU {}: the profile buffer could not be read back", facts_.info.ordinal);
+  return ReadBack::kFailed;
+}
+
+void DeviceContext::Teach(const std::vector<std::pair<ClaimRates*, uint64_t>>& kernels, bool mixed, int chunk_class,
+                          uint32_t used) {
   if (used == 0) {  // nothing claimed: none of these kernels records (for now)
-    for (const auto& [rates, warps] : cycle_kernels_) rates->set_all(0);
-  } else if (!cycle_mixed_ && cycle_kernels_.size() == 1 && cycle_kernels_[0].second > 0) {
-    const auto& [rates, warps] = cycle_kernels_[0];
-    rates->Rescale(chunk_class(), static_cast<double>(used) / static_cast<double>(warps));
+    for (const auto& [rates, warps] : kernels) rates->set_all(0);
+  } else if (!mixed && kernels.size() == 1 && kernels[0].second > 0) {
+    const auto& [rates, warps] = kernels[0];
+    rates->Rescale(chunk_class, static_cast<double>(used) / static_cast<double>(warps));
   }
-  last_cycle_.clear();
-  if (!cycle_mixed_) last_cycle_.swap(cycle_kernels_);
-  cycle_kernels_.clear();
-  cycle_mixed_ = false;
-  streams_.Clear();
-  quiet_generation_.fetch_add(1, std::memory_order_acq_rel);
-  pending_ = 0;
-  projected_chunks_ = 0;
-  sized_ = false;
-  return ReadBack::kDone;
+}
+
+bool DeviceContext::StillThere(GpuModule module, DevPtr global) {
+  DevPtr found_global = 0;
+  size_t bytes = 0;
+  const Lookup found =
+      gpu_.ModuleGlobal(module, KernelTable::ArenaSymbol(wire::kArenaAbiVersion).c_str(), &found_global, &bytes);
+  return found == Lookup::kFound && found_global == global && bytes == sizeof(wire::ArenaRef);
+}
+
+bool DeviceContext::Switch(GpuStream stream, bool per_thread, uint64_t correlation_id) {
+  if (segment_count_ < 2 || !usable() || per_thread || stream == kPerThreadStream || retiring()) return false;
+  std::unique_lock<std::mutex> serial(read_mu_, std::try_to_lock);
+  if (!serial.owns_lock()) return false;
+  std::unique_lock<std::shared_mutex> gate(gate_, std::defer_lock);
+  if (!LockBefore(gate, std::chrono::steady_clock::now() + std::chrono::milliseconds(20))) return false;
+  if (retiring() || gpu_.Capturing(stream)) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending_ == 0) return false;
+    const StreamTracker::Work work = streams_.WorkFor(ThreadToken());
+    if (work.orphaned || work.other_threads || work.streams.size() != 1 || work.streams[0] != stream) return false;
+  }
+  if (!switch_.OnlyOn(stream)) return false;
+  // A claim sample of the old segment must not land after the reset below.
+  if (!gpu_.Wait(stream_, kOwnCopyTimeout)) return false;
+  const std::vector<Module*> modules =
+      switch_.DropGone([this](GpuModule module, DevPtr global) { return StillThere(module, global); });
+  Segment& old = segments_[current_];
+  const int next = 1 - current_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old.ref = ref_;
+    ++ref_.epoch;  // cursors of the old segment's kernels never match the new one's
+    ref_.arena = segments_[next].header;
+    ref_.chunks = segments_[next].chunks;
+    current_ = next;
+    PublishRefs();
+  }
+  if (!switch_.SwitchInStreamOrder(modules, &pinned_->dark_ref[next], stream, old.switched)) {
+    failed_ = true;  // some modules may point at either segment: stop using the arena
+    Log().error("profiling stops on GPU {}: the profile buffer could not be switched", facts_.info.ordinal);
+    return false;
+  }
+  __atomic_store_n(&pinned_->claim_sample, 0u, __ATOMIC_RELAXED);
+  switch_.EndGeneration();
+  switches_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mu_);
+  old.retiring = true;
+  old.correlation_limit = correlation_id;
+  old.kernels = cycle_kernels_;
+  old.mixed = cycle_mixed_;
+  retiring_.store(true, std::memory_order_release);
+  NextGeneration();
+  return true;
+}
+
+void DeviceContext::AwaitSwitch(GpuStream stream, bool per_thread) {
+  if (switch_.switch_pending()) switch_.AwaitSwitch(per_thread ? kPerThreadStream : stream);
 }
 
 uint64_t DeviceContext::ProjectedReadBackBytes() {

@@ -24,6 +24,21 @@
 // (cursors left in shared memory by earlier blocks never match again) and
 // returns the bytes; decoding happens elsewhere (harvester.h).
 //
+// Segments: an arena of kTwoSegmentsFrom bytes or more is two segments of
+// its own header and chunks, one current. A drain switches segments instead
+// of waiting (Switch) when every recording launch since the last read-back
+// was queued on the draining launch's stream by its thread: a copy queued
+// there darkens every module into the other segment and an event follows
+// (module_switch.h), so the kernels queued before finish in the old segment
+// while the launch and later ones write the new one, and the application's
+// thread goes on at once. The old segment is read back (without waiting for
+// anything but its copy) once its event has passed: at a later launch, a
+// synchronisation, or a drain that needs it free; its snapshot names the
+// first launch that wrote the next segment (correlation_limit), so its
+// harvest takes only the records of the launches before. Otherwise (several
+// streams or threads, a graph being captured, a small arena) a drain reads
+// back as below.
+//
 // Staging (staging_area.h): the copy the application waits for is a
 // device-to-device copy into a slice of the context's staging area, at the
 // device's memory speed; a harvest thread brings it to host memory later
@@ -66,6 +81,9 @@ struct ArenaOptions {
   // through (DeviceContext::VisitChunks).
   uint64_t bounce_bytes = uint64_t{32} << 20;
 };
+
+// An arena of at least this many bytes is two segments (above).
+inline constexpr uint64_t kTwoSegmentsFrom = uint64_t{64} << 20;
 
 // When a harvest may read the arena.
 enum class HarvestMode {
@@ -115,6 +133,20 @@ class DeviceContext {
 
   bool NeedsDrain(double chunks);
   void Poll();
+  // A drain for a launch on `stream` by this thread (`correlation_id`: its
+  // API call's): switches segments if it may (see Segments above), without
+  // waiting for any kernel. False when it may not, or the other segment is
+  // not read back yet.
+  bool Switch(GpuStream stream, bool per_thread, uint64_t correlation_id);
+  // An unwanted launch of an opted-in kernel on `stream`: if a segment
+  // switch queued on another stream may not have darkened its module yet,
+  // waits (boundedly) until it has, so that it cannot write the old segment.
+  void AwaitSwitch(GpuStream stream, bool per_thread);
+  // A segment switched away from is not read back yet.
+  bool retiring() const;
+  // ... and its kernels have finished: a read-back takes it at once (asks
+  // the GPU at most every 100 us).
+  bool RetiredDone();
   // Gate held, before the first Light of a generation (later calls do
   // nothing): fixes its chunk size from `chunks_at(class)`, the chunks the
   // launch may claim at each chunk class (chunk_sizing.h). The size may
@@ -159,7 +191,9 @@ class DeviceContext {
 
   bool has_pending() const;
   // Reads and resets the arena if no recording kernel can still run (see
-  // HarvestMode; kForce waits until `deadline`). kBusy: not now.
+  // HarvestMode; kForce waits until `deadline`). kBusy: not now. A segment
+  // switched away from comes first: then only it is read (once its kernels
+  // have finished), and a second Read takes the current one.
   ReadBack Read(HarvestMode mode, std::chrono::steady_clock::time_point deadline, ArenaSnapshot* out);
   // Hands a read-back's chunks to `visit(chunks, count)` in host memory, in
   // order (a harvest thread, the context current): staged ones piece by piece
@@ -197,6 +231,47 @@ class DeviceContext {
   // The generation's chunks are of `chunk_class` (ref_ and its mirrors);
   // in SetUp, or mu_ held with nothing lit.
   void UseChunkClass(int chunk_class);
+  // One part of the arena: a header and its chunks.
+  struct Segment {
+    DevPtr header = 0;
+    DevPtr chunks = 0;
+    GpuEvent switched = nullptr;  // recorded after its kernels, when switched away from
+    // Switched away from and not read back yet; then also its generation's
+    // reference, the first launch that wrote the next segment, and its
+    // kernels (for teaching claim rates, as cycle_kernels_).
+    bool retiring = false;
+    wire::ArenaRef ref{};
+    uint64_t correlation_limit = 0;
+    std::vector<std::pair<ClaimRates*, uint64_t>> kernels;
+    bool mixed = false;
+  };
+  // The page-locked words and references the GPU copies from (in the
+  // applications' stream order: unchanged until those copies land) and
+  // into.
+  struct Pinned {
+    uint64_t dark_word;           // 0: darkens a module
+    uint32_t claim_sample;        // the current segment's claim counter, sampled by Poll
+    uint32_t unused;
+    uint64_t lit_word[2];         // segment i's header address: lights a module
+    wire::ArenaRef dark_ref[2];   // segment i's reference, dark (a switch, a new size behind one)
+  };
+  // The current segment's references in pinned_, from ref_ (mu_ held or in SetUp).
+  void PublishRefs();
+  // Queues the copy of `s`'s used chunks (by `ref`, its generation's) to
+  // staging or host memory and their reset; fills `out` but its time.
+  // kDone, or kBusy / kFailed.
+  ReadBack CopyOut(const Segment& s, const wire::ArenaRef& ref, ArenaSnapshot* out);
+  // The retired segment (mode as Read; read_mu_ and the gate held).
+  ReadBack ReadRetired(HarvestMode mode, std::chrono::steady_clock::time_point deadline, ArenaSnapshot* out);
+  // mu_ held: the next generation starts (nothing pending, the chunk size open).
+  void NextGeneration();
+  // Teaches the generation's kernels what they claimed (mu_ held).
+  static void Teach(const std::vector<std::pair<ClaimRates*, uint64_t>>& kernels, bool mixed, int chunk_class,
+                    uint32_t used);
+  // Whether a module's reference is still where it was (after an unload).
+  bool StillThere(GpuModule module, DevPtr global);
+  // A read-back failed half-way: stop using the arena.
+  ReadBack FailRead(ArenaSnapshot* out);
 
   Gpu& gpu_;
   const uint64_t id_ = NewInstanceId();
@@ -207,8 +282,11 @@ class DeviceContext {
   std::atomic<bool> ended_{false};
 
   DevPtr arena_ = 0;
-  wire::ArenaRef ref_{};      // what modules get; `arena` is written last, and only when lit
-  uint64_t chunk_region_bytes_ = 0;  // from ref_.chunks to the arena's end
+  Segment segments_[2];
+  int segment_count_ = 1;
+  int current_ = 0;           // the segment new launches write
+  wire::ArenaRef ref_{};      // what modules get (the current segment's); `arena` is written last, and only when lit
+  uint64_t chunk_region_bytes_ = 0;  // of a segment: from its chunk 0 to its end
   int max_chunk_class_ = 0;          // options_.chunk_bytes
   int start_chunk_class_ = 0;        // kStartChunkShift, or max_chunk_class_ when smaller
   std::atomic<uint32_t> num_chunks_{0};  // ref_'s, for readers without a lock
@@ -217,12 +295,13 @@ class DeviceContext {
   ModuleSwitch switch_;
   StagingArea staging_;         // as large as the chunk region
   std::atomic<uint64_t> staged_reads_{0}, direct_reads_{0};  // for the log
-  // Page-locked words the GPU copies from and into asynchronously:
-  // [0] the arena address, [1] zero (sources of in-stream-order lighting and
-  // darkening, never changed), [2] the sampled claim counter.
-  uint64_t* words_ = nullptr;
+  Pinned* pinned_ = nullptr;
   std::atomic<bool> polling_{false};
   std::chrono::steady_clock::time_point last_poll_{};
+  std::atomic<bool> retiring_{false};  // segments_[1 - current_].retiring, for readers without a lock
+  std::atomic<bool> querying_{false};
+  std::chrono::steady_clock::time_point last_query_{};
+  std::atomic<uint64_t> switches_{0};  // for the log
 
   std::shared_mutex gate_;
   std::mutex read_mu_;  // serialises read-backs

@@ -99,6 +99,16 @@ class Gpu {
   // Waits until `stream` is idle or `timeout` passes (false: not idle, or an error).
   virtual bool Wait(GpuStream stream, std::chrono::nanoseconds timeout) = 0;
   virtual StreamState Query(GpuStream stream) = 0;
+  // Events mark a point in a stream's order: RecordEvent puts `event` after
+  // the work queued on `stream` so far (again and again: each record
+  // replaces the last); QueryEvent says whether that work has finished
+  // (kIdle), not yet (kBusy) or cannot tell (kGone); WaitEvent waits for it,
+  // until `timeout` (false: not finished, or an error).
+  virtual bool CreateEvent(GpuEvent* event) = 0;
+  virtual void DestroyEvent(GpuEvent event) = 0;
+  virtual bool RecordEvent(GpuEvent event, GpuStream stream) = 0;
+  virtual StreamState QueryEvent(GpuEvent event) = 0;
+  virtual bool WaitEvent(GpuEvent event, std::chrono::nanoseconds timeout) = 0;
   virtual bool Capturing(GpuStream stream) = 0;
   virtual bool SynchronizeContext() = 0;
   // The context that owns `stream` (nullptr if unknown).

@@ -237,7 +237,7 @@ bool Harvester::Harvest(HarvestTarget target, wire::HarvestReason reason, Harves
   job->device = device;
   job->host_calls = target.host_calls;
   job->has_snapshot = true;
-  job->reason = reason;
+  job->reason = job->snapshot.switched ? wire::kHarvestHighWater : reason;
   job->name_generation = state->name_generation.load(std::memory_order_acquire);
   NoteCurrentThread();
   job->host.begin_ns = begin;
@@ -485,7 +485,8 @@ Harvester::TakenRecords Harvester::TakeRecords(Job& job, ContextState& state, bo
   TakenRecords taken;
   taken.probed = probed && probe != nullptr;
   if (taken.probed) state.clock_offset = static_cast<int64_t>((probe->start_ns + probe->end_ns) / 2 - probe_time);
-  taken.records = activity_.Take(context_id, job.has_snapshot ? job.snapshot.time_ns : gpu_.Now());
+  taken.records = job.has_snapshot ? activity_.Take(context_id, job.snapshot.time_ns, job.snapshot.correlation_limit)
+                                   : activity_.Take(context_id, gpu_.Now());
   HostCalls* calls = job.host_calls;
   taken.shipped.resize(taken.records.size());
   for (size_t i = 0; i < taken.records.size(); ++i) {
@@ -567,7 +568,9 @@ void Harvester::ShipHarvestLocked(Job& job, ContextState& state, const ChunkScan
     state.names_shipped.emplace(job.name_generation, address);
     shipper_.SendMarkerName(context_id, static_cast<uint32_t>(job.name_generation), address, name);
   }
-  const uint32_t flags = (job.final ? uint32_t{wire::kHarvestFinal} : 0u) | (probed ? uint32_t{wire::kHarvestProbed} : 0u);
+  const uint32_t flags = (job.final ? uint32_t{wire::kHarvestFinal} : 0u) |
+                         (probed ? uint32_t{wire::kHarvestProbed} : 0u) |
+                         (job.has_snapshot && job.snapshot.switched ? uint32_t{wire::kHarvestSwitched} : 0u);
   clock.Mark(wire::kStageShip);
   const ArenaSnapshot& snap = job.snapshot;
   shipper_.SendHarvest(job.has_snapshot ? snap.time_ns : gpu_.Now(), device->facts().info.ordinal, context_id,

@@ -21,7 +21,8 @@
 // receives them in order.
 //
 // An application thread is held only while the arena is copied (and, for a
-// forced drain, while the recording work it waits for finishes). The queue
+// forced drain that cannot switch segments, while the recording work it
+// waits for finishes: device_context.h). The queue
 // holds at most kSnapshotsPerContext read-backs per context, each in a
 // reusable host buffer (host_buffer.h): host memory stays bounded by that
 // many arena copies. The copy the application waits for is the device's (a

@@ -9,6 +9,10 @@ namespace smprof::injector {
 namespace {
 // An in-stream-order darkening not yet reached by another stream's launch.
 constexpr auto kDarkenWait = std::chrono::milliseconds(200);
+// A segment switch not yet reached by the kernels queued before it, when a
+// launch on another stream must rewrite a reference: the application's own
+// earlier work, waited for.
+constexpr auto kSwitchWait = std::chrono::seconds(2);
 // WriteArenaWord's "not in any application stream's order".
 GpuStream const kImmediate = reinterpret_cast<GpuStream>(~uintptr_t{0});
 
@@ -45,9 +49,8 @@ struct ModuleSwitch::Module {
 ModuleSwitch::ModuleSwitch(Gpu& gpu) : gpu_(gpu) {}
 ModuleSwitch::~ModuleSwitch() = default;
 
-void ModuleSwitch::SetUp(GpuStream own_stream, const uint64_t* lit_word, const uint64_t* dark_word) {
+void ModuleSwitch::SetUp(GpuStream own_stream, const uint64_t* dark_word) {
   own_stream_ = own_stream;
-  lit_word_ = lit_word;
   dark_word_ = dark_word;
 }
 
@@ -75,8 +78,7 @@ std::vector<ModuleSwitch::Module*> ModuleSwitch::Selected() const {
   return selected;
 }
 
-bool ModuleSwitch::WriteArenaWord(Module* m, bool lit, GpuStream stream) {
-  const uint64_t* word = lit ? lit_word_ : dark_word_;
+bool ModuleSwitch::WriteArenaWord(Module* m, const uint64_t* word, GpuStream stream) {
   // Immediate: smprof's stream, waited for.
   if (stream == own_stream_ || stream == kImmediate) {
     return gpu_.CopyToDevice(m->global, word, sizeof(uint64_t), own_stream_) &&
@@ -87,7 +89,7 @@ bool ModuleSwitch::WriteArenaWord(Module* m, bool lit, GpuStream stream) {
 }
 
 ModuleSwitch::Lit ModuleSwitch::Light(Module* m, GpuStream stream, bool capturing,
-                                      const std::function<wire::ArenaRef()>& reference) {
+                                      const std::function<Publication()>& publication) {
   const auto lit_here = [&] {
     return m->is_lit.load(std::memory_order_relaxed) &&
            (m->lit_everywhere || std::find(m->lit_on.begin(), m->lit_on.end(), stream) != m->lit_on.end());
@@ -109,13 +111,21 @@ ModuleSwitch::Lit ModuleSwitch::Light(Module* m, GpuStream stream, bool capturin
     written = m->written;
     dark_pending = m->dark_pending_on;
   }
-  wire::ArenaRef ref = reference();
+  SettleSwitch(capturing ? kImmediate : stream);
+  const Publication pub = publication();
   if (!written) {
     // Everything but `arena` first, then `arena`: a kernel of this module that
-    // is already running sees either nothing or a complete reference.
-    ref.arena = 0;
-    if (!gpu_.CopyToDevice(m->global, &ref, sizeof(ref), own_stream_) || !gpu_.Wait(own_stream_, kOwnCopyTimeout)) {
-      return Lit::kFailed;
+    // is already running sees either nothing or a complete reference. Behind
+    // a switch still ahead on this stream, both in its order (kernels queued
+    // before the switch keep their reference while they run).
+    if (switch_stream_ != nullptr && switch_stream_ == stream && !capturing) {
+      if (!gpu_.CopyToDevice(m->global, pub.dark_ref, sizeof(wire::ArenaRef), stream)) return Lit::kFailed;
+    } else {
+      wire::ArenaRef ref = pub.ref;
+      ref.arena = 0;
+      if (!gpu_.CopyToDevice(m->global, &ref, sizeof(ref), own_stream_) || !gpu_.Wait(own_stream_, kOwnCopyTimeout)) {
+        return Lit::kFailed;
+      }
     }
   }
   // In the launch's stream order (launches queued before it on its stream do
@@ -126,7 +136,7 @@ ModuleSwitch::Lit ModuleSwitch::Light(Module* m, GpuStream stream, bool capturin
     Log().warn("a module darkened on one stream is wanted on another before that stream ran: "
                "events of the launch may be missing");
   }
-  if (!WriteArenaWord(m, true, capturing ? kImmediate : stream)) return Lit::kFailed;
+  if (!WriteArenaWord(m, pub.lit_word, capturing ? kImmediate : stream)) return Lit::kFailed;
   std::lock_guard<std::mutex> lock(mu_);
   m->written = true;
   if (capturing) {
@@ -155,7 +165,8 @@ bool ModuleSwitch::DarkenInStreamOrder(Module* m, GpuStream stream, bool per_thr
     std::lock_guard<std::mutex> lock(mu_);
     if (const int d = decide(); d != 0) return d > 0;
   }
-  if (!WriteArenaWord(m, false, stream)) return false;
+  SettleSwitch(stream);
+  if (!WriteArenaWord(m, dark_word_, stream)) return false;
   std::lock_guard<std::mutex> lock(mu_);
   m->dark_pending_on = stream;
   m->lit_on.clear();
@@ -204,6 +215,49 @@ std::vector<ModuleSwitch::Module*> ModuleSwitch::DropGone(const std::function<bo
   modules.clear();
   for (auto& [module, m] : modules_) modules.push_back(m.get());
   return modules;
+}
+
+bool ModuleSwitch::OnlyOn(GpuStream stream) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [module, m] : modules_) {
+    if (m->many_streams || (m->any_stream && m->only_stream != stream) || m->lit_everywhere) return false;
+    for (GpuStream s : m->lit_on) {
+      if (s != stream) return false;
+    }
+  }
+  return true;
+}
+
+bool ModuleSwitch::SwitchInStreamOrder(const std::vector<Module*>& modules, const wire::ArenaRef* dark,
+                                       GpuStream stream, GpuEvent switched) {
+  std::lock_guard<std::mutex> lighting(light_mu_);
+  if (!QueueDark(modules, *dark, stream) || !gpu_.RecordEvent(switched, stream)) return false;
+  switch_stream_ = stream;
+  switch_event_ = switched;
+  switch_pending_.store(true, std::memory_order_release);
+  return true;
+}
+
+void ModuleSwitch::SwitchPassed() {
+  std::lock_guard<std::mutex> lighting(light_mu_);
+  switch_stream_ = nullptr;
+  switch_pending_.store(false, std::memory_order_release);
+}
+
+void ModuleSwitch::AwaitSwitch(GpuStream stream) {
+  std::lock_guard<std::mutex> lighting(light_mu_);
+  SettleSwitch(stream);
+}
+
+// light_mu_ held.
+void ModuleSwitch::SettleSwitch(GpuStream stream) {
+  if (switch_stream_ == nullptr || stream == switch_stream_) return;
+  if (gpu_.QueryEvent(switch_event_) == StreamState::kBusy && !gpu_.WaitEvent(switch_event_, kSwitchWait)) {
+    Log().warn("a launch on another stream came while kernels queued before a profile buffer switch still run: "
+               "some of their events may be missing");
+  }
+  switch_stream_ = nullptr;
+  switch_pending_.store(false, std::memory_order_release);
 }
 
 bool ModuleSwitch::QueueDark(const std::vector<Module*>& modules, const wire::ArenaRef& dark, GpuStream stream) {

@@ -24,11 +24,21 @@
 //     whole reference, dark, for the next epoch (QueueDark, then
 //     EndGeneration); modules that may have been unloaded are looked up
 //     again first (DropGone).
+//   - At a segment switch (the context's kernels all queued on one stream,
+//     some maybe still running): SwitchInStreamOrder queues on that stream
+//     the whole reference of the next segment, dark, into every module, and
+//     an event after them. Kernels queued before keep writing the old
+//     segment; lights queued after give the new one, in the same stream's
+//     order. Until the event has passed, a light or darkening on another
+//     stream first waits for it (boundedly): no kernel may see its reference
+//     change while it runs. (A new size is published in stream order too:
+//     the whole reference dark, then the segment's address.)
 //
-// The in-stream copies read page-locked words that never change (the
-// arena's address, and zero), so a copy that lands late still writes what
-// was meant. Which kernels a light lets record that were queued before it is
-// the caller's business (DeviceContext counts their streams busy).
+// The in-stream copies read page-locked memory that does not change before
+// they land (the segment's address, zero, the segment's references), so a
+// copy that lands late still writes what was meant. Which kernels a light
+// lets record that were queued before it is the caller's business
+// (DeviceContext counts their streams busy).
 //
 // Thread-safe. Lights and darkenings are serialised (two threads publishing
 // a module for the first time must not interleave); no lock but that one is
@@ -58,9 +68,9 @@ class ModuleSwitch {
   ModuleSwitch(const ModuleSwitch&) = delete;
   ModuleSwitch& operator=(const ModuleSwitch&) = delete;
 
-  // `own_stream`: the context's private stream; `lit_word` and `dark_word`:
-  // page-locked words holding the arena's address and 0, never changed.
-  void SetUp(GpuStream own_stream, const uint64_t* lit_word, const uint64_t* dark_word);
+  // `own_stream`: the context's private stream; `dark_word`: a page-locked
+  // word holding 0, never changed.
+  void SetUp(GpuStream own_stream, const uint64_t* dark_word);
 
   // The module's state (created on first use; a new one when its reference
   // moved); `has_selected`: it has a selected kernel.
@@ -71,11 +81,16 @@ class ModuleSwitch {
   // The modules with a selected kernel (a graph launch lights them).
   std::vector<Module*> Selected() const;
 
+  // What a light writes, from the context's current segment.
+  struct Publication {
+    wire::ArenaRef ref;               // the whole reference (`arena` ignored), when the module's is not current
+    const uint64_t* lit_word;         // page-locked: the segment's address
+    const wire::ArenaRef* dark_ref;   // page-locked: `ref` dark, for a copy in stream order
+  };
   enum class Lit { kAlready, kNow, kFailed };
-  // Makes `m` record before a wanted launch on `stream`. `reference` is
-  // called, with no lock of this switch held, for the reference to publish
-  // when the module's is not current (its `arena` is ignored).
-  Lit Light(Module* m, GpuStream stream, bool capturing, const std::function<wire::ArenaRef()>& reference);
+  // Makes `m` record before a wanted launch on `stream`. `publication` is
+  // called, with no lock of this switch held, for what to write.
+  Lit Light(Module* m, GpuStream stream, bool capturing, const std::function<Publication()>& publication);
   // See DeviceContext::DarkenInStreamOrder. False: not darkened (the launch
   // will record), or the copy failed.
   bool DarkenInStreamOrder(Module* m, GpuStream stream, bool per_thread, bool capturing);
@@ -85,6 +100,23 @@ class ModuleSwitch {
   void ReferencesChanged();
   // A module is being unloaded: DropGone checks every module again.
   void MayBeStale();
+
+  // Whether every recording launch since the last harvest, and every light,
+  // was queued on `stream` (none at once): a switch in its order then
+  // separates every kernel's segment.
+  bool OnlyOn(GpuStream stream) const;
+  // Queues on `stream` the copy of `dark` (page-locked, `arena` 0, unchanged
+  // until the copies land) into each of `modules`, then records `switched`
+  // there (EndGeneration follows). False if a copy failed.
+  bool SwitchInStreamOrder(const std::vector<Module*>& modules, const wire::ArenaRef* dark, GpuStream stream,
+                           GpuEvent switched);
+  // The switch's event has passed (the old segment is read back).
+  void SwitchPassed();
+  // A switch may still be ahead on its stream.
+  bool switch_pending() const { return switch_pending_.load(std::memory_order_acquire); }
+  // A launch on `stream` must not run before the switch has passed: waits
+  // for it (boundedly) unless `stream` is the switch's.
+  void AwaitSwitch(GpuStream stream);
 
   // --- read-back (nothing of the context runs) ------------------------------
 
@@ -99,12 +131,20 @@ class ModuleSwitch {
   void EndGeneration();
 
  private:
-  bool WriteArenaWord(Module* m, bool lit, GpuStream stream);
+  bool WriteArenaWord(Module* m, const uint64_t* word, GpuStream stream);
+  // light_mu_ held. A light or darkening on `stream` may rewrite a reference
+  // now: a switch queued on another stream has passed (waited for,
+  // boundedly), or there is none.
+  void SettleSwitch(GpuStream stream);
 
   Gpu& gpu_;
   GpuStream own_stream_ = nullptr;
-  const uint64_t* lit_word_ = nullptr;
   const uint64_t* dark_word_ = nullptr;
+  // The latest segment switch while it may still be ahead on its stream
+  // (light_mu_).
+  GpuStream switch_stream_ = nullptr;
+  GpuEvent switch_event_ = nullptr;
+  std::atomic<bool> switch_pending_{false};  // switch_stream_ is set
 
   std::mutex light_mu_;  // serialises the writes of Light and DarkenInStreamOrder
   mutable std::mutex mu_;  // guards the modules' state; never held across a Gpu call

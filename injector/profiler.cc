@@ -209,6 +209,7 @@ void Profiler::OnLaunchEnter(const LaunchCall& call) {
   const GpuStream stream = call.per_thread ? kPerThreadStream : call.stream;
 
   if (!wanted) {
+    device.AwaitSwitch(call.stream, call.per_thread);
     // Records nothing unless its module records: then the launch is darkened
     // in stream order, or tracked (its events are filtered on the host).
     DeviceContext::Module* m = device.all_dark() ? nullptr : ModuleOf(*c, *info);
@@ -229,7 +230,9 @@ void Profiler::OnLaunchEnter(const LaunchCall& call) {
   if (!capturing) {
     // A drain below may just teach what the kernel claims per warp.
     if (device.NeedsDrain(Projected(*info, call.warps, device))) {
-      Harvest(*c, wire::kHarvestHighWater, HarvestMode::kForce);
+      Drain(*c, stream, call.per_thread, call.correlation_id);
+    } else if (device.RetiredDone()) {
+      Harvest(*c, wire::kHarvestHighWater, HarvestMode::kIfIdle);
     }
     device.Poll();
   }
@@ -289,6 +292,7 @@ void Profiler::EnterGraphLaunch(const LaunchCall& call) {
   DeviceContext& device = c->device;
   const GpuStream stream = call.per_thread ? kPerThreadStream : call.stream;
   if (!wanted) {
+    device.AwaitSwitch(call.stream, call.per_thread);
     if (device.all_dark()) {
       device.NoteQuietLaunch(call.stream, call.per_thread);
       return;
@@ -333,7 +337,11 @@ void Profiler::EnterGraphLaunch(const LaunchCall& call) {
   };
   double chunks = std::min(chunks_at(device.chunk_class()), static_cast<double>(device.num_chunks()));
   if (!capturing) {
-    if (device.NeedsDrain(chunks)) Harvest(*c, wire::kHarvestHighWater, HarvestMode::kForce);
+    if (device.NeedsDrain(chunks)) {
+      Drain(*c, stream, call.per_thread, call.correlation_id);
+    } else if (device.RetiredDone()) {
+      Harvest(*c, wire::kHarvestHighWater, HarvestMode::kIfIdle);
+    }
     device.Poll();
   }
   HoldGate(device);
@@ -404,7 +412,26 @@ void Profiler::OnSyncExit(GpuCtx ctx, wire::HostApi api, bool context_wide) {
 }
 
 void Profiler::Harvest(Context& c, wire::HarvestReason reason, HarvestMode mode, const wire::HostCall& call) {
-  harvester_.Harvest(HarvestTarget{&c.device, &c.host_calls}, reason, mode, call);
+  // A segment switched away from is read first; then the current one, but
+  // for a drain (Drain decides).
+  const bool retiring = c.device.retiring();
+  const bool read = harvester_.Harvest(HarvestTarget{&c.device, &c.host_calls}, reason, mode, call);
+  if (read && retiring && reason != wire::kHarvestHighWater && !c.device.retiring()) {
+    harvester_.Harvest(HarvestTarget{&c.device, &c.host_calls}, reason, mode, call);
+  }
+}
+
+void Profiler::Drain(Context& c, GpuStream stream, bool per_thread, uint64_t correlation_id) {
+  DeviceContext& device = c.device;
+  if (device.Switch(stream, per_thread, correlation_id)) return;
+  if (device.retiring()) {
+    // The other segment first (its kernels finish: the GPU is a segment
+    // behind), then switch to it. When they do not in time, what no longer
+    // fits is dropped on the device, counted.
+    Harvest(c, wire::kHarvestHighWater, HarvestMode::kForce);
+    if (device.retiring() || device.Switch(stream, per_thread, correlation_id)) return;
+  }
+  Harvest(c, wire::kHarvestHighWater, HarvestMode::kForce);
 }
 
 void Profiler::OnStreamDestroy(GpuStream stream) {

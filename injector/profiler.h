@@ -10,7 +10,8 @@
 //   (SMPROF_CAPTURE_RANGE=cudaProfilerApi: between cudaProfilerStart/Stop)
 //
 // A launch that records lights its module (DeviceContext), may first force a
-// drain of a nearly full arena, holds the context's launch gate until API
+// drain of a nearly full arena (a segment switch when it may, or a read-back
+// of the segment switched away from once its kernels finished), holds the context's launch gate until API
 // exit and notes its API call (HostCalls) for the harvest. A launch that does
 // not record costs a cached lookup and, when no module of its context
 // records, nothing else.
@@ -106,6 +107,10 @@ class Profiler {
   bool TakeLaunch(KernelClass* kernel);
   DeviceContext::Module* ModuleOf(Context& c, const KernelInfo& info);
   void Harvest(Context& c, wire::HarvestReason reason, HarvestMode mode, const wire::HostCall& call = {});
+  // The arena is past its high-water mark at a launch on `stream`: switch
+  // segments if the context may, else read back (waiting for the recording
+  // work).
+  void Drain(Context& c, GpuStream stream, bool per_thread, uint64_t correlation_id);
   void FillStats(wire::StatsMsg* stats);
 
   Gpu& gpu_;

@@ -472,6 +472,9 @@ struct ChunkBytes {
 enum HarvestFlags : uint32_t {
   kHarvestFinal = 1u << 0,   // the context's last: events still waiting for a record ship without one
   kHarvestProbed = 1u << 1,  // clock_offset_ns was measured by the clock probe at this harvest
+  // A drain's arena segment, switched away from: the application went on
+  // launching while the kernels that wrote it finished (injector/device_context.h).
+  kHarvestSwitched = 1u << 2,
 };
 
 // Closes a harvest: all launches announced before it are complete, and the

@@ -343,6 +343,46 @@ class FakeGpu final : public Gpu {
     return true;
   }
   bool Wait(GpuStream stream, std::chrono::nanoseconds) override { return Query(stream) == StreamState::kIdle; }
+  // Events: a record queues a marker on the stream; the event is done once
+  // the marker of its latest record has run.
+  bool CreateEvent(GpuEvent* event) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    *event = reinterpret_cast<GpuEvent>(next_handle_++);
+    events_[*event] = EventState{0, true};
+    return true;
+  }
+  void DestroyEvent(GpuEvent event) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.erase(event);
+  }
+  bool RecordEvent(GpuEvent event, GpuStream stream) override {
+    uint64_t record;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      EventState& e = events_.at(event);
+      record = ++e.record;
+      e.done = false;
+      ++events_recorded_;
+    }
+    Enqueue(stream, [this, event, record] {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = events_.find(event);
+      if (it != events_.end() && it->second.record == record) it->second.done = true;
+    });
+    return true;
+  }
+  StreamState QueryEvent(GpuEvent event) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = events_.find(event);
+    if (it == events_.end()) return StreamState::kGone;
+    return it->second.done ? StreamState::kIdle : StreamState::kBusy;
+  }
+  bool WaitEvent(GpuEvent event, std::chrono::nanoseconds) override { return QueryEvent(event) == StreamState::kIdle; }
+  // Events recorded so far (smprof's segment switches).
+  size_t events_recorded() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_recorded_;
+  }
   StreamState Query(GpuStream stream) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = streams_.find(stream);
@@ -465,6 +505,10 @@ class FakeGpu final : public Gpu {
   uint32_t events_written_in_last_kernel = 0;
 
  private:
+  struct EventState {
+    uint64_t record = 0;  // its latest record
+    bool done = true;
+  };
   struct Stream {
     bool held = false;
     bool capturing = false;
@@ -595,6 +639,8 @@ class FakeGpu final : public Gpu {
   std::unordered_map<void*, std::vector<std::pair<GpuFunction, uint32_t>>> graphs_;
   std::unordered_map<GpuStream, Stream> streams_;
   std::vector<GpuStream> own_streams_;
+  std::unordered_map<GpuEvent, EventState> events_;
+  size_t events_recorded_ = 0;
   std::vector<AppCopy> app_copies_;
   std::vector<KernelRecord> late_;
   std::atomic<uint64_t> clock_{1000000};

@@ -592,6 +592,23 @@ TEST(GpuScenarios, HighWaterForcesDrainsInsteadOfDropping) {
   EXPECT_EQ(GroupsOf(run, "flood").size(), 12u);
 }
 
+// A 64 MiB buffer is two segments: back-to-back launches on one stream
+// switch segments at their drains instead of waiting for the kernels queued
+// before; each segment is read back once its kernels finished. Every event
+// is kept, and each launch has all of its warps.
+TEST(GpuScenarios, DrainsSwitchSegmentsAndKeepEveryEvent) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("segments", "--buffer-mb 64");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(SummaryNumber(run, R"(lost (\d+) events)"), 0) << run.stderr_text;
+  EXPECT_EQ(SummaryNumber(run, R"((\d+) events from)"), 24L * 1056 * 360);
+  EXPECT_GE(run.summary_event.value("switched_drains", 0), 2) << run.summary_event.dump();
+  EXPECT_EQ(run.summary_event.value("unattributed_events", -1), 0) << run.summary_event.dump();
+  const auto groups = GroupsOf(run, "flood");
+  ASSERT_EQ(groups.size(), 24u);
+  for (const LaunchGroup* g : groups) EXPECT_EQ(g->Warps(), 1056) << g->name;
+}
+
 TEST(GpuScenarios, NonZeroExitWithoutSyncKeepsEventsAndExitCode) {
   REQUIRE_GPU();
   const ProfiledRun run = Profile("exit7");

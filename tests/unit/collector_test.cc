@@ -400,6 +400,7 @@ TEST(CollectorSummaryTest, FromJsonReadsWhatToJsonWrites) {
   a.launches_not_selected = 12;
   a.host_calls_forgotten = 14;
   a.harvests_skipped = 16;
+  a.switched_drains = 17;
   a.transport_unread_messages = 13;
   a.not_profiled = json::array({{{"pid", 1}, {"reason", "stepped_aside"}, {"detail", "ncu"}}});
   a.stats_json = "/t/x.pftrace.stats.json";
@@ -449,6 +450,7 @@ TEST_P(CollectorTest, SummaryJsonHasExactlyTheDocumentedKeys) {
                                          "unterminated_ranges",
                                          "unmatched_ends",
                                          "forced_drains",
+                                         "switched_drains",
                                          "harvests",
                                          "framing_errors",
                                          "producers_incomplete",
@@ -691,6 +693,23 @@ TEST_P(CollectorTest, LatestStatsMessageGivesDeviceTotals) {
   EXPECT_EQ(s.lost_total, 75u);
   EXPECT_EQ(s.producers_incomplete, 1u);  // b never ended
   EXPECT_EQ(Events(t, "i", 3, 1)[0]["name"], "harvest: exit");
+}
+
+// Drains that switched arena segments are counted apart (of the forced ones).
+TEST_P(CollectorTest, SwitchedDrainsAreCounted) {
+  const transport::ProducerInfo a{3, 50};
+  Send(a, Process(50, kT0, "app"));
+  wire::HarvestMsg m = testing::HarvestFields(kT0 + 1000, wire::kHarvestHighWater);
+  m.flags = wire::kHarvestSwitched;
+  Send(a, testing::Frame(m, wire::kMsgHarvest));
+  Send(a, Harvest(2000, wire::kHarvestHighWater, 0, 0));
+  Send(a, Harvest(3000, wire::kHarvestSync, 0, 0));
+  collector_->HandleProducerEnd(a, true);
+  CollectorSummary s;
+  FinishAndParse(&s);
+  EXPECT_EQ(s.forced_drains, 2u);
+  EXPECT_EQ(s.switched_drains, 1u);
+  EXPECT_EQ(s.harvests, 3u);
 }
 
 TEST_P(CollectorTest, TwoProducersInterleavedKeepTheirOwnNamesAndLaunches) {

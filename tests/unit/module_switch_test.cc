@@ -16,15 +16,17 @@ class ModuleSwitchTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(gpu.CreateStream(&own));
-    words = static_cast<uint64_t*>(gpu.AllocatePinned(2 * sizeof(uint64_t)));
+    words = static_cast<uint64_t*>(gpu.AllocatePinned(2 * sizeof(uint64_t) + sizeof(wire::ArenaRef)));
     words[0] = kArena;
     words[1] = 0;
-    sw.SetUp(own, &words[0], &words[1]);
+    dark_ref = reinterpret_cast<wire::ArenaRef*>(&words[2]);
+    sw.SetUp(own, &words[1]);
     ref.chunks = 0xB000;
     ref.num_chunks = 16;
     ref.chunk_shift = 10;
     ref.warp_mask = ~0u;
     ref.epoch = 7;
+    *dark_ref = ref;
     s1 = gpu.AddStream();
     s2 = gpu.AddStream();
   }
@@ -41,14 +43,15 @@ class ModuleSwitchTest : public ::testing::Test {
   ModuleSwitch::Lit Light(ModuleSwitch::Module* m, GpuStream s, bool capturing = false) {
     return sw.Light(m, s, capturing, [&] {
       ++references;
-      return ref;
+      return ModuleSwitch::Publication{ref, &words[0], dark_ref};
     });
   }
 
   fake::FakeGpu gpu;
   ModuleSwitch sw{gpu};
   GpuStream own = nullptr, s1 = nullptr, s2 = nullptr;
-  uint64_t* words = nullptr;
+  uint64_t* words = nullptr;  // the lit word, the dark word, then dark_ref
+  wire::ArenaRef* dark_ref = nullptr;
   wire::ArenaRef ref{};
   int references = 0;
 };
@@ -124,6 +127,54 @@ TEST_F(ModuleSwitchTest, AReadBackDarkensEveryModuleWithTheNextReference) {
   ref.chunk_shift = 8;
   EXPECT_EQ(Light(one, s1), ModuleSwitch::Lit::kNow);
   EXPECT_EQ(gpu.Ref(a).chunk_shift, 8u);
+}
+
+// A segment switch on s1 while kernels are queued there: the next segment's
+// reference reaches every module in s1's order (a kernel queued before still
+// sees the old one when it runs); a light behind it on s1 publishes a new
+// size in the same order, nothing at once; once s1 has run past the switch,
+// a light on s2 goes ahead.
+TEST_F(ModuleSwitchTest, ASwitchReachesEveryModuleInItsStreamsOrder) {
+  constexpr uint64_t kNextArena = 0xA800;
+  GpuModule a, b;
+  ModuleSwitch::Module* one = Add(&a);
+  ModuleSwitch::Module* two = Add(&b);
+  ASSERT_EQ(Light(one, s1), ModuleSwitch::Lit::kNow);
+  EXPECT_TRUE(sw.OnlyOn(s1));
+  EXPECT_FALSE(sw.OnlyOn(s2));
+  gpu.Hold(s1);
+  wire::ArenaRef next = ref;
+  next.chunks = 0xC000;
+  next.epoch = 8;
+  *dark_ref = next;
+  GpuEvent switched = nullptr;
+  ASSERT_TRUE(gpu.CreateEvent(&switched));
+  ASSERT_TRUE(sw.SwitchInStreamOrder(sw.DropGone([](GpuModule, DevPtr) { return true; }), dark_ref, s1, switched));
+  sw.EndGeneration();
+  EXPECT_TRUE(sw.switch_pending());
+  EXPECT_TRUE(sw.all_dark());
+  EXPECT_EQ(gpu.Ref(a).arena, kArena);  // not before s1 gets there
+  EXPECT_EQ(gpu.Ref(a).epoch, 7u);
+  // A new size for the next segment, lit behind the switch on s1.
+  sw.ReferencesChanged();
+  next.chunk_shift = 8;
+  ref = next;
+  *dark_ref = next;
+  words[0] = kNextArena;
+  ASSERT_EQ(Light(one, s1), ModuleSwitch::Lit::kNow);
+  EXPECT_EQ(gpu.Ref(a).arena, kArena);
+  EXPECT_EQ(gpu.Ref(a).chunk_shift, 10u);
+  gpu.Release(s1);
+  EXPECT_EQ(gpu.Ref(a).arena, kNextArena);
+  EXPECT_EQ(gpu.Ref(a).chunk_shift, 8u);
+  EXPECT_EQ(gpu.Ref(a).epoch, 8u);
+  EXPECT_EQ(gpu.Ref(b).arena, 0u);
+  EXPECT_EQ(gpu.Ref(b).chunks, 0xC000u);
+  EXPECT_TRUE(sw.switch_pending());
+  ASSERT_EQ(Light(two, s2), ModuleSwitch::Lit::kNow);  // the switch has passed: no wait
+  EXPECT_FALSE(sw.switch_pending());
+  EXPECT_EQ(gpu.Ref(b).arena, kNextArena);
+  gpu.DestroyEvent(switched);
 }
 
 TEST_F(ModuleSwitchTest, UnloadedModulesAreForgottenOnceAnUnloadWasSeen) {

@@ -33,6 +33,16 @@ class CaptureSink : public MessageSink {
     cv.notify_all();
     cv.wait(lock, [&] { return !blocked; });
     --held;
+    wire::MsgHeader h;
+    std::memcpy(&h, data, sizeof(h));
+    if (h.type == wire::kMsgRecords) {
+      wire::RecordsMsg m;
+      std::memcpy(&m, data, sizeof(m));
+      records_in_read_back += m.count;
+    } else if (h.type == wire::kMsgHarvest) {
+      records_per_read_back.push_back(records_in_read_back);
+      records_in_read_back = 0;
+    }
     assembler.HandleMessage(kProducer, static_cast<const uint8_t*>(data), size);
     cv.notify_all();
     return true;
@@ -54,6 +64,7 @@ class CaptureSink : public MessageSink {
       wire::WarpEventsMsg m;
       std::memcpy(&m, data, sizeof(m));
       events[launch_names[m.launch_id]] += m.count;
+      launch_events[m.launch_id] += m.count;
       total_events += m.count;
     } else if (h.type == wire::kMsgStats) {
       std::memcpy(&stats, data, sizeof(stats));
@@ -100,6 +111,10 @@ class CaptureSink : public MessageSink {
   std::map<std::string, uint32_t> flags;
   std::map<std::string, uint64_t> events;
   std::map<uint64_t, std::string> launch_names;
+  std::map<uint64_t, uint64_t> launch_events;  // by launch id
+  // The kernel records each read-back shipped, as the injector sent them.
+  std::vector<uint32_t> records_per_read_back;
+  uint32_t records_in_read_back = 0;
   std::map<uint32_t, int> harvests;
   std::vector<std::string> names;
   uint64_t total_events = 0;
@@ -423,6 +438,123 @@ TEST_F(ProfilerTest, ForcedDrainsKeepEveryEvent) {
   EXPECT_EQ(sink.events["gemm(float*)"], 20u * 200 * 8);
   EXPECT_GT(sink.stats.forced_drains, 0u);
   EXPECT_EQ(sink.stats.events_dropped_device, 0u);
+}
+
+// Every launch shipped with its record and all of its `events`.
+void ExpectEveryLaunchWhole(const CaptureSink& sink, const std::string& kernel, int launches, uint64_t events) {
+  EXPECT_EQ(sink.launches.at(kernel), launches);
+  EXPECT_EQ(sink.events.at(kernel), static_cast<uint64_t>(launches) * events);
+  EXPECT_EQ(sink.launch_events.size(), static_cast<size_t>(launches));
+  for (const auto& [launch, count] : sink.launch_events) {
+    EXPECT_EQ(sink.launch_names.at(launch), kernel);
+    EXPECT_EQ(count, events) << "launch " << launch;
+  }
+  EXPECT_EQ(sink.stats.events_dropped_device, 0u);
+  EXPECT_EQ(sink.stats.events_unattributed, 0u);
+}
+
+// A 64 MiB arena is two segments of 32 MiB (32,736 chunks of 1 KiB); launches
+// of 8,192 warps take 8,192 chunks each, so the third would pass the
+// high-water mark (75 %). The GPU is behind (the stream held): a drain that
+// waited for the kernels would stall, a switch does not. The two queued
+// kernels finish in the first segment, the third and fourth write the second;
+// the synchronisation reads both back, each with its own launches' records
+// (the later ones, done by then too, wait for their segment).
+TEST_F(ProfilerTest, ADrainSwitchesSegmentsWhileTheKernelsBeforeItStillRun) {
+  Start(MakeSettings("", "", "none", 64));
+  gpu.Hold(s1);
+  for (int i = 0; i < 4; ++i) Gemm(s1, 8192, 4);
+  EXPECT_EQ(gpu.events_recorded(), 1u);  // the switch
+  EXPECT_EQ(gpu.kernels_run(), 0u);      // nothing was waited for
+  gpu.Release(s1);
+  Sync();
+  Finish();
+  ExpectEveryLaunchWhole(sink, "gemm(float*)", 4, 8192u * 8);
+  EXPECT_EQ(sink.stats.forced_drains, 1u);  // the switched segment's read-back
+  EXPECT_EQ(gpu.kernels_that_recorded(), 4u);
+  // Each segment's read-back took the records of its own launches.
+  EXPECT_EQ(sink.records_per_read_back, (std::vector<uint32_t>{2, 2, 0}));  // then the final harvest
+}
+
+// The second segment fills while the first one's kernels still run (the GPU
+// a whole segment behind): the drain waits for them, boundedly, then reads
+// the first back and switches to it. Here they never run in time: the drain
+// gives up (a warning), the launches go on into the second segment, and once
+// the GPU catches up nothing that fitted is lost.
+TEST_F(ProfilerTest, ADrainWaitsForTheOtherSegmentOnlyWhenBothAreFull) {
+  Start(MakeSettings("", "", "none", 64));
+  gpu.Hold(s1);
+  for (int i = 0; i < 6; ++i) Gemm(s1, 8192, 4);
+  EXPECT_EQ(gpu.events_recorded(), 1u);  // one switch: the other segment is not free yet
+  gpu.Release(s1);
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.launches["gemm(float*)"], 6);
+  EXPECT_EQ(sink.events["gemm(float*)"] + sink.stats.events_dropped_device, 6u * 8192 * 8);
+  EXPECT_EQ(sink.stats.events_unattributed, 0u);
+}
+
+// Kernels of the old segment finish; the next launch reads it back (a copy,
+// no synchronisation), so the segment is free before the next drain needs it:
+// many switches, each read back in turn, and nothing lost.
+TEST_F(ProfilerTest, SwitchedSegmentsAreReadBackAtLaterLaunchesOnceTheirKernelsFinish) {
+  Start(MakeSettings("", "", "none", 64));
+  for (int i = 0; i < 16; ++i) {
+    gpu.Hold(s1);
+    Gemm(s1, 8192, 4);
+    gpu.Release(s1);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // the event is asked at most every 100 us
+  }
+  EXPECT_GE(gpu.events_recorded(), 4u);
+  EXPECT_GE(gpu.device_copies(), 3u);  // read-backs staged before any synchronisation
+  Sync();
+  Finish();
+  ExpectEveryLaunchWhole(sink, "gemm(float*)", 16, 8192u * 8);
+}
+
+// Graph replays switch segments the same way.
+TEST_F(ProfilerTest, GraphReplaysSwitchSegmentsWithoutWaiting) {
+  Start(MakeSettings("", "", "none", 64));
+  const Graph graph = Instantiate({{gemm, 8192}}, 0xE4);
+  gpu.Hold(s1);
+  Replay(graph, 5, s1);
+  EXPECT_EQ(gpu.events_recorded(), 1u);
+  EXPECT_EQ(gpu.kernels_run(), 0u);
+  gpu.Release(s1);
+  Sync();
+  Finish();
+  ExpectEveryLaunchWhole(sink, "gemm(float*)", 5, 8192u * 8);
+}
+
+// Recording work on two streams cannot be split by one stream's order: the
+// drain reads back, as with one segment, and keeps every event.
+TEST_F(ProfilerTest, WorkOnTwoStreamsDrainsByReadingBack) {
+  Start(MakeSettings("", "", "none", 64));
+  for (int i = 0; i < 6; ++i) Gemm(i % 2 == 0 ? s1 : s2, 8192, 4);
+  Sync();
+  Finish();
+  EXPECT_EQ(gpu.events_recorded(), 0u);
+  EXPECT_GT(sink.stats.forced_drains, 0u);
+  ExpectEveryLaunchWhole(sink, "gemm(float*)", 6, 8192u * 8);
+}
+
+// After a switch on s1, a launch on s2 must not change a reference the
+// kernels queued on s1 still read: it waits for the switch to pass.
+TEST_F(ProfilerTest, ALaunchOnAnotherStreamAfterASwitchKeepsTheQueuedKernelsWhole) {
+  Start(MakeSettings("", "", "none", 64));
+  gpu.Hold(s1);
+  for (int i = 0; i < 4; ++i) Gemm(s1, 8192, 4);
+  ASSERT_EQ(gpu.events_recorded(), 1u);
+  gpu.Release(s1);  // the switch passes: the launch below finds it done
+  Gemm(s2, 8192, 4);
+  Other(s2, 8192, 4);
+  Sync();
+  Finish();
+  EXPECT_EQ(sink.launches["gemm(float*)"], 5);
+  EXPECT_EQ(sink.events["gemm(float*)"], 5u * 8192 * 8);
+  EXPECT_EQ(sink.events["other(float*)"], 8192u * 8);
+  EXPECT_EQ(sink.stats.events_dropped_device, 0u);
+  EXPECT_EQ(sink.stats.events_unattributed, 0u);
 }
 
 // A kernel of an opted-in module that records nothing is projected at one

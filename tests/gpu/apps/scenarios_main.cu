@@ -104,6 +104,16 @@ int HighWater() {  // 12 launches of flood(20) on 66x256 (528 warps x 20), no sy
   return 0;
 }
 
+// 24 launches of flood(360) on 132x256 (1056 warps x 360, ~6 MB each) on
+// one stream, each spinning 2 ms after its events so that the GPU runs
+// behind the launches, no sync until the end.
+int Segments() {
+  for (int i = 0; i < 24; ++i) LaunchFlood(132, 256, 360, 2000000, nullptr);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  return 0;
+}
+
 int DestroyedStream() {  // count_kernel(8) on a stream destroyed while it runs, then a device sync
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -416,6 +426,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "graph")) return Graph();
   if (!std::strcmp(scenario, "overflow")) return Overflow();
   if (!std::strcmp(scenario, "highwater")) return HighWater();
+  if (!std::strcmp(scenario, "segments")) return Segments();
   if (!std::strcmp(scenario, "small-warps")) return SmallWarps();
   if (!std::strcmp(scenario, "exit7")) return ExitNoSync(7);
   if (!std::strcmp(scenario, "destroyed-stream")) return DestroyedStream();
@@ -440,7 +451,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "recorder-cross-sm") && argc > 2) return RecorderCrossSm(argv[2]);
   std::fprintf(
       stderr,
-      "usage: %s basic|streams|filter|graph|overflow|highwater|small-warps|exit7|destroyed-stream|threads|"
+      "usage: %s basic|streams|filter|graph|overflow|highwater|segments|small-warps|exit7|destroyed-stream|threads|"
       "many-threads [launches]|ranges|profiler-window|driver-api "
       "<fatbin>|cupti-taken|silent-big|capture-after-eager|unload-replay <fatbin>|exit-running|"
       "device-api|recorder-divergent-halves|recorder-early-exit|recorder-partial-warps|recorder-big-blocks|"
