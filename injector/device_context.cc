@@ -390,7 +390,11 @@ ReadBack DeviceContext::ReadRetired(HarvestMode mode, std::chrono::steady_clock:
                         ? gpu_.WaitEvent(old.switched, std::max(deadline - std::chrono::steady_clock::now(),
                                                                 std::chrono::steady_clock::duration::zero()))
                         : gpu_.QueryEvent(old.switched) == StreamState::kIdle;
-  if (!done) return ReadBack::kBusy;
+  if (!done) {
+    Log().debug("GPU {}: the switched segment's kernels have not finished ({})", facts_.info.ordinal,
+                mode == HarvestMode::kForce ? "waited until the deadline" : "not waited for");
+    return ReadBack::kBusy;
+  }
   switch_.SwitchPassed();
   out->time_ns = gpu_.Now();
   out->correlation_limit = old.correlation_limit;
@@ -484,9 +488,16 @@ bool DeviceContext::Switch(GpuStream stream, bool per_thread, uint64_t correlati
     std::lock_guard<std::mutex> lock(mu_);
     if (pending_ == 0) return false;
     const StreamTracker::Work work = streams_.WorkFor(ThreadToken());
-    if (work.orphaned || work.other_threads || work.streams.size() != 1 || work.streams[0] != stream) return false;
+    if (work.orphaned || work.other_threads || work.streams.size() != 1 || work.streams[0] != stream) {
+      Log().debug("GPU {}: a drain reads back: recording work on {} streams, other threads' {}, orphaned {}",
+                  facts_.info.ordinal, work.streams.size(), work.other_threads, work.orphaned);
+      return false;
+    }
   }
-  if (!switch_.OnlyOn(stream)) return false;
+  if (!switch_.OnlyOn(stream)) {
+    Log().debug("GPU {}: a drain reads back: a module records on another stream", facts_.info.ordinal);
+    return false;
+  }
   // A claim sample of the old segment must not land after the reset below.
   if (!gpu_.Wait(stream_, kOwnCopyTimeout)) return false;
   const std::vector<Module*> modules =
@@ -510,6 +521,7 @@ bool DeviceContext::Switch(GpuStream stream, bool per_thread, uint64_t correlati
   __atomic_store_n(&pinned_->claim_sample, 0u, __ATOMIC_RELAXED);
   switch_.EndGeneration();
   switches_.fetch_add(1, std::memory_order_relaxed);
+  Log().debug("GPU {}: segment {} switched away from at call {}", facts_.info.ordinal, 1 - current_, correlation_id);
   std::lock_guard<std::mutex> lock(mu_);
   old.retiring = true;
   old.correlation_limit = correlation_id;

@@ -28,7 +28,9 @@ struct ModuleSwitch::Module {
   GpuStream only_stream = nullptr;
   bool many_streams = false;
   bool any_stream = false;
-  // Darkened in stream order on this stream since the last harvest.
+  // Darkened in stream order on `dark_pending_on` since the last harvest (a
+  // flag: the legacy stream's handle is null).
+  bool dark_pending = false;
   GpuStream dark_pending_on = nullptr;
   // Lit by copies queued on these streams (a launch on another stream may
   // run before they land, so it queues its own), or at once (everywhere).
@@ -104,12 +106,14 @@ ModuleSwitch::Lit ModuleSwitch::Light(Module* m, GpuStream stream, bool capturin
   // would darken a kernel the first already let through).
   std::lock_guard<std::mutex> lighting(light_mu_);
   bool written;
-  GpuStream dark_pending;
+  bool dark_pending;
+  GpuStream dark_pending_on;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (lit_here()) return Lit::kAlready;
     written = m->written;
-    dark_pending = m->dark_pending_on;
+    dark_pending = m->dark_pending;
+    dark_pending_on = m->dark_pending_on;
   }
   SettleSwitch(capturing ? kImmediate : stream);
   const Publication pub = publication();
@@ -118,7 +122,7 @@ ModuleSwitch::Lit ModuleSwitch::Light(Module* m, GpuStream stream, bool capturin
     // is already running sees either nothing or a complete reference. Behind
     // a switch still ahead on this stream, both in its order (kernels queued
     // before the switch keep their reference while they run).
-    if (switch_stream_ != nullptr && switch_stream_ == stream && !capturing) {
+    if (switch_pending_.load(std::memory_order_relaxed) && switch_stream_ == stream && !capturing) {
       if (!gpu_.CopyToDevice(m->global, pub.dark_ref, sizeof(wire::ArenaRef), stream)) return Lit::kFailed;
     } else {
       wire::ArenaRef ref = pub.ref;
@@ -131,8 +135,8 @@ ModuleSwitch::Lit ModuleSwitch::Light(Module* m, GpuStream stream, bool capturin
   // In the launch's stream order (launches queued before it on its stream do
   // not record); at once when the stream is capturing (a copy would join the
   // graph). A darkening still queued on another stream must land first.
-  if (dark_pending != nullptr && dark_pending != stream && gpu_.Query(dark_pending) == StreamState::kBusy &&
-      !gpu_.Wait(dark_pending, kDarkenWait)) {
+  if (dark_pending && dark_pending_on != stream && gpu_.Query(dark_pending_on) == StreamState::kBusy &&
+      !gpu_.Wait(dark_pending_on, kDarkenWait)) {
     Log().warn("a module darkened on one stream is wanted on another before that stream ran: "
                "events of the launch may be missing");
   }
@@ -168,6 +172,7 @@ bool ModuleSwitch::DarkenInStreamOrder(Module* m, GpuStream stream, bool per_thr
   SettleSwitch(stream);
   if (!WriteArenaWord(m, dark_word_, stream)) return false;
   std::lock_guard<std::mutex> lock(mu_);
+  m->dark_pending = true;
   m->dark_pending_on = stream;
   m->lit_on.clear();
   m->lit_everywhere = false;
@@ -240,7 +245,6 @@ bool ModuleSwitch::SwitchInStreamOrder(const std::vector<Module*>& modules, cons
 
 void ModuleSwitch::SwitchPassed() {
   std::lock_guard<std::mutex> lighting(light_mu_);
-  switch_stream_ = nullptr;
   switch_pending_.store(false, std::memory_order_release);
 }
 
@@ -251,12 +255,11 @@ void ModuleSwitch::AwaitSwitch(GpuStream stream) {
 
 // light_mu_ held.
 void ModuleSwitch::SettleSwitch(GpuStream stream) {
-  if (switch_stream_ == nullptr || stream == switch_stream_) return;
+  if (!switch_pending_.load(std::memory_order_relaxed) || stream == switch_stream_) return;
   if (gpu_.QueryEvent(switch_event_) == StreamState::kBusy && !gpu_.WaitEvent(switch_event_, kSwitchWait)) {
     Log().warn("a launch on another stream came while kernels queued before a profile buffer switch still run: "
                "some of their events may be missing");
   }
-  switch_stream_ = nullptr;
   switch_pending_.store(false, std::memory_order_release);
 }
 
@@ -273,6 +276,7 @@ void ModuleSwitch::EndGeneration() {
     m->is_lit.store(false, std::memory_order_release);
     m->any_stream = m->many_streams = false;
     m->only_stream = nullptr;
+    m->dark_pending = false;
     m->dark_pending_on = nullptr;
     m->lit_on.clear();
     m->lit_everywhere = false;

@@ -141,10 +141,11 @@ class ModuleSwitch {
   GpuStream own_stream_ = nullptr;
   const uint64_t* dark_word_ = nullptr;
   // The latest segment switch while it may still be ahead on its stream
-  // (light_mu_).
+  // (written with light_mu_ held; switch_pending_ is a flag of its own: the
+  // legacy stream's handle is null).
+  std::atomic<bool> switch_pending_{false};
   GpuStream switch_stream_ = nullptr;
   GpuEvent switch_event_ = nullptr;
-  std::atomic<bool> switch_pending_{false};  // switch_stream_ is set
 
   std::mutex light_mu_;  // serialises the writes of Light and DarkenInStreamOrder
   mutable std::mutex mu_;  // guards the modules' state; never held across a Gpu call

@@ -40,6 +40,8 @@ class ModuleSwitchTest : public ::testing::Test {
               Lookup::kFound);
     return sw.Find(*handle, global, true);
   }
+  // A switch on `on`, a new size lit behind it there, then a light on s2.
+  void ExpectASwitchInTheOrderOf(GpuStream on);
   ModuleSwitch::Lit Light(ModuleSwitch::Module* m, GpuStream s, bool capturing = false) {
     return sw.Light(m, s, capturing, [&] {
       ++references;
@@ -134,37 +136,37 @@ TEST_F(ModuleSwitchTest, AReadBackDarkensEveryModuleWithTheNextReference) {
 // sees the old one when it runs); a light behind it on s1 publishes a new
 // size in the same order, nothing at once; once s1 has run past the switch,
 // a light on s2 goes ahead.
-TEST_F(ModuleSwitchTest, ASwitchReachesEveryModuleInItsStreamsOrder) {
+void ModuleSwitchTest::ExpectASwitchInTheOrderOf(GpuStream on) {
   constexpr uint64_t kNextArena = 0xA800;
   GpuModule a, b;
   ModuleSwitch::Module* one = Add(&a);
   ModuleSwitch::Module* two = Add(&b);
-  ASSERT_EQ(Light(one, s1), ModuleSwitch::Lit::kNow);
-  EXPECT_TRUE(sw.OnlyOn(s1));
+  ASSERT_EQ(Light(one, on), ModuleSwitch::Lit::kNow);
+  EXPECT_TRUE(sw.OnlyOn(on));
   EXPECT_FALSE(sw.OnlyOn(s2));
-  gpu.Hold(s1);
+  gpu.Hold(on);
   wire::ArenaRef next = ref;
   next.chunks = 0xC000;
   next.epoch = 8;
   *dark_ref = next;
   GpuEvent switched = nullptr;
   ASSERT_TRUE(gpu.CreateEvent(&switched));
-  ASSERT_TRUE(sw.SwitchInStreamOrder(sw.DropGone([](GpuModule, DevPtr) { return true; }), dark_ref, s1, switched));
+  ASSERT_TRUE(sw.SwitchInStreamOrder(sw.DropGone([](GpuModule, DevPtr) { return true; }), dark_ref, on, switched));
   sw.EndGeneration();
   EXPECT_TRUE(sw.switch_pending());
   EXPECT_TRUE(sw.all_dark());
-  EXPECT_EQ(gpu.Ref(a).arena, kArena);  // not before s1 gets there
+  EXPECT_EQ(gpu.Ref(a).arena, kArena);  // not before on gets there
   EXPECT_EQ(gpu.Ref(a).epoch, 7u);
-  // A new size for the next segment, lit behind the switch on s1.
+  // A new size for the next segment, lit behind the switch on on.
   sw.ReferencesChanged();
   next.chunk_shift = 8;
   ref = next;
   *dark_ref = next;
   words[0] = kNextArena;
-  ASSERT_EQ(Light(one, s1), ModuleSwitch::Lit::kNow);
+  ASSERT_EQ(Light(one, on), ModuleSwitch::Lit::kNow);
   EXPECT_EQ(gpu.Ref(a).arena, kArena);
   EXPECT_EQ(gpu.Ref(a).chunk_shift, 10u);
-  gpu.Release(s1);
+  gpu.Release(on);
   EXPECT_EQ(gpu.Ref(a).arena, kNextArena);
   EXPECT_EQ(gpu.Ref(a).chunk_shift, 8u);
   EXPECT_EQ(gpu.Ref(a).epoch, 8u);
@@ -176,6 +178,12 @@ TEST_F(ModuleSwitchTest, ASwitchReachesEveryModuleInItsStreamsOrder) {
   EXPECT_EQ(gpu.Ref(b).arena, kNextArena);
   gpu.DestroyEvent(switched);
 }
+
+TEST_F(ModuleSwitchTest, ASwitchReachesEveryModuleInItsStreamsOrder) { ExpectASwitchInTheOrderOf(s1); }
+
+// The legacy default stream's handle is null: a switch there is pending all
+// the same, and a new size behind it waits in its order too.
+TEST_F(ModuleSwitchTest, ASwitchOnTheLegacyStreamReachesEveryModuleInItsOrder) { ExpectASwitchInTheOrderOf(nullptr); }
 
 TEST_F(ModuleSwitchTest, UnloadedModulesAreForgottenOnceAnUnloadWasSeen) {
   GpuModule a, b;

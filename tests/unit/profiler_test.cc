@@ -526,6 +526,19 @@ TEST_F(ProfilerTest, GraphReplaysSwitchSegmentsWithoutWaiting) {
   ExpectEveryLaunchWhole(sink, "gemm(float*)", 5, 8192u * 8);
 }
 
+// The legacy default stream (a null handle) switches segments like any other.
+TEST_F(ProfilerTest, DrainsOnTheLegacyStreamSwitchSegments) {
+  Start(MakeSettings("", "", "none", 64));
+  gpu.Hold(nullptr);
+  for (int i = 0; i < 4; ++i) Gemm(nullptr, 8192, 4);
+  EXPECT_EQ(gpu.events_recorded(), 1u);
+  EXPECT_EQ(gpu.kernels_run(), 0u);
+  gpu.Release(nullptr);
+  Sync();
+  Finish();
+  ExpectEveryLaunchWhole(sink, "gemm(float*)", 4, 8192u * 8);
+}
+
 // Recording work on two streams cannot be split by one stream's order: the
 // drain reads back, as with one segment, and keeps every event.
 TEST_F(ProfilerTest, WorkOnTwoStreamsDrainsByReadingBack) {

@@ -106,9 +106,12 @@ int HighWater() {  // 12 launches of flood(20) on 66x256 (528 warps x 20), no sy
 
 // 24 launches of flood(360) on 132x256 (1056 warps x 360, ~6 MB each) on
 // one stream, each spinning 2 ms after its events so that the GPU runs
-// behind the launches, no sync until the end.
-int Segments() {
-  for (int i = 0; i < 24; ++i) LaunchFlood(132, 256, 360, 2000000, nullptr);
+// behind the launches: the first, synchronised (its harvest teaches what the
+// kernel claims a warp), then 23 back to back, no sync until the end.
+int Segments(int threads, int events) {
+  LaunchFlood(132, threads, events, 2000000, nullptr);
+  CHECK(cudaDeviceSynchronize());
+  for (int i = 1; i < 24; ++i) LaunchFlood(132, threads, events, 2000000, nullptr);
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
   return 0;
@@ -426,7 +429,9 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "graph")) return Graph();
   if (!std::strcmp(scenario, "overflow")) return Overflow();
   if (!std::strcmp(scenario, "highwater")) return HighWater();
-  if (!std::strcmp(scenario, "segments")) return Segments();
+  if (!std::strcmp(scenario, "segments")) {
+    return Segments(argc > 3 ? std::atoi(argv[2]) : 256, argc > 3 ? std::atoi(argv[3]) : 360);
+  }
   if (!std::strcmp(scenario, "small-warps")) return SmallWarps();
   if (!std::strcmp(scenario, "exit7")) return ExitNoSync(7);
   if (!std::strcmp(scenario, "destroyed-stream")) return DestroyedStream();
@@ -451,7 +456,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "recorder-cross-sm") && argc > 2) return RecorderCrossSm(argv[2]);
   std::fprintf(
       stderr,
-      "usage: %s basic|streams|filter|graph|overflow|highwater|segments|small-warps|exit7|destroyed-stream|threads|"
+      "usage: %s basic|streams|filter|graph|overflow|highwater|segments [threads events]|small-warps|exit7|destroyed-stream|threads|"
       "many-threads [launches]|ranges|profiler-window|driver-api "
       "<fatbin>|cupti-taken|silent-big|capture-after-eager|unload-replay <fatbin>|exit-running|"
       "device-api|recorder-divergent-halves|recorder-early-exit|recorder-partial-warps|recorder-big-blocks|"
