@@ -200,6 +200,8 @@ class ProfilerTest : public ::testing::Test {
     profiler.reset();
   }
   void ExpectUnloadDuringAFetch(bool destroy_context);
+  // Launches on `s` held past a drain, which switches segments (below).
+  void ExpectADrainToSwitchSegmentsOn(GpuStream s);
   // A second opted-in module: its kernel stages() records "stage" ranges.
   void AddStages() {
     stages = gpu.AddModule(true, {"stage"});
@@ -460,13 +462,13 @@ void ExpectEveryLaunchWhole(const CaptureSink& sink, const std::string& kernel, 
 // kernels finish in the first segment, the third and fourth write the second;
 // the synchronisation reads both back, each with its own launches' records
 // (the later ones, done by then too, wait for their segment).
-TEST_F(ProfilerTest, ADrainSwitchesSegmentsWhileTheKernelsBeforeItStillRun) {
+void ProfilerTest::ExpectADrainToSwitchSegmentsOn(GpuStream s) {
   Start(MakeSettings("", "", "none", 64));
-  gpu.Hold(s1);
-  for (int i = 0; i < 4; ++i) Gemm(s1, 8192, 4);
+  gpu.Hold(s);
+  for (int i = 0; i < 4; ++i) Gemm(s, 8192, 4);
   EXPECT_EQ(gpu.events_recorded(), 1u);  // the switch
   EXPECT_EQ(gpu.kernels_run(), 0u);      // nothing was waited for
-  gpu.Release(s1);
+  gpu.Release(s);
   Sync();
   Finish();
   ExpectEveryLaunchWhole(sink, "gemm(float*)", 4, 8192u * 8);
@@ -475,6 +477,11 @@ TEST_F(ProfilerTest, ADrainSwitchesSegmentsWhileTheKernelsBeforeItStillRun) {
   // Each segment's read-back took the records of its own launches.
   EXPECT_EQ(sink.records_per_read_back, (std::vector<uint32_t>{2, 2, 0}));  // then the final harvest
 }
+
+TEST_F(ProfilerTest, ADrainSwitchesSegmentsWhileTheKernelsBeforeItStillRun) { ExpectADrainToSwitchSegmentsOn(s1); }
+
+// The legacy default stream (a null handle) switches segments like any other.
+TEST_F(ProfilerTest, DrainsOnTheLegacyStreamSwitchSegments) { ExpectADrainToSwitchSegmentsOn(nullptr); }
 
 // The second segment fills while the first one's kernels still run (the GPU
 // a whole segment behind): the drain waits for them, boundedly, then reads
@@ -524,19 +531,6 @@ TEST_F(ProfilerTest, GraphReplaysSwitchSegmentsWithoutWaiting) {
   Sync();
   Finish();
   ExpectEveryLaunchWhole(sink, "gemm(float*)", 5, 8192u * 8);
-}
-
-// The legacy default stream (a null handle) switches segments like any other.
-TEST_F(ProfilerTest, DrainsOnTheLegacyStreamSwitchSegments) {
-  Start(MakeSettings("", "", "none", 64));
-  gpu.Hold(nullptr);
-  for (int i = 0; i < 4; ++i) Gemm(nullptr, 8192, 4);
-  EXPECT_EQ(gpu.events_recorded(), 1u);
-  EXPECT_EQ(gpu.kernels_run(), 0u);
-  gpu.Release(nullptr);
-  Sync();
-  Finish();
-  ExpectEveryLaunchWhole(sink, "gemm(float*)", 4, 8192u * 8);
 }
 
 // Recording work on two streams cannot be split by one stream's order: the
