@@ -501,9 +501,9 @@ TEST_F(ProfilerTest, ADrainWaitsForTheOtherSegmentOnlyWhenBothAreFull) {
   EXPECT_EQ(sink.stats.events_unattributed, 0u);
 }
 
-// Kernels of the old segment finish; the next launch reads it back (a copy,
-// no synchronisation), so the segment is free before the next drain needs it:
-// many switches, each read back in turn, and nothing lost.
+// Kernels of the old segment finish; a later launch reads it back (a copy,
+// no synchronisation), so the segment is free before the next drain needs
+// it: several switches, each read back in turn, and nothing lost.
 TEST_F(ProfilerTest, SwitchedSegmentsAreReadBackAtLaterLaunchesOnceTheirKernelsFinish) {
   Start(MakeSettings("", "", "none", 64));
   for (int i = 0; i < 16; ++i) {
@@ -512,8 +512,12 @@ TEST_F(ProfilerTest, SwitchedSegmentsAreReadBackAtLaterLaunchesOnceTheirKernelsF
     gpu.Release(s1);
     std::this_thread::sleep_for(std::chrono::microseconds(200));  // the event is asked at most every 100 us
   }
-  EXPECT_GE(gpu.events_recorded(), 4u);
-  EXPECT_GE(gpu.device_copies(), 3u);  // read-backs staged before any synchronisation
+  // How many drains there are depends on what the harvest threads taught
+  // about the kernel's chunks meanwhile: at least two switches, and every
+  // switched segment but the last read back before any synchronisation.
+  const size_t switches = gpu.events_recorded();
+  EXPECT_GE(switches, 2u);
+  EXPECT_GE(gpu.device_copies(), switches - 1);
   Sync();
   Finish();
   ExpectEveryLaunchWhole(sink, "gemm(float*)", 16, 8192u * 8);
