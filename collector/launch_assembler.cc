@@ -301,14 +301,16 @@ size_t LaunchAssembler::Assemble(Producer& p, Context& c, bool final, uint32_t r
   std::vector<int> waiting_ages;
   size_t waiting_events = 0;
   const size_t carry_limit = std::max<size_t>(kMaxCarriedEvents, read_events_capacity);
+  // No launch refers to an unmatched segment: each is moved, not copied.
   for (const arena::WarpSegment* s : unmatched) {
-    const int age = ages[static_cast<size_t>(s - segments.data())] + 1;
+    const size_t index = static_cast<size_t>(s - segments.data());
+    const int age = ages[index] + 1;
     if (final || age > kCarryHarvests || waiting_events + s->events.size() > carry_limit) {
-      given_up.push_back(*s);
+      given_up.push_back(std::move(segments[index]));
     } else {
-      waiting.push_back(*s);
-      waiting_ages.push_back(age);
       waiting_events += s->events.size();
+      waiting.push_back(std::move(segments[index]));
+      waiting_ages.push_back(age);
     }
   }
   if (!given_up.empty()) {
