@@ -232,9 +232,13 @@ bool DeviceContext::RetiredDone() {
   bool done = false;
   if (now - last_query_ >= kPollInterval) {
     last_query_ = now;
-    std::lock_guard<std::mutex> lock(mu_);
-    const Segment& old = segments_[1 - current_];
-    done = old.retiring && gpu_.QueryEvent(old.switched) == StreamState::kIdle;
+    GpuEvent switched = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const Segment& old = segments_[1 - current_];
+      if (old.retiring) switched = old.switched;
+    }
+    done = switched != nullptr && gpu_.QueryEvent(switched) == StreamState::kIdle;
   }
   querying_.store(false, std::memory_order_release);
   return done;
