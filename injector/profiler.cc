@@ -229,12 +229,7 @@ void Profiler::OnLaunchEnter(const LaunchCall& call) {
   const bool capturing = gpu_.Capturing(stream);
   if (!capturing) {
     // A drain below may just teach what the kernel claims per warp.
-    if (device.NeedsDrain(Projected(*info, call.warps, device))) {
-      Drain(*c, stream, call.per_thread, call.correlation_id);
-    } else if (device.RetiredDone()) {
-      Harvest(*c, wire::kHarvestHighWater, HarvestMode::kIfIdle);
-    }
-    device.Poll();
+    KeepRoom(*c, Projected(*info, call.warps, device), stream, call);
   }
   HoldGate(device);
   const ClaimRates& claims = info->claims;
@@ -336,14 +331,7 @@ void Profiler::EnterGraphLaunch(const LaunchCall& call) {
     return sum;
   };
   double chunks = std::min(chunks_at(device.chunk_class()), static_cast<double>(device.num_chunks()));
-  if (!capturing) {
-    if (device.NeedsDrain(chunks)) {
-      Drain(*c, stream, call.per_thread, call.correlation_id);
-    } else if (device.RetiredDone()) {
-      Harvest(*c, wire::kHarvestHighWater, HarvestMode::kIfIdle);
-    }
-    device.Poll();
-  }
+  if (!capturing) KeepRoom(*c, chunks, stream, call);
   HoldGate(device);
   device.SizeChunks(chunks_at, kChunkClasses);  // a graph's mix of kernels never shrinks the size
   chunks = std::min(chunks_at(device.chunk_class()), static_cast<double>(device.num_chunks()));
@@ -419,6 +407,16 @@ void Profiler::Harvest(Context& c, wire::HarvestReason reason, HarvestMode mode,
   if (read && retiring && reason != wire::kHarvestHighWater && !c.device.retiring()) {
     harvester_.Harvest(HarvestTarget{&c.device, &c.host_calls}, reason, mode, call);
   }
+}
+
+void Profiler::KeepRoom(Context& c, double chunks, GpuStream stream, const LaunchCall& call) {
+  DeviceContext& device = c.device;
+  if (device.NeedsDrain(chunks)) {
+    Drain(c, stream, call.per_thread, call.correlation_id);
+  } else if (device.RetiredDone()) {
+    Harvest(c, wire::kHarvestHighWater, HarvestMode::kIfIdle);
+  }
+  device.Poll();
 }
 
 void Profiler::Drain(Context& c, GpuStream stream, bool per_thread, uint64_t correlation_id) {

@@ -107,6 +107,11 @@ class Profiler {
   bool TakeLaunch(KernelClass* kernel);
   DeviceContext::Module* ModuleOf(Context& c, const KernelInfo& info);
   void Harvest(Context& c, wire::HarvestReason reason, HarvestMode mode, const wire::HostCall& call = {});
+  // Before a recording launch on `stream` that may claim `chunks` (not while
+  // capturing): a drain when they would pass the arena's high-water mark,
+  // else the read-back of a switched segment whose kernels finished; then a
+  // sample of the fill level.
+  void KeepRoom(Context& c, double chunks, GpuStream stream, const LaunchCall& call);
   // The arena is past its high-water mark at a launch on `stream`: switch
   // segments if the context may, else read back (waiting for the recording
   // work).
