@@ -69,8 +69,13 @@ bool DeviceContext::SetUp() {
     return false;
   }
   *pinned_ = Pinned{};
-  // Two segments from kTwoSegmentsFrom bytes, each aligned to the largest chunk.
-  segment_count_ = bytes >= kTwoSegmentsFrom ? 2 : 1;
+  // Two segments from kTwoSegmentsFrom bytes, each aligned to the largest
+  // chunk, each with an event to record behind its kernels (one segment, the
+  // whole arena, without them).
+  segment_count_ = bytes >= kTwoSegmentsFrom && gpu_.CreateEvent(&segments_[0].switched) &&
+                           gpu_.CreateEvent(&segments_[1].switched)
+                       ? 2
+                       : 1;
   const uint64_t segment_bytes = segment_count_ == 2 ? bytes / 2 / chunk * chunk : bytes;
   // Chunks are aligned to their size: the recorder tells a full chunk by its
   // cursor reaching a multiple of it. Aligned to the largest size, the region
@@ -82,7 +87,6 @@ bool DeviceContext::SetUp() {
     const uint64_t offset = (seg.header + sizeof(wire::ArenaHeader) + chunk - 1) / chunk * chunk - seg.header;
     chunks_offset = std::max(chunks_offset, offset);
     pinned_->lit_word[i] = seg.header;
-    if (segment_count_ == 2 && !gpu_.CreateEvent(&seg.switched)) segment_count_ = 1;
   }
   chunk_region_bytes_ = segment_bytes - chunks_offset;
   const uint64_t num_chunks = std::min<uint64_t>(chunk_region_bytes_ / chunk, 0x7fffffffu);
@@ -234,9 +238,8 @@ bool DeviceContext::RetiredDone() {
     last_query_ = now;
     GpuEvent switched = nullptr;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      const Segment& old = segments_[1 - current_];
-      if (old.retiring) switched = old.switched;
+      std::lock_guard<std::mutex> lock(mu_);  // retiring_ changes with current_, under it
+      if (retiring()) switched = segments_[1 - current_].switched;
     }
     done = switched != nullptr && gpu_.QueryEvent(switched) == StreamState::kIdle;
   }
@@ -360,16 +363,18 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
 
   // Every module goes dark at a new epoch (its whole reference in one copy:
   // no kernel of it can be running now).
-  ++ref_.epoch;
-  const std::vector<Module*> modules =
-      switch_.DropGone([this](GpuModule module, DevPtr global) { return StillThere(module, global); });
-  wire::ArenaRef dark = ref_;
-  dark.arena = 0;
-  if (!switch_.QueueDark(modules, dark, stream_) || !gpu_.Wait(stream_, kOwnCopyTimeout)) return FailRead(out);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++ref_.epoch;
+    PublishRefs();
+  }
+  const std::vector<Module*> modules = LiveModules();
+  if (!switch_.QueueDark(modules, pinned_->dark_ref[current_], stream_) || !gpu_.Wait(stream_, kOwnCopyTimeout)) {
+    return FailRead(out);
+  }
   __atomic_store_n(&pinned_->claim_sample, 0u, __ATOMIC_RELAXED);
   switch_.EndGeneration();
   std::lock_guard<std::mutex> lock(mu_);
-  PublishRefs();
   Teach(cycle_kernels_, cycle_mixed_, chunk_class(), out->used_chunks);
   NextGeneration();
   return ReadBack::kDone;
@@ -409,7 +414,6 @@ ReadBack DeviceContext::ReadRetired(HarvestMode mode, std::chrono::steady_clock:
   std::lock_guard<std::mutex> lock(mu_);
   Teach(old.kernels, old.mixed, static_cast<int>(old.ref.chunk_shift - kMinChunkShift), out->used_chunks);
   old.kernels.clear();
-  old.retiring = false;
   retiring_.store(false, std::memory_order_release);
   return ReadBack::kDone;
 }
@@ -473,12 +477,14 @@ void DeviceContext::Teach(const std::vector<std::pair<ClaimRates*, uint64_t>>& k
   }
 }
 
-bool DeviceContext::StillThere(GpuModule module, DevPtr global) {
-  DevPtr found_global = 0;
-  size_t bytes = 0;
-  const Lookup found =
-      gpu_.ModuleGlobal(module, KernelTable::ArenaSymbol(wire::kArenaAbiVersion).c_str(), &found_global, &bytes);
-  return found == Lookup::kFound && found_global == global && bytes == sizeof(wire::ArenaRef);
+std::vector<DeviceContext::Module*> DeviceContext::LiveModules() {
+  return switch_.DropGone([this](GpuModule module, DevPtr global) {
+    DevPtr found_global = 0;
+    size_t bytes = 0;
+    const Lookup found =
+        gpu_.ModuleGlobal(module, KernelTable::ArenaSymbol(wire::kArenaAbiVersion).c_str(), &found_global, &bytes);
+    return found == Lookup::kFound && found_global == global && bytes == sizeof(wire::ArenaRef);
+  });
 }
 
 bool DeviceContext::Switch(GpuStream stream, bool per_thread, uint64_t correlation_id) {
@@ -504,8 +510,7 @@ bool DeviceContext::Switch(GpuStream stream, bool per_thread, uint64_t correlati
   }
   // A claim sample of the old segment must not land after the reset below.
   if (!gpu_.Wait(stream_, kOwnCopyTimeout)) return false;
-  const std::vector<Module*> modules =
-      switch_.DropGone([this](GpuModule module, DevPtr global) { return StillThere(module, global); });
+  const std::vector<Module*> modules = LiveModules();
   Segment& old = segments_[current_];
   const int next = 1 - current_;
   {
@@ -527,7 +532,6 @@ bool DeviceContext::Switch(GpuStream stream, bool per_thread, uint64_t correlati
   switches_.fetch_add(1, std::memory_order_relaxed);
   Log().debug("GPU {}: segment {} switched away from at call {}", facts_.info.ordinal, 1 - current_, correlation_id);
   std::lock_guard<std::mutex> lock(mu_);
-  old.retiring = true;
   old.correlation_limit = correlation_id;
   old.kernels = cycle_kernels_;
   old.mixed = cycle_mixed_;

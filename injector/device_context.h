@@ -236,10 +236,9 @@ class DeviceContext {
     DevPtr header = 0;
     DevPtr chunks = 0;
     GpuEvent switched = nullptr;  // recorded after its kernels, when switched away from
-    // Switched away from and not read back yet; then also its generation's
-    // reference, the first launch that wrote the next segment, and its
-    // kernels (for teaching claim rates, as cycle_kernels_).
-    bool retiring = false;
+    // While it is switched away from and not read back yet (retiring_): its
+    // generation's reference, the first launch that wrote the next segment,
+    // and its kernels (for teaching claim rates, as cycle_kernels_).
     wire::ArenaRef ref{};
     uint64_t correlation_limit = 0;
     std::vector<std::pair<ClaimRates*, uint64_t>> kernels;
@@ -268,8 +267,8 @@ class DeviceContext {
   // Teaches the generation's kernels what they claimed (mu_ held).
   static void Teach(const std::vector<std::pair<ClaimRates*, uint64_t>>& kernels, bool mixed, int chunk_class,
                     uint32_t used);
-  // Whether a module's reference is still where it was (after an unload).
-  bool StillThere(GpuModule module, DevPtr global);
+  // The modules, less those an unload took (ModuleSwitch::DropGone).
+  std::vector<Module*> LiveModules();
   // A read-back failed half-way: stop using the arena.
   ReadBack FailRead(ArenaSnapshot* out);
 
@@ -298,7 +297,9 @@ class DeviceContext {
   Pinned* pinned_ = nullptr;
   std::atomic<bool> polling_{false};
   std::chrono::steady_clock::time_point last_poll_{};
-  std::atomic<bool> retiring_{false};  // segments_[1 - current_].retiring, for readers without a lock
+  // The segment not current (segments_[1 - current_]) was switched away from
+  // and is not read back yet: set by Switch, cleared by ReadRetired.
+  std::atomic<bool> retiring_{false};
   std::atomic<bool> querying_{false};
   std::chrono::steady_clock::time_point last_query_{};
   std::atomic<uint64_t> switches_{0};  // for the log
