@@ -7,7 +7,7 @@
 namespace smprof {
 namespace {
 
-constexpr uint32_t kMinBufferMb = 1, kMaxBufferMb = 4095;  // event offsets in the arena are 32-bit
+constexpr uint32_t kMinBufferMb = 1, kMaxBufferMb = 4096;  // chunk offsets in a segment are 32-bit
 constexpr uint32_t kMinChunkBytes = 256, kMaxChunkBytes = 65536;
 constexpr uint32_t kMinHighWater = 10, kMaxHighWater = 95;
 constexpr uint32_t kMinShmMb = 1, kMaxShmMb = 4096;
@@ -30,7 +30,7 @@ const std::vector<SettingSpec> kSettings = {
      "(only between the program's cudaProfilerStart() and\n"
      "cudaProfilerStop() calls, as nsys --capture-range=cudaProfilerApi)"},
     {Setting::kBufferMb, "SMPROF_BUFFER_MB", "buffer-mb", 0, "N", "auto",
-     "device event buffer per GPU context in MiB, 1-4095, or auto: 1/32 of\n"
+     "device event buffer per GPU context in MiB, 1-4096, or auto: 1/32 of\n"
      "the GPU's free memory when profiling starts, rounded down to a power\n"
      "of two, 16-2048 MiB (a staging copy of it takes as much again)"},
     {Setting::kWarps, "SMPROF_WARPS", "warps", 0, "LIST", "all warps",

@@ -88,7 +88,9 @@ bool DeviceContext::SetUp() {
     chunks_offset = std::max(chunks_offset, offset);
     pinned_->lit_word[i] = seg.header;
   }
-  chunk_region_bytes_ = segment_bytes - chunks_offset;
+  // The recorder keeps a chunk's end as a 32-bit offset from the chunks: a
+  // single segment of 4 GiB leaves its last chunk unused.
+  chunk_region_bytes_ = std::min(segment_bytes - chunks_offset, (uint64_t{1} << 32) - chunk);
   const uint64_t num_chunks = std::min<uint64_t>(chunk_region_bytes_ / chunk, 0x7fffffffu);
   wire::ArenaHeader header{};
   header.magic = wire::kArenaMagic;

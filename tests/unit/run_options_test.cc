@@ -232,7 +232,7 @@ TEST(RunOptionsTest, NumbersOutOfRange) {
   };
   for (const Case& c : {
            Case{{"--buffer-mb", "0", "a"}, "out of range"},
-           Case{{"--buffer-mb", "4096", "a"}, "out of range"},
+           Case{{"--buffer-mb", "4097", "a"}, "out of range"},
            Case{{"--buffer-mb", "99999999999999999999", "a"}, "out of range"},
            Case{{"--buffer-mb", "-1", "a"}, "is not a size in MiB"},
            Case{{"--buffer-mb", "12MB", "a"}, "is not a size in MiB"},
@@ -248,9 +248,9 @@ TEST(RunOptionsTest, NumbersOutOfRange) {
     EXPECT_NE(p.error.find(c.args[0]), std::string::npos) << p.error;  // names the option
     EXPECT_NE(p.error.find("give a whole number from"), std::string::npos) << p.error;
   }
-  Parsed p = Parse({"--buffer-mb", "4095", "--shm-mb", "007", "a"});
+  Parsed p = Parse({"--buffer-mb", "4096", "--shm-mb", "007", "a"});
   ASSERT_EQ(p.outcome, ParseOutcome::kRun) << p.error;
-  EXPECT_EQ(p.options.settings.buffer_mb, 4095u);
+  EXPECT_EQ(p.options.settings.buffer_mb, 4096u);
   EXPECT_EQ(p.options.settings.shm_mb, 7u);
 }
 

@@ -62,7 +62,7 @@ TEST(SettingsTest, RangesAndRoundTrip) {
     const char* bad_high;
   };
   for (const Case& c :
-       {Case{Setting::kBufferMb, "1", "4095", "0", "4096"}, Case{Setting::kShmMb, "1", "4096", "0", "4097"},
+       {Case{Setting::kBufferMb, "1", "4096", "0", "4097"}, Case{Setting::kShmMb, "1", "4096", "0", "4097"},
         Case{Setting::kChunkBytes, "256", "65536", "128", "131072"},
         Case{Setting::kHighWater, "10", "95", "9", "96"}}) {
     const char* var = SpecOf(c.setting).variable;
