@@ -170,9 +170,31 @@ class FakeGpu final : public Gpu {
   void Launch(GpuModule module, GpuStream stream, const std::string& mangled, uint64_t correlation, uint32_t warps,
               uint32_t ranges, ActivityStore* activity, bool deliver_record = true, uint32_t graph_id = 0) {
     const uint64_t grid = next_grid_.fetch_add(1);
+    if (activity != nullptr && deliver_record) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (buffer_records_) {
+        cupti_buffer_.push_back(BufferedRecord{grid, false, KernelRecord{}});
+        buffer_store_ = activity;
+      }
+    }
     Enqueue(stream, [=] {
       RunKernel(module, stream, mangled, correlation, grid, warps, ranges, activity, deliver_record, graph_id);
     });
+  }
+  // From now on kernel records wait in a buffer, as in CUPTI's: a launch
+  // takes its place there, its kernel completes it, and FlushActivity hands
+  // the buffer over only when every record in it is complete (or when told
+  // to take incomplete ones too: then the complete ones).
+  void BufferRecords() {
+    std::lock_guard<std::mutex> lock(mu_);
+    buffer_records_ = true;
+  }
+  // While held, FlushActivity waits, but on the thread that held them.
+  void HoldFlushes(bool hold) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_flushes_ = hold;
+    flush_holder_ = std::this_thread::get_id();
+    held_cv_.notify_all();
   }
   void DeliverLate(ActivityStore* activity) {
     std::vector<KernelRecord> late;
@@ -441,8 +463,22 @@ class FakeGpu final : public Gpu {
     return true;
   }
   void FlushActivity(bool incomplete_too) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (std::this_thread::get_id() != flush_holder_) held_cv_.wait(lock, [this] { return !hold_flushes_; });
     if (incomplete_too) ++final_flushes_;
+    const bool whole = std::all_of(cupti_buffer_.begin(), cupti_buffer_.end(),
+                                   [](const BufferedRecord& b) { return b.complete; });
+    if (buffer_store_ != nullptr && (whole || incomplete_too)) {
+      std::vector<BufferedRecord> left;
+      for (BufferedRecord& b : cupti_buffer_) {
+        if (b.complete) {
+          buffer_store_->Add(std::move(b.record));
+        } else {
+          left.push_back(std::move(b));
+        }
+      }
+      cupti_buffer_.swap(left);
+    }
     held_cv_.notify_all();
   }
 
@@ -618,6 +654,16 @@ class FakeGpu final : public Gpu {
     r.block[1] = r.block[2] = 1;
     r.name = mangled;
     if (activity == nullptr) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto slot = std::find_if(cupti_buffer_.begin(), cupti_buffer_.end(),
+                               [&](const BufferedRecord& b) { return b.grid == grid; });
+      if (deliver && slot != cupti_buffer_.end()) {
+        slot->record = std::move(r);
+        slot->complete = true;
+        return;
+      }
+    }
     if (deliver) {
       activity->Add(std::move(r));
     } else {
@@ -659,6 +705,15 @@ class FakeGpu final : public Gpu {
   bool hold_next_copy_ = false, release_copies_ = false, fail_held_copies_ = false, fail_next_copy_ = false;
   size_t held_copies_ = 0;
   size_t final_flushes_ = 0;
+  struct BufferedRecord {
+    uint64_t grid;
+    bool complete;
+    KernelRecord record;
+  };
+  bool buffer_records_ = false, hold_flushes_ = false;
+  std::thread::id flush_holder_;
+  std::vector<BufferedRecord> cupti_buffer_;  // mu_
+  ActivityStore* buffer_store_ = nullptr;
 };
 
 }  // namespace smprof::injector::fake

@@ -1063,6 +1063,35 @@ TEST_F(ProfilerTest, ARecordThatComesOnlyAtContextEndStillAttributesItsEvents) {
   ExpectALateLastRecordAttributes(/*destroy_context=*/true);
 }
 
+// CUPTI hands its buffer over only when every record in it is complete: a
+// launch after a synchronisation (a kernel that runs on, or hangs) holds
+// back the records of the kernels before it. The synchronisation's
+// read-back takes them anyway: their buffer is flushed on the program's
+// thread before the program goes on, so a program that dies afterwards
+// keeps them named and timed.
+TEST_F(ProfilerTest, ASyncTakesTheRecordsOfItsKernelsBeforeTheProgramGoesOn) {
+  Start(MakeSettings());
+  gpu.BufferRecords();
+  gpu.HoldFlushes(true);  // the harvest thread flushes only after the next launch
+  for (int i = 0; i < 4; ++i) Gemm(s1);
+  Sync();
+  gpu.Hold(s1);
+  Gemm(s1);  // queued: its record is incomplete
+  gpu.HoldFlushes(false);
+  sink.WaitForHarvests(1);
+  {
+    std::lock_guard<std::mutex> lock(sink.mu);
+    ASSERT_FALSE(sink.records_per_read_back.empty());
+    EXPECT_EQ(sink.records_per_read_back[0], 4u);
+    EXPECT_EQ(sink.launches["gemm(float*)"], 4);
+    EXPECT_EQ(sink.events["gemm(float*)"], 4u * 64);
+  }
+  gpu.Release(s1);
+  Finish();
+  EXPECT_EQ(sink.launches["gemm(float*)"], 5);
+  EXPECT_EQ(sink.stats.events_unattributed, 0u);
+}
+
 TEST_F(ProfilerTest, GraphLaunchesLightOnlyModulesOfTheirSelectedNodes) {
   Start(MakeSettings("gemm"));
   GpuModule second = gpu.AddModule(true);

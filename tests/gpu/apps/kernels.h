@@ -14,6 +14,9 @@ void LaunchFlood(int blocks, int threads, int n, long long spin_ns, cudaStream_t
 void LaunchPlain(int* out, cudaStream_t s);
 void LaunchSilentBig(cudaStream_t s);
 void LaunchWaitForFlag(volatile int* flag, cudaStream_t s);
+void LaunchOneRange(int blocks, int threads, int* out, cudaStream_t s);
+void LaunchFaultWrite(int* bad, cudaStream_t s);
+void LaunchStuckWarps(int blocks, volatile int* flag, cudaStream_t s);  // 96 threads a block
 
 // kernels_recorder.cu: the recorder's delicate paths. `with_context` picks the
 // SMPROF_CONTEXT() variant of a kernel; `sink` holds blocks x threads ints.

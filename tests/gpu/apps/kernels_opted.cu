@@ -59,6 +59,36 @@ __global__ void wait_for_flag(volatile int* flag) {
   }
 }
 
+// Per warp: one "work" range (BEGIN and END).
+__global__ void one_range(int* out) {
+  SMPROF_SCOPE("work");
+  atomicAdd(out, 1);
+}
+
+// Writes through `bad` inside a "poke" range: the launch faults.
+__global__ void fault_write(int* bad) {
+  SMPROF_SCOPE("poke");
+  *bad = 1;
+}
+
+// Per block of 3 warps, until *flag (mapped host memory) becomes non-zero:
+// warp 0 ends a "load" range and spins inside "mma"; warp 1 ends a "load"
+// range and spins outside any; warp 2 spins without an event.
+__global__ void stuck_warps(volatile int* flag) {
+  const unsigned warp = threadIdx.x / 32;
+  if (warp < 2) {
+    SMPROF_BEGIN("load");
+    SMPROF_END("load");
+  }
+  if (warp == 0) SMPROF_BEGIN("mma");
+  while (*flag == 0) {
+  }
+  if (warp == 0) SMPROF_END("mma");
+}
+
+void LaunchOneRange(int blocks, int threads, int* out, cudaStream_t s) { one_range<<<blocks, threads, 0, s>>>(out); }
+void LaunchFaultWrite(int* bad, cudaStream_t s) { fault_write<<<1, 32, 0, s>>>(bad); }
+void LaunchStuckWarps(int blocks, volatile int* flag, cudaStream_t s) { stuck_warps<<<blocks, 96, 0, s>>>(flag); }
 void LaunchSilentBig(cudaStream_t s) { silent_big<<<4096, 1024, 0, s>>>(nullptr); }
 void LaunchWaitForFlag(volatile int* flag, cudaStream_t s) { wait_for_flag<<<1, 32, 0, s>>>(flag); }
 void LaunchMarkerGrid(int blocks, int threads, int* out, cudaStream_t s) { marker_grid<<<blocks, threads, 0, s>>>(out); }

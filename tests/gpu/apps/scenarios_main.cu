@@ -6,6 +6,8 @@
 #include <cuda_profiler_api.h>
 #include <cupti.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -286,6 +288,44 @@ int ExitWhileRunning() {  // a profiled kernel still spinning when main returns
   return 0;
 }
 
+// one_range 4 times (2 blocks x 64 threads: 4 warps, one range each), a
+// synchronisation ("good done" on stdout), then by `how`:
+//   fault  fault_write writes through a bad pointer; the sync fails; exit 3
+//   kill   SIGKILL two seconds later
+//   hang   stuck_warps (2 blocks x 3 warps) spins until killed; the program
+//          waits for it
+//   exit   returns 0 two seconds later (the reference)
+int Die(const char* how) {
+  int* out;
+  CHECK(cudaMalloc(&out, sizeof(int)));
+  CHECK(cudaMemset(out, 0, sizeof(int)));
+  for (int i = 0; i < 4; ++i) LaunchOneRange(2, 64, out, nullptr);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  std::printf("good done\n");
+  std::fflush(stdout);
+  if (!std::strcmp(how, "fault")) {
+    LaunchFaultWrite(reinterpret_cast<int*>(0x10), nullptr);
+    const cudaError_t err = cudaDeviceSynchronize();
+    std::fprintf(stderr, "fault: %s\n", cudaGetErrorString(err));
+    return 3;
+  }
+  if (!std::strcmp(how, "hang")) {
+    int* flag;
+    CHECK(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped));
+    *flag = 0;
+    int* device_flag;
+    CHECK(cudaHostGetDevicePointer(&device_flag, flag, 0));
+    LaunchStuckWarps(2, device_flag, nullptr);
+    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
+    return 0;
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  if (!std::strcmp(how, "kill")) std::raise(SIGKILL);
+  return 0;
+}
+
 int ExitNoSync(int code) {  // marker_grid, then exit without synchronising
   int* out;
   CHECK(cudaMalloc(&out, sizeof(int)));
@@ -434,6 +474,7 @@ int main(int argc, char** argv) {
   }
   if (!std::strcmp(scenario, "small-warps")) return SmallWarps();
   if (!std::strcmp(scenario, "exit7")) return ExitNoSync(7);
+  if (!std::strcmp(scenario, "die") && argc > 2) return Die(argv[2]);
   if (!std::strcmp(scenario, "destroyed-stream")) return DestroyedStream();
   if (!std::strcmp(scenario, "threads")) return Threads();
   if (!std::strcmp(scenario, "many-threads")) return ManyThreads(argc > 2 ? std::atol(argv[2]) : 100000);
@@ -456,7 +497,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "recorder-cross-sm") && argc > 2) return RecorderCrossSm(argv[2]);
   std::fprintf(
       stderr,
-      "usage: %s basic|streams|filter|graph|overflow|highwater|segments [threads events]|small-warps|exit7|destroyed-stream|threads|"
+      "usage: %s basic|streams|filter|graph|overflow|highwater|segments [threads events]|small-warps|exit7|die fault|kill|hang|exit|destroyed-stream|threads|"
       "many-threads [launches]|ranges|profiler-window|driver-api "
       "<fatbin>|cupti-taken|silent-big|capture-after-eager|unload-replay <fatbin>|exit-running|"
       "device-api|recorder-divergent-halves|recorder-early-exit|recorder-partial-warps|recorder-big-blocks|"
