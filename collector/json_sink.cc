@@ -74,7 +74,7 @@ void JsonSink::OnNotice(const trace::ProcessRecord& process, uint64_t ts_ns, std
                         std::string_view detail) {
   JsonArgs args;
   args.String("reason", reason).String("detail", detail);
-  writer_->Instant(process_pids_[process.index], 1, "not profiled", ts_ns, &args);
+  writer_->Instant(process_pids_[process.index], 1, internal::NoticeTitle(reason), ts_ns, &args);
   Touch(ts_ns);
 }
 

@@ -159,7 +159,7 @@ void PerfettoSink::OnNotice(const trace::ProcessRecord& process, uint64_t ts_ns,
   if (failed() || finished_) return;
   Annotations args;
   args.String("reason", reason).String("detail", detail);
-  tracks_.Event(ProcessTrack(ProcessOf(process)), kInstant, "not profiled", ts_ns, &args);
+  tracks_.Event(ProcessTrack(ProcessOf(process)), kInstant, internal::NoticeTitle(reason), ts_ns, &args);
 }
 
 void PerfettoSink::OnHarvest(const trace::ProcessRecord& process, const trace::HarvestRecord& harvest) {

@@ -39,6 +39,7 @@ nlohmann::json CollectorSummary::ToJson() const {
   j["async_dropped"] = async_dropped;
   j["gpus"] = gpus;
   j["not_profiled"] = not_profiled;
+  j["kernel_failures"] = kernel_failures;
   if (!stats_json.empty() || !stats_error.empty()) {
     j["stats"] = {{"json", stats_json}, {"csv", stats_csv}};
     if (!stats_error.empty()) j["stats"]["error"] = stats_error;
@@ -136,8 +137,9 @@ bool CollectorSummary::FromJson(const nlohmann::json& j, CollectorSummary* out, 
   }
   s.gpus = j.value("gpus", nlohmann::json::array());
   s.not_profiled = j.value("not_profiled", nlohmann::json::array());
-  if (!s.gpus.is_array() || !s.not_profiled.is_array()) {
-    *error = "the summary's \"gpus\" or \"not_profiled\" is not an array";
+  s.kernel_failures = j.value("kernel_failures", nlohmann::json::array());
+  if (!s.gpus.is_array() || !s.not_profiled.is_array() || !s.kernel_failures.is_array()) {
+    *error = "the summary's \"gpus\", \"not_profiled\" or \"kernel_failures\" is not an array";
     return false;
   }
   if (auto stats = j.find("stats"); stats != j.end()) {

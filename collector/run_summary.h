@@ -75,6 +75,9 @@ struct CollectorSummary {
   nlohmann::json gpus = nlohmann::json::array();
   // [{"pid", "reason", "detail"}]: processes that told why they were not profiled.
   nlohmann::json not_profiled = nlohmann::json::array();
+  // [{"pid", "detail"}]: GPU contexts in which a kernel's execution failed
+  // (the error, the launches that may have failed, what could not be read).
+  nlohmann::json kernel_failures = nlohmann::json::array();
   // The statistics files (stats_sink.h), "" when none were asked for or
   // writing them failed (stats_error says why).
   std::string stats_json;
@@ -105,7 +108,7 @@ struct CollectorSummary {
   // ..., "producers_incomplete", "registry_full", "transport_unread_messages",
   // "launches_opted_in", "launches_not_selected", "host_calls_forgotten", "harvests_skipped",
   // "async_spans", "async_unterminated", "async_unmatched_ends", "async_dropped",
-  // "gpus", "not_profiled",
+  // "gpus", "not_profiled", "kernel_failures",
   // "layout", "run", "exit"}, "stats" when statistics were written, plus "trace_error" when writing or placing the
   // trace failed (the trace then ends, still strict JSON, after the last event written whole, and "trace" names where
   // it is).

@@ -315,7 +315,11 @@ std::string TraceBuilder::ThreadName(const Producer& p, uint32_t tid) {
 void TraceBuilder::OnNotice(Producer& p, const DecodedMessage& m) {
   const std::string detail(m.text);
   const char* reason = internal::NoticeReason(m.notice.kind);
-  summary_.not_profiled.push_back({{"pid", p.record.pid}, {"reason", reason}, {"detail", detail}});
+  if (m.notice.kind == wire::kNoticeKernelFailed) {
+    summary_.kernel_failures.push_back({{"pid", p.record.pid}, {"detail", detail}});
+  } else {
+    summary_.not_profiled.push_back({{"pid", p.record.pid}, {"reason", reason}, {"detail", detail}});
+  }
   const uint64_t ts = p.last_ns != 0 ? Rel(p.last_ns) : last_rel_ns_;
   for (trace::TraceSink* s : sinks_) s->OnNotice(p.record, ts, reason, detail);
   Touch(ts);

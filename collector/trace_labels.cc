@@ -142,6 +142,10 @@ std::string HostThreadTitle(uint32_t tid, std::string_view name) {
   return (name.empty() ? std::string("thread") : std::string(name)) + " " + std::to_string(tid);
 }
 
+const char* NoticeTitle(std::string_view reason) {
+  return reason == "kernel_failed" ? "kernel failed" : "not profiled";
+}
+
 const char* NoticeReason(uint32_t kind) {
   switch (kind) {
     case wire::kNoticeCuptiUnavailable:
@@ -150,6 +154,8 @@ const char* NoticeReason(uint32_t kind) {
       return "stepped_aside";
     case wire::kNoticeBadSettings:
       return "bad_settings";
+    case wire::kNoticeKernelFailed:
+      return "kernel_failed";
     default:
       return "unknown";
   }

@@ -40,6 +40,8 @@ std::string HarvestReasonName(uint32_t reason);
 
 // wire::NoticeKind as a word: "cupti_unavailable", "stepped_aside", ...
 const char* NoticeReason(uint32_t kind);
+// The name of a notice's instant in the trace, by its reason (NoticeReason).
+const char* NoticeTitle(std::string_view reason);
 // The driver API function of a wire::HostApi ("cuLaunchKernel", ...);
 // nullptr for kApiNone and unknown values.
 const char* HostApiName(uint32_t api);

@@ -17,6 +17,9 @@ bool ActivityStore::Tracked(const char* mangled) const {
 }
 
 void ActivityStore::Add(KernelRecord record) {
+  // A forced flush hands over the records of kernels still running with
+  // zero times (and never their real ones): their launches have none.
+  if (record.start_ns == 0 || record.end_ns < record.start_ns) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (tracked_.count(record.name) == 0) return;
   if (records_.size() >= kMaxRecords) {
@@ -34,7 +37,15 @@ std::vector<KernelRecord> ActivityStore::Take(uint32_t context_id, uint64_t unti
   });
   std::vector<KernelRecord> taken(std::make_move_iterator(keep), std::make_move_iterator(records_.end()));
   records_.erase(keep, records_.end());
+  uint64_t& through = taken_through_[context_id];
+  for (const KernelRecord& r : taken) through = std::max(through, r.correlation_id);
   return taken;
+}
+
+uint64_t ActivityStore::TakenThrough(uint32_t context_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = taken_through_.find(context_id);
+  return it != taken_through_.end() ? it->second : 0;
 }
 
 std::vector<KernelRecord> ActivityStore::TakeNamed(uint32_t context_id, const std::string& name) {

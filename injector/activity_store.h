@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -48,6 +49,9 @@ class ActivityStore {
   // Removes and returns the records of a context that ended by `until`,
   // of calls before `correlation_limit` (0: any).
   std::vector<KernelRecord> Take(uint32_t context_id, uint64_t until, uint64_t correlation_limit = 0);
+  // The highest correlation id of a context's records taken by Take: its
+  // launch calls up to it are known to have finished (0: none yet).
+  uint64_t TakenThrough(uint32_t context_id) const;
   // Removes and returns a context's records of kernels named `name`.
   std::vector<KernelRecord> TakeNamed(uint32_t context_id, const std::string& name);
 
@@ -60,6 +64,7 @@ class ActivityStore {
   mutable std::mutex mu_;
   std::unordered_set<std::string> tracked_;
   std::vector<KernelRecord> records_;
+  std::unordered_map<uint32_t, uint64_t> taken_through_;
   uint64_t dropped_ = 0;
 };
 

@@ -467,4 +467,27 @@ void CudaGpu::FlushActivity(bool incomplete_too) {
   cuptiActivityFlushAll(incomplete_too ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
 }
 
+std::string CudaGpu::ExecutionError(int result) {
+  switch (static_cast<CUresult>(result)) {
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+      break;
+    default:
+      return "";
+  }
+  const char* name = nullptr;
+  const char* text = nullptr;
+  cuGetErrorName(static_cast<CUresult>(result), &name);
+  cuGetErrorString(static_cast<CUresult>(result), &text);
+  return std::string(name != nullptr ? name : "CUDA error " + std::to_string(result)) +
+         (text != nullptr ? std::string(": ") + text : std::string());
+}
+
 }  // namespace smprof::injector

@@ -54,6 +54,7 @@ class CudaGpu final : public Gpu {
   bool ProbeClock(uint64_t* globaltimer, uint64_t* launched_ns) override;
   bool GraphKernels(void* graph, std::vector<GraphKernel>* kernels) override;
   void FlushActivity(bool incomplete_too) override;
+  std::string ExecutionError(int result) override;
 
  private:
   struct Probes;

@@ -46,6 +46,12 @@ bool IsPerThread(CUpti_CallbackId cbid, CUstream stream) {
   }
 }
 
+// What a driver call returned, at its exit (a CUresult).
+int Result(const CUpti_CallbackData* cb) {
+  return cb->functionReturnValue != nullptr ? static_cast<int>(*static_cast<const CUresult*>(cb->functionReturnValue))
+                                            : 0;
+}
+
 // The driver API call of a callback id, as the wire names it.
 wire::HostApi ApiOf(CUpti_CallbackId cbid) {
   switch (cbid) {
@@ -195,7 +201,7 @@ void Dispatch(Profiler& p, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, c
     }
     case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize:
     case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2:
-      enter ? p.OnSyncEnter(ApiOf(cbid)) : p.OnSyncExit(cb->context, ApiOf(cbid), true);
+      enter ? p.OnSyncEnter(ApiOf(cbid)) : p.OnSyncExit(cb->context, ApiOf(cbid), true, Result(cb));
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize:
     case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz:
@@ -204,7 +210,7 @@ void Dispatch(Profiler& p, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, c
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds:
-      enter ? p.OnSyncEnter(ApiOf(cbid)) : p.OnSyncExit(cb->context, ApiOf(cbid), false);
+      enter ? p.OnSyncEnter(ApiOf(cbid)) : p.OnSyncExit(cb->context, ApiOf(cbid), false, Result(cb));
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy:
     case CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy_v2:

@@ -345,7 +345,7 @@ bool DeviceContext::Quiesce(HarvestMode mode, std::chrono::steady_clock::time_po
 
 ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_point deadline, ArenaSnapshot* out) {
   if (!usable() || !has_pending()) return ReadBack::kNothing;
-  const bool force = mode == HarvestMode::kForce;
+  const bool force = mode == HarvestMode::kForce || mode == HarvestMode::kRunning;
   std::unique_lock<std::mutex> serial(read_mu_, std::defer_lock);
   if (!(force ? LockBefore(serial, deadline) : serial.try_lock())) return ReadBack::kBusy;
   std::unique_lock<std::shared_mutex> gate(gate_, std::defer_lock);
@@ -356,12 +356,18 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   }
   if (retiring()) return ReadRetired(mode, deadline, out);
   if (!has_pending()) return ReadBack::kNothing;
-  if (!Quiesce(mode, deadline)) return ReadBack::kBusy;
+  if (mode != HarvestMode::kRunning && !Quiesce(mode, deadline)) return ReadBack::kBusy;
   out->time_ns = gpu_.Now();
   out->correlation_limit = 0;
   out->switched = false;
   const ReadBack copied = CopyOut(segments_[current_], ref_, out);
   if (copied != ReadBack::kDone) return copied;
+  if (mode == HarvestMode::kRunning) {
+    // Kernels may still write into it: it is read no more.
+    if (!gpu_.Wait(stream_, kOwnCopyTimeout)) return FailRead(out);
+    Abandon();
+    return ReadBack::kDone;
+  }
 
   // Every module goes dark at a new epoch (its whole reference in one copy:
   // no kernel of it can be running now).
@@ -397,10 +403,11 @@ void DeviceContext::NextGeneration() {
 ReadBack DeviceContext::ReadRetired(HarvestMode mode, std::chrono::steady_clock::time_point deadline,
                                     ArenaSnapshot* out) {
   Segment& old = segments_[1 - current_];
-  const bool done = mode == HarvestMode::kForce
-                        ? gpu_.WaitEvent(old.switched, std::max(deadline - std::chrono::steady_clock::now(),
-                                                                std::chrono::steady_clock::duration::zero()))
-                        : gpu_.QueryEvent(old.switched) == StreamState::kIdle;
+  const bool done = mode == HarvestMode::kRunning ||
+                    (mode == HarvestMode::kForce
+                         ? gpu_.WaitEvent(old.switched, std::max(deadline - std::chrono::steady_clock::now(),
+                                                                 std::chrono::steady_clock::duration::zero()))
+                         : gpu_.QueryEvent(old.switched) == StreamState::kIdle);
   if (!done) {
     Log().debug("GPU {}: the switched segment's kernels have not finished ({})", facts_.info.ordinal,
                 mode == HarvestMode::kForce ? "waited until the deadline" : "not waited for");

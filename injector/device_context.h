@@ -91,6 +91,8 @@ enum class HarvestMode {
   kContextSynced,  // the application synchronised the context: likewise, but work on streams smprof
                    // cannot query (other threads' per-thread streams, destroyed streams) is done too
   kForce,          // wait for the recording work, until a deadline (drain, unload, teardown, exit)
+  kRunning,        // the process is about to end: read what the arena holds now, kernels still running
+                   // included (as far as their warps wrote), and nothing more after it
 };
 
 enum class ReadBack { kDone, kNothing, kBusy, kFailed };

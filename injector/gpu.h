@@ -133,6 +133,10 @@ class Gpu {
   // (CUPTI then gives them zero times, and never the real ones): only when
   // no kernel can be running any more (the final harvest).
   virtual void FlushActivity(bool incomplete_too) = 0;
+  // What a driver call's `result` says when a kernel's execution failed
+  // (an illegal address, a trap, an assert): its name and description; ""
+  // for success and for any other error.
+  virtual std::string ExecutionError(int result) = 0;
 };
 
 // Kernel names of the injector's own probes, left out of every trace.

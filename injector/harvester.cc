@@ -165,7 +165,7 @@ bool Harvester::Harvest(HarvestTarget target, wire::HarvestReason reason, Harves
   DeviceContext* device = target.device;
   if (device == nullptr || !device->has_pending()) return false;
   const uint64_t begin = gpu_.Now();  // the application's thread is held from here
-  const bool force = mode == HarvestMode::kForce;
+  const bool force = mode == HarvestMode::kForce || mode == HarvestMode::kRunning;
   const auto deadline = std::chrono::steady_clock::now() +
                         (reason == wire::kHarvestHighWater ? std::chrono::seconds(2) : std::chrono::seconds(5));
   auto job = std::make_unique<Job>();

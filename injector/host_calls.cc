@@ -8,10 +8,25 @@
 
 namespace smprof::injector {
 
-void HostCalls::Add(uint64_t correlation_id, const wire::HostCall& call, ClaimRates* rates) {
+void HostCalls::Add(uint64_t correlation_id, const wire::HostCall& call, ClaimRates* rates,
+                    const KernelClass* kernel) {
   std::lock_guard<std::mutex> lock(mu_);
   if (current_.calls.size() >= kMaxCalls) EndCycle(/*early=*/true);
-  current_.calls[correlation_id] = Call{call, rates};
+  current_.calls[correlation_id] = Call{call, rates, kernel};
+}
+
+std::vector<std::pair<uint64_t, HostCalls::Call>> HostCalls::After(uint64_t correlation_id) const {
+  std::vector<std::pair<uint64_t, Call>> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto add = [&](const Cycle& cycle) {
+    for (const auto& [id, call] : cycle.calls) {
+      if (id > correlation_id) out.emplace_back(id, call);
+    }
+  };
+  add(current_);
+  for (const Cycle& cycle : previous_) add(cycle);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
 }
 
 void HostCalls::Exclude(uint64_t correlation_id, const void* kernel) {

@@ -31,18 +31,23 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "smprof/wire.h"
 
 namespace smprof::injector {
 
 class ClaimRates;
+struct KernelClass;
 
 class HostCalls {
  public:
   // `rates`: the launched function's claim rates (chunk_sizing.h), which the
   // harvest that decodes its warps teaches; none for a graph's launch.
-  void Add(uint64_t correlation_id, const wire::HostCall& call, ClaimRates* rates = nullptr);
+  // `kernel`: the launched kernel's class (none for a graph's launch).
+  void Add(uint64_t correlation_id, const wire::HostCall& call, ClaimRates* rates = nullptr,
+           const KernelClass* kernel = nullptr);
   // The launches of `kernel` (an opaque identity) made by that call are not
   // wanted. Kept, and forgotten, with the calls of the same cycle.
   void Exclude(uint64_t correlation_id, const void* kernel);
@@ -50,7 +55,10 @@ class HostCalls {
   struct Call {
     wire::HostCall call;
     ClaimRates* rates = nullptr;
+    const KernelClass* kernel = nullptr;
   };
+  // The calls kept with a correlation id above `correlation_id`, in id order.
+  std::vector<std::pair<uint64_t, Call>> After(uint64_t correlation_id) const;
   // The call with that correlation id and its function's claim rates (api
   // kApiNone, zeros and no rates when unknown).
   Call Lookup(uint64_t correlation_id) const;

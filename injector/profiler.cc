@@ -16,6 +16,7 @@ struct CallInProgress {
   uint64_t start_ns = 0;
   wire::HostApi api = wire::kApiNone;
   ClaimRates* rates = nullptr;  // the launched function's (a kernel launch)
+  const KernelClass* kernel = nullptr;  // the launched kernel (a kernel launch)
 };
 thread_local CallInProgress t_call;
 // The launch gate this thread holds between a launch's API enter and exit.
@@ -237,7 +238,7 @@ void Profiler::OnLaunchEnter(const LaunchCall& call) {
                     claims.shrink_floor());
   if (!device.Light(m, stream, capturing) || capturing) return;  // a captured launch records with its graph
   device.NoteLaunch(m, call.stream, call.per_thread, Projected(*info, call.warps, device), &info->claims, call.warps);
-  t_call = CallInProgress{c, &c->host_calls, call.correlation_id, start_ns, call.api, &info->claims};
+  t_call = CallInProgress{c, &c->host_calls, call.correlation_id, start_ns, call.api, &info->claims, info->kernel};
 }
 
 // A graph launch records the nodes of the kernels it takes: each replay
@@ -380,7 +381,7 @@ void Profiler::OnLaunchExit(uint64_t correlation_id) {
     t_call.host_calls->Add(correlation_id,
                            wire::HostCall{t_call.start_ns, std::max(t_call.start_ns, gpu_.Now()), CurrentTid(),
                                           t_call.api},
-                           t_call.rates);
+                           t_call.rates, t_call.kernel);
   }
   t_call = CallInProgress{};
   ReleaseGate();
@@ -388,15 +389,49 @@ void Profiler::OnLaunchExit(uint64_t correlation_id) {
 
 void Profiler::OnSyncEnter(wire::HostApi api) { t_call = CallInProgress{nullptr, nullptr, 0, gpu_.Now(), api}; }
 
-void Profiler::OnSyncExit(GpuCtx ctx, wire::HostApi api, bool context_wide) {
+void Profiler::OnSyncExit(GpuCtx ctx, wire::HostApi api, bool context_wide, int result) {
   wire::HostCall call{};
   if (t_call.context == nullptr && t_call.api == api && t_call.start_ns != 0) {
     call = wire::HostCall{t_call.start_ns, std::max(t_call.start_ns, gpu_.Now()), CurrentTid(), api};
   }
   t_call = CallInProgress{};
   Context* c = ContextFor(ctx, false);
-  if (c == nullptr) return;
+  if (c == nullptr || c->failed.load(std::memory_order_acquire)) return;
+  if (result != 0) {
+    const std::string error = gpu_.ExecutionError(result);
+    if (!error.empty()) {
+      ReportKernelFailure(*c, error);
+      return;
+    }
+  }
   Harvest(*c, wire::kHarvestSync, context_wide ? HarvestMode::kContextSynced : HarvestMode::kIfIdle, call);
+}
+
+void Profiler::ReportKernelFailure(Context& c, const std::string& error) {
+  if (c.failed.exchange(true, std::memory_order_acq_rel)) return;
+  // Records of the kernels that did finish come first: each one taken by a
+  // harvest marks its launch, and the ones before it, as done.
+  gpu_.FlushActivity(/*incomplete_too=*/false);
+  const uint64_t done = activity_.TakenThrough(c.device.facts().context_id);
+  constexpr size_t kNamed = 8;
+  std::string launches;
+  size_t count = 0;
+  for (const auto& [correlation, found] : c.host_calls.After(done)) {
+    if (++count > kNamed) continue;
+    launches += fmt::format("{}{} (launch call {})", launches.empty() ? "" : ", ",
+                            found.kernel != nullptr ? found.kernel->demangled : std::string("a graph replay"),
+                            correlation);
+  }
+  if (count > kNamed) launches += fmt::format(" and {} more", count - kNamed);
+  const std::string text = fmt::format(
+      "GPU {}: a synchronisation returned {}; {}; the context's device buffer can no longer be read: what those "
+      "launches recorded is lost, what was read back before is kept",
+      c.device.facts().info.ordinal, error,
+      launches.empty() ? "no profiled launch was running"
+                       : "profiled launches that may have failed (not known to have finished): " + launches);
+  Log().warn("{}", text);
+  SendNotice(wire::kNoticeKernelFailed, text);
+  c.device.Abandon();
 }
 
 void Profiler::Harvest(Context& c, wire::HarvestReason reason, HarvestMode mode, const wire::HostCall& call) {
@@ -473,7 +508,7 @@ void Profiler::OnProfilerStop() {
   if (settings_.capture_range == CaptureRange::kProfilerApi) window_open_.store(false, std::memory_order_relaxed);
 }
 
-void Profiler::Shutdown() {
+void Profiler::Shutdown(bool terminating) {
   std::vector<Context*> contexts;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -483,7 +518,9 @@ void Profiler::Shutdown() {
   }
   // Other threads' launches still take the gate during this last harvest.
   for (Context* c : contexts) {
-    if (c->device.usable()) Harvest(*c, wire::kHarvestExit, HarvestMode::kForce);
+    if (c->device.usable()) {
+      Harvest(*c, wire::kHarvestExit, terminating ? HarvestMode::kRunning : HarvestMode::kForce);
+    }
   }
   // As long as the harvests still queued keep finishing; a stall (a
   // collector that stopped reading) ends the wait.

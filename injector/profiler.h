@@ -70,7 +70,10 @@ class Profiler {
   void OnLaunchExit(uint64_t correlation_id);
   void OnSyncEnter(wire::HostApi api);
   // `context_wide`: cuCtxSynchronize (work smprof cannot query is done too).
-  void OnSyncExit(GpuCtx ctx, wire::HostApi api, bool context_wide);
+  // `result`: what the call returned (a CUresult); a kernel's failed
+  // execution (Gpu::ExecutionError) ends profiling of the context and is
+  // reported with the launches that may have failed (ReportKernelFailure).
+  void OnSyncExit(GpuCtx ctx, wire::HostApi api, bool context_wide, int result = 0);
   void OnStreamDestroy(GpuStream stream);
   // A graph was instantiated (in `ctx`, current): its kernel nodes decide
   // which modules its launches light and how many chunks they may claim.
@@ -81,7 +84,9 @@ class Profiler {
   void OnProfilerStart();
   void OnProfilerStop();
   // Final harvest of every context; waits (boundedly) until all is shipped.
-  void Shutdown();
+  // `terminating`: the process is about to be ended by a signal; kernels
+  // still running are read as far as they wrote, without waiting for them.
+  void Shutdown(bool terminating = false);
 
   ActivityStore& activity() { return activity_; }
   void SendNotice(wire::NoticeKind kind, const std::string& text);
@@ -91,6 +96,7 @@ class Profiler {
     explicit Context(Gpu& gpu, GpuCtx ctx, const ArenaOptions& options) : device(gpu, ctx, options) {}
     DeviceContext device;
     HostCalls host_calls;
+    std::atomic<bool> failed{false};  // a kernel's execution failed: nothing more is read
   };
 
   // The opted-in kernel nodes of an instantiated graph.
@@ -107,6 +113,11 @@ class Profiler {
   bool TakeLaunch(KernelClass* kernel);
   DeviceContext::Module* ModuleOf(Context& c, const KernelInfo& info);
   void Harvest(Context& c, wire::HarvestReason reason, HarvestMode mode, const wire::HostCall& call = {});
+  // A synchronisation returned `error` (a kernel's execution failed; the
+  // context can run nothing more): a notice names the recording launches
+  // since the last that is known to have finished, and the context's
+  // arena is given up (what was read back before still ships).
+  void ReportKernelFailure(Context& c, const std::string& error);
   // Before a recording launch on `stream` that may claim `chunks` (not while
   // capturing): a drain when they would pass the arena's high-water mark,
   // else the read-back of a switched segment whose kernels finished; then a

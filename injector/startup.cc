@@ -20,6 +20,7 @@
 #include "injector/log.h"
 #include "injector/profiler.h"
 #include "injector/shipper.h"
+#include "injector/termination.h"
 
 extern char** environ;
 
@@ -92,6 +93,7 @@ std::string InjectingTool() {
 }
 
 void ShutdownAtExit() { Shutdown(); }
+bool ShutdownOnce(int signal = 0);
 
 bool StartOnce() {
   OwnCalls guard;
@@ -155,18 +157,27 @@ bool StartOnce() {
   }
   g_injector = in;
   std::atexit(ShutdownAtExit);
+  termination::Install([](int signal) {
+    try {
+      ShutdownOnce(signal);
+    } catch (...) {
+      Log().error("the last harvest before a signal failed with an internal error");
+    }
+  });
   Log().info("profiling (run {}, kernels '{}')", in->config.run_id, in->config.settings.kernels_spec);
   return true;
 }
 
-bool ShutdownOnce() {
+// `signal`: the process is about to be ended by it (termination.h).
+bool ShutdownOnce(int signal) {
   Injector* in = g_injector;
   static std::atomic<bool> once{false};
   if (in == nullptr || getpid() != in->pid || once.exchange(true)) return false;
   OwnCalls guard;
+  if (signal != 0) Log().info("pid {} got signal {}: shipping what was recorded before it ends", in->pid, signal);
   // Other threads' launches still take the gate during this last harvest;
   // only afterwards does the profiler stop looking at callbacks.
-  in->profiler->Shutdown();
+  in->profiler->Shutdown(/*terminating=*/signal != 0);
   StopCallbacks();
   // Nothing is freed: a kernel still writing (its module lit by a launch on
   // another thread during the harvest) writes into an arena that stays

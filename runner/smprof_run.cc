@@ -792,6 +792,10 @@ void PrintSummary(const std::optional<CollectorSummary>& read, const std::string
     std::fprintf(stderr, "smprof: pid %llu was not profiled: %s\n", static_cast<unsigned long long>(Count(n, "pid")),
                  why.c_str());
   }
+  for (const nlohmann::json& n : summary.kernel_failures) {
+    std::fprintf(stderr, "smprof: pid %llu: a kernel failed: %s\n", static_cast<unsigned long long>(Count(n, "pid")),
+                 Text(n, "detail").c_str());
+  }
   if (!summary.trace_ok) {
     std::fprintf(stderr, "smprof: warning: writing the trace failed: %s\n", summary.trace_error.c_str());
   }

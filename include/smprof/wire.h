@@ -550,10 +550,12 @@ enum NoticeKind : uint32_t {
   kNoticeCuptiUnavailable = 1,  // CUPTI refused smprof (another tool subscribed first); text: that tool
   kNoticeSteppedAside = 2,      // another CUDA tool injects into the process; text: which
   kNoticeBadSettings = 3,       // a setting made the injector turn profiling off; text: the error
+  kNoticeKernelFailed = 4,      // a kernel's execution failed in a context; text: the error and the launches
 };
 
-// Sent at most once per kind by a process that is not (fully) profiled, so
-// that the run summary can say why instead of guessing.
+// Sent by a process that is not (fully) profiled, so that the run summary
+// can say why instead of guessing: at most once per kind, but a kernel's
+// failure, once per GPU context.
 struct NoticeMsg {
   MsgHeader h;
   uint32_t kind;      // NoticeKind

@@ -462,6 +462,11 @@ class FakeGpu final : public Gpu {
     for (const auto& [f, warps] : graphs_.at(graph)) kernels->push_back(GraphKernel{f, symbols_.at(f), warps});
     return true;
   }
+  // kFakeIllegalAddress is the one failure of a kernel's execution.
+  static constexpr int kFakeIllegalAddress = 700;
+  std::string ExecutionError(int result) override {
+    return result == kFakeIllegalAddress ? "FAKE_ERROR_ILLEGAL_ADDRESS: an illegal memory access" : "";
+  }
   void FlushActivity(bool incomplete_too) override {
     std::unique_lock<std::mutex> lock(mu_);
     if (std::this_thread::get_id() != flush_holder_) held_cv_.wait(lock, [this] { return !hold_flushes_; });

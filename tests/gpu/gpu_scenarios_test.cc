@@ -552,6 +552,70 @@ TEST(GpuScenarios, LaunchRangesChooseGraphReplays) {
   EXPECT_EQ(run.summary_event.value("filtered_events", -1), 3 * 2) << run.summary_event.dump();
 }
 
+// Four launches of one_range (4 warps, one "work" range each), synchronised;
+// then the program dies (scenario "die" in scenarios_main.cu). What the
+// synchronisation waited for is in the trace, named, whatever comes next.
+void ExpectTheSynchronisedLaunches(const ProfiledRun& run, size_t without_record = 0) {
+  EXPECT_NE(run.stdout_text.find("good done"), std::string::npos) << run.stderr_text;
+  const auto groups = GroupsOf(run, "one_range");
+  EXPECT_EQ(groups.size(), 4u) << run.stderr_text;
+  for (const LaunchGroup* g : groups) {
+    EXPECT_EQ(g->Warps(), 4) << g->name;
+    int ranges = 0;
+    for (const auto& [tid, t] : g->threads) ranges += Count(t, "X", "work");
+    EXPECT_EQ(ranges, 4) << g->name;
+  }
+  EXPECT_EQ(GroupsOf(run, "no CUPTI record").size(), without_record) << run.stderr_text;
+}
+
+TEST(GpuScenarios, AProgramKilledAfterASynchronisationKeepsItsEvents) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("die kill");
+  EXPECT_EQ(run.exit_code, 137) << run.stderr_text;
+  ExpectTheSynchronisedLaunches(run);
+}
+
+// A kernel that writes through a bad pointer: the synchronisation fails, the
+// program exits 3; the faulting launch is named, the earlier ones kept.
+TEST(GpuScenarios, AKernelFaultIsNamedAndTheEventsBeforeItKept) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("die fault");
+  EXPECT_EQ(run.exit_code, 3) << run.stderr_text;
+  ExpectTheSynchronisedLaunches(run);
+  EXPECT_NE(run.stderr_text.find("a kernel failed: GPU 0: a synchronisation returned CUDA_ERROR_ILLEGAL_ADDRESS"),
+            std::string::npos)
+      << run.stderr_text;
+  EXPECT_NE(run.stderr_text.find("may have failed (not known to have finished): fault_write(int*) (launch call"),
+            std::string::npos)
+      << run.stderr_text;
+  EXPECT_EQ(run.stderr_text.find("one_range(int*) (launch call"), std::string::npos) << run.stderr_text;
+}
+
+// A kernel that spins after the synchronised launches; the program is
+// terminated (SIGTERM through smprof-run) while it waits for it. The last
+// harvest reads the spinning kernel's arena as far as its warps wrote
+// (stuck_warps: per block, warp 0 in "mma" after a "load", warp 1 after a
+// "load", warp 2 nothing); it has no CUPTI record, never having ended.
+TEST(GpuScenarios, AProgramTerminatedInAHangShowsWhereItsWarpsAre) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("die hang", "", "", "timeout -s TERM 6");
+  EXPECT_EQ(run.exit_code, 124) << run.stderr_text;
+  ExpectTheSynchronisedLaunches(run, /*without_record=*/1);
+  const auto stuck = GroupsOf(run, "no CUPTI record");
+  ASSERT_EQ(stuck.size(), 1u) << run.stderr_text;
+  int loads = 0, open_mma = 0, warps = 0;
+  for (const auto& [tid, t] : stuck[0]->threads) {
+    loads += Count(t, "X", "load");
+    warps += Count(t, "X", "load") == 1;
+    for (const json& e : t.events) {
+      open_mma += e.value("name", "") == "mma" && e.contains("args") && e["args"].value("unterminated", false);
+    }
+  }
+  EXPECT_EQ(loads, 4);
+  EXPECT_EQ(warps, 4);  // warps 0 and 1 of both blocks; warp 2 wrote nothing
+  EXPECT_EQ(open_mma, 2);
+}
+
 TEST(GpuScenarios, OverflowIsCountedExactly) {
   REQUIRE_GPU();
   const ProfiledRun run = Profile("overflow", "--buffer-mb 1");

@@ -466,6 +466,7 @@ TEST_P(CollectorTest, SummaryJsonHasExactlyTheDocumentedKeys) {
                                          "async_dropped",
                                          "gpus",
                                          "not_profiled",
+                                         "kernel_failures",
                                          "layout",
                                          "run",
                                          "exit"}));
@@ -1017,6 +1018,22 @@ TEST_P(CollectorTest, NoticesSayWhyAProcessWasNotProfiled) {
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_EQ(notes[0]["pid"], 2);
   EXPECT_EQ(notes[0]["args"]["detail"], "CUPTI for compute-sanitizer");
+}
+
+TEST_P(CollectorTest, AKernelFailureIsInTheTraceAndTheSummary) {
+  const transport::ProducerInfo a{0, 41};
+  Send(a, Process(41, kT0, "app"));
+  Send(a, testing::Notice(wire::kNoticeKernelFailed, "GPU 0: CUDA_ERROR_ASSERT; fault_write(int*) (launch call 9)"));
+  CollectorSummary s;
+  const json t = FinishAndParse(&s);
+  EXPECT_TRUE(s.not_profiled.empty()) << s.not_profiled.dump();
+  EXPECT_EQ(s.kernel_failures,
+            json::parse(R"j([{"pid":41,"detail":"GPU 0: CUDA_ERROR_ASSERT; fault_write(int*) (launch call 9)"}])j"));
+  const auto failures = Select(t, [](const json& e) { return e["ph"] == "i" && e["name"] == "kernel failed"; });
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_EQ(failures[0]["args"]["reason"], "kernel_failed");
+  EXPECT_NE(failures[0]["args"]["detail"].get<std::string>().find("fault_write(int*)"), std::string::npos);
+  EXPECT_TRUE(Select(t, [](const json& e) { return e["name"] == "not profiled"; }).empty());
 }
 
 TEST_P(CollectorTest, LaunchCountsOfOptedInKernelsReachTheSummary) {

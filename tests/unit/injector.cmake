@@ -1,7 +1,7 @@
 smprof_add_test(injector_core_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/chunk_scan_test.cc ${CMAKE_CURRENT_LIST_DIR}/shipper_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/injector_config_test.cc ${CMAKE_CURRENT_LIST_DIR}/host_calls_test.cc
-          ${CMAKE_CURRENT_LIST_DIR}/chunk_sizing_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/chunk_sizing_test.cc ${CMAKE_CURRENT_LIST_DIR}/termination_test.cc
   LIBS smprof_injector_core
   LABELS unit)
 

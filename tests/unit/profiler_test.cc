@@ -76,6 +76,10 @@ class CaptureSink : public MessageSink {
       wire::DeviceMsg m;
       std::memcpy(&m, data, sizeof(m));
       device_buffer_mib = m.buffer_mib;
+    } else if (h.type == wire::kMsgNotice) {
+      wire::NoticeMsg m;
+      std::memcpy(&m, data, sizeof(m));
+      notices.emplace_back(m.kind, std::string(reinterpret_cast<const char*>(bytes + sizeof(m)), m.text_len));
     } else if (h.type == wire::kMsgName) {
       wire::NameMsg m;
       std::memcpy(&m, data, sizeof(m));
@@ -117,6 +121,7 @@ class CaptureSink : public MessageSink {
   uint32_t records_in_read_back = 0;
   std::map<uint32_t, int> harvests;
   std::vector<std::string> names;
+  std::vector<std::pair<uint32_t, std::string>> notices;  // kind, text
   uint64_t total_events = 0;
   uint32_t device_buffer_mib = 0;
   wire::StatsMsg stats{};
@@ -1090,6 +1095,62 @@ TEST_F(ProfilerTest, ASyncTakesTheRecordsOfItsKernelsBeforeTheProgramGoesOn) {
   Finish();
   EXPECT_EQ(sink.launches["gemm(float*)"], 5);
   EXPECT_EQ(sink.stats.events_unattributed, 0u);
+}
+
+// A synchronisation that returns a kernel's failure names the launches that
+// may have failed (those after the last whose record a harvest took), keeps
+// what was read back before and reads the context no more.
+TEST_F(ProfilerTest, AKernelFailureNamesTheLaunchesThatMayHaveFailed) {
+  Start(MakeSettings());
+  Gemm(s1);
+  Sync();
+  sink.WaitForHarvests(1);
+  Other(s1);
+  const std::string failed = "other(float*) (launch call " + std::to_string(next_correlation) + ")";
+  profiler->OnSyncEnter(wire::kApiCtxSynchronize);
+  profiler->OnSyncExit(gpu.context, wire::kApiCtxSynchronize, true, FakeGpu::kFakeIllegalAddress);
+  Sync();  // the context is given up: nothing more is read
+  Other(s1);
+  Finish();
+  ASSERT_EQ(sink.notices.size(), 1u);
+  EXPECT_EQ(sink.notices[0].first, static_cast<uint32_t>(wire::kNoticeKernelFailed));
+  const std::string& text = sink.notices[0].second;
+  EXPECT_NE(text.find("FAKE_ERROR_ILLEGAL_ADDRESS"), std::string::npos) << text;
+  EXPECT_NE(text.find(failed), std::string::npos) << text;
+  EXPECT_EQ(text.find("gemm"), std::string::npos) << text;
+  EXPECT_EQ(sink.launches["gemm(float*)"], 1);
+  EXPECT_EQ(sink.events["gemm(float*)"], 64u);
+  EXPECT_EQ(sink.launches["other(float*)"], 0);
+  EXPECT_EQ(sink.harvests[wire::kHarvestSync], 1);
+}
+
+// A signal is about to end the process while a recording kernel still runs
+// (its stream never finishes): the last harvest reads what the arena holds
+// without waiting for it, so the launches before it keep their events.
+TEST_F(ProfilerTest, ATerminationReadsTheArenaWithoutWaitingForRunningKernels) {
+  Start(MakeSettings());
+  Gemm(s1);
+  Other(s1);
+  gpu.Hold(s1);
+  Gemm(s1);  // queued behind the hold: "running" until the end
+  profiler->Shutdown(/*terminating=*/true);
+  EXPECT_EQ(sink.harvests[wire::kHarvestExit], 1);
+  EXPECT_EQ(sink.launches["gemm(float*)"], 1);
+  EXPECT_EQ(sink.events["gemm(float*)"], 64u);
+  EXPECT_EQ(sink.events["other(float*)"], 64u);
+  gpu.Release(s1);
+  profiler.reset();
+}
+
+// Any other error of a synchronisation is the program's: profiling goes on.
+TEST_F(ProfilerTest, OtherErrorsOfASynchronisationAreNotFailures) {
+  Start(MakeSettings());
+  Gemm(s1);
+  profiler->OnSyncEnter(wire::kApiCtxSynchronize);
+  profiler->OnSyncExit(gpu.context, wire::kApiCtxSynchronize, true, /*CUDA_ERROR_INVALID_VALUE*/ 1);
+  Finish();
+  EXPECT_TRUE(sink.notices.empty());
+  EXPECT_EQ(sink.events["gemm(float*)"], 64u);
 }
 
 TEST_F(ProfilerTest, GraphLaunchesLightOnlyModulesOfTheirSelectedNodes) {
