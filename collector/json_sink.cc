@@ -163,6 +163,8 @@ void JsonSink::OnLaunch(const trace::LaunchRecord& l) {
     args.String("note",
                 "CUPTI reported no activity for this kernel: start and end are bounds taken from "
                 "its recorded events");
+  } else if (l.flags & wire::kLaunchRunning) {
+    args.String("note", internal::kRunningLaunchNote);
   }
   // The launch API call (once per call) and its flow arrow to this span.
   JsonFlow flow;

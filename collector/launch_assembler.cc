@@ -128,7 +128,8 @@ void LaunchAssembler::SendLaunch(Producer& p, const Context& c, const arena::Lau
   m.device = (launch.flags & wire::kLaunchNoActivity) != 0 ? c.device : r.device;
   m.context_id = r.context_id;
   m.graph_id = r.graph_id;
-  m.flags = launch.flags | extra_flags | (r.graph_id != 0 ? uint32_t{wire::kLaunchFromGraph} : 0u);
+  m.flags = launch.flags | extra_flags | (r.graph_id != 0 ? uint32_t{wire::kLaunchFromGraph} : 0u) |
+            (r.running() ? uint32_t{wire::kLaunchRunning} : 0u);
   std::copy(r.grid, r.grid + 3, m.grid);
   std::copy(r.block, r.block + 3, m.block);
   m.dynamic_smem = r.dynamic_smem;

@@ -36,6 +36,8 @@ struct KernelRecord : wire::KernelRecordEntry {
   uint32_t context_id = 0;
   // Profiled (wire::kRecordWanted): its events are kept, else filtered.
   bool wanted() const { return (flags & wire::kRecordWanted) != 0; }
+  // Not CUPTI's (wire::kRecordRunning): the kernel was read while running.
+  bool running() const { return (flags & wire::kRecordRunning) != 0; }
 };
 
 // The events of one warp in one launch, in %clock64 order. `segment` is the

@@ -257,6 +257,8 @@ void PerfettoSink::OnLaunch(const trace::LaunchRecord& launch) {
     args.String("note",
                 "CUPTI reported no activity for this kernel: start and end are bounds taken from "
                 "its recorded events");
+  } else if (launch.flags & wire::kLaunchRunning) {
+    args.String("note", internal::kRunningLaunchNote);
   }
   // The launch API call (once per call), a flow arrow from it to the
   // kernel's span: the launch's own track, else its stream's.

@@ -194,6 +194,7 @@ struct StatsBuilder::State {
   std::vector<uint32_t> id_of_key;                   // SliceRecord::name_key -> name id (kNoId: not yet)
   static constexpr uint32_t kNoId = UINT32_MAX;
   std::vector<Gap> gaps;                             // a heap whose front is the gap to drop first
+  std::vector<OpenRange> open_ranges;                // a heap whose front is the latest
   uint64_t slices = 0, unterminated = 0, instants = 0, async_spans = 0;
 
   uint32_t NameId(std::string_view name) {
@@ -285,6 +286,19 @@ struct StatsBuilder::State {
     }
   }
 
+  void OfferOpenRange(const LaunchAcc& l, const WarpAcc& w, uint32_t region, uint64_t since_ns) {
+    const auto later = [](const OpenRange& a, const OpenRange& b) { return a.since_ns < b.since_ns; };
+    if (open_ranges.size() == kOpenRangesKept && since_ns >= open_ranges.front().since_ns) return;
+    OpenRange o{*l.kernel_name, w.where, names[region], since_ns};
+    if (open_ranges.size() == kOpenRangesKept) {
+      std::pop_heap(open_ranges.begin(), open_ranges.end(), later);
+      open_ranges.back() = std::move(o);
+    } else {
+      open_ranges.push_back(std::move(o));
+    }
+    std::push_heap(open_ranges.begin(), open_ranges.end(), later);
+  }
+
   // Folds a launch into its kernel: its span and its warps' totals.
   void Close(LaunchAcc& l) {
     KernelAcc& k = *l.kernel;
@@ -333,6 +347,7 @@ void StatsBuilder::OnSlice(const trace::LaunchRecord& launch, const trace::WarpR
   if (slice.unterminated) {
     ++r.unterminated;
     ++s.unterminated;
+    s.OfferOpenRange(l, w, id, slice.begin_ns);
   } else {
     const uint64_t ns = slice.end_ns > slice.begin_ns ? slice.end_ns - slice.begin_ns : 0;
     r.ns.Add(ns);
@@ -481,6 +496,9 @@ RunStats StatsBuilder::Build() {
   });
   run.gaps = s.gaps;
   std::sort(run.gaps.begin(), run.gaps.end(), GapBefore);
+  run.open_ranges = s.open_ranges;
+  std::stable_sort(run.open_ranges.begin(), run.open_ranges.end(),
+                   [](const OpenRange& a, const OpenRange& b) { return a.since_ns < b.since_ns; });
   return run;
 }
 

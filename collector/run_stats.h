@@ -43,6 +43,10 @@
 //    unless the builder is told otherwise).
 //    After a flush of a very long episode a slice may arrive before the end
 //    of the previous one (trace_sink.h); no gap is counted across it.
+//  * Open ranges: slices without an END, each with its warp and when it
+//    began: where a warp was when a kernel still running was read (the
+//    process about to end), else a missing END. The first kOpenRangesKept
+//    of the run by begin time are kept.
 //  * Instants: counted per kernel x name; unmatched ENDs (shown as instants)
 //    are counted among them and separately. Counter samples are not
 //    instants: they are counted in their values only.
@@ -74,6 +78,8 @@ inline constexpr uint64_t kExactSamples = uint64_t{1} << 16;
 inline constexpr double kHistogramRelativeError = 1.0 / 128;
 // How many of the largest gaps a run keeps by default.
 inline constexpr size_t kGapsKept = 10;
+// How many open ranges (slices without an END) a run lists.
+inline constexpr size_t kOpenRangesKept = 32;
 
 // One unit (ns or cycles) of a region's terminated slices.
 struct Durations {
@@ -162,6 +168,13 @@ struct Gap {
   uint64_t length_ns = 0;
 };
 
+struct OpenRange {
+  std::string kernel;
+  WarpLocation where;
+  std::string region;
+  uint64_t since_ns = 0;  // trace time of its BEGIN
+};
+
 struct RunStats {
   uint64_t launches = 0;
   uint64_t slices = 0;  // all slices, unterminated included
@@ -173,6 +186,7 @@ struct RunStats {
   uint64_t lost_events = 0;
   std::vector<KernelStats> kernels;  // by span, largest first (ties: by name)
   std::vector<Gap> gaps;             // longest first (ties: earliest first)
+  std::vector<OpenRange> open_ranges;  // the earliest kOpenRangesKept, by begin time
 };
 
 // Accumulates one run. Not thread-safe; the caller feeds it in sink order.

@@ -509,6 +509,19 @@ Gap GapFrom(const json& j, const std::string& where) {
   return g;
 }
 
+json OpenRangeJson(const OpenRange& o) {
+  return {{"kernel", o.kernel}, {"warp", WarpJson(o.where)}, {"region", o.region}, {"since_ns", o.since_ns}};
+}
+
+OpenRange OpenRangeFrom(const json& j, const std::string& where) {
+  OpenRange o;
+  o.kernel = String(j, where, "kernel");
+  o.where = WarpFrom(Field(j, where, "warp"), Child(where, "warp"));
+  o.region = String(j, where, "region");
+  o.since_ns = Unsigned(j, where, "since_ns");
+  return o;
+}
+
 // ---- CSV ----
 
 std::string CsvField(const std::string& s) {
@@ -607,6 +620,19 @@ std::string RenderText(const RunStats& run, const TextOptions& options) {
                   {-1, WarpLabel(g.where)}});
     }
   }
+  if (!run.open_ranges.empty()) {
+    out += "\nranges never ended: where warps were when a running kernel was read, or a missing END";
+    out += run.unterminated > run.open_ranges.size()
+               ? " (the first " + std::to_string(run.open_ranges.size()) + " of " + FormatCount(run.unterminated) + ")\n"
+               : "\n";
+    out += Row({{12, "since"}, {-18, "kernel"}, {-22, "region"}, {-1, "warp"}});
+    for (const OpenRange& o : run.open_ranges) {
+      out += Row({{12, Printf("%.6f s", static_cast<double>(o.since_ns) / 1e9)},
+                  {-18, Fit(o.kernel, 18)},
+                  {-22, Fit(o.region, 22)},
+                  {-1, WarpLabel(o.where)}});
+    }
+  }
   return out;
 }
 
@@ -624,6 +650,8 @@ json ToJson(const RunStats& run) {
                       {"share", "region total ns / sum over the kernel's launches of (span x warps that recorded)"},
                       {"imbalance", "max / mean of per-SM (per-warp) totals over those that recorded the region"},
                       {"gaps", "between consecutive top-level (lane 0, depth 0) slices of a warp"},
+                      {"open_ranges", "slices with no END, the earliest first: where warps were when a running "
+                                      "kernel was read, or a missing END"},
                       {"unterminated", "slices with no END: counted, left out of every duration"}};
   bool values = false, async = false;
   for (const KernelStats& k : run.kernels) {
@@ -648,6 +676,9 @@ json ToJson(const RunStats& run) {
   j["lost_events"] = run.lost_events;
   j["kernels"] = std::move(kernels);
   j["gaps"] = std::move(gaps);
+  json open = json::array();
+  for (const OpenRange& o : run.open_ranges) open.push_back(OpenRangeJson(o));
+  j["open_ranges"] = std::move(open);
   return j;
 }
 
@@ -674,6 +705,12 @@ bool FromJson(const json& j, RunStats* run, std::string* error) {
     for (size_t i = 0; i < kernels.size(); ++i) out.kernels.push_back(KernelFrom(kernels[i], Item("kernels", i)));
     const json& gaps = Array(j, "", "gaps");
     for (size_t i = 0; i < gaps.size(); ++i) out.gaps.push_back(GapFrom(gaps[i], Item("gaps", i)));
+    if (j.contains("open_ranges")) {  // files of an earlier smprof have none
+      const json& open = Array(j, "", "open_ranges");
+      for (size_t i = 0; i < open.size(); ++i) {
+        out.open_ranges.push_back(OpenRangeFrom(open[i], Item("open_ranges", i)));
+      }
+    }
     *run = std::move(out);
     return true;
   } catch (const FormatError& e) {

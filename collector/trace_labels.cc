@@ -81,7 +81,9 @@ std::string LaunchFlagsJson(uint32_t flags) {
   if (flags & wire::kLaunchNoActivity) add("no_activity");
   if (flags & wire::kLaunchFromGraph) add("graph");
   if (flags & wire::kLaunchForcedDrain) add("forced_drain");
-  const uint32_t unknown = flags & ~(wire::kLaunchNoActivity | wire::kLaunchFromGraph | wire::kLaunchForcedDrain);
+  if (flags & wire::kLaunchRunning) add("running");
+  const uint32_t unknown =
+      flags & ~(wire::kLaunchNoActivity | wire::kLaunchFromGraph | wire::kLaunchForcedDrain | wire::kLaunchRunning);
   if (unknown != 0) {
     char buf[16];
     std::snprintf(buf, sizeof(buf), "0x%x", unknown);

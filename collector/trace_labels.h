@@ -40,6 +40,10 @@ std::string HarvestReasonName(uint32_t reason);
 
 // wire::NoticeKind as a word: "cupti_unavailable", "stepped_aside", ...
 const char* NoticeReason(uint32_t kind);
+// A launch read while it still ran (wire::kLaunchRunning), as its note says.
+inline constexpr char kRunningLaunchNote[] =
+    "still running when the process was about to end: its warps were read as far as they had written (a range "
+    "without an end is where a warp was); start is the launch call, end the read";
 // The name of a notice's instant in the trace, by its reason (NoticeReason).
 const char* NoticeTitle(std::string_view reason);
 // The driver API function of a wire::HostApi ("cuLaunchKernel", ...);

@@ -31,6 +31,7 @@ struct ArenaSnapshot {
   // of calls before it. 0: every record that ended by time_ns.
   uint64_t correlation_limit = 0;
   bool switched = false;  // a segment switched away from: it filled (a drain, whichever call reads it)
+  bool running = false;   // read without waiting for its kernels (HarvestMode::kRunning)
   uint64_t wait_end_ns = 0;  // when the copy began
   // The chunks wait in the context's staging area on the device, from
   // `staging_offset` on: DeviceContext::VisitChunks brings them to host memory.

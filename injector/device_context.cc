@@ -360,6 +360,7 @@ ReadBack DeviceContext::Read(HarvestMode mode, std::chrono::steady_clock::time_p
   out->time_ns = gpu_.Now();
   out->correlation_limit = 0;
   out->switched = false;
+  out->running = mode == HarvestMode::kRunning;
   const ReadBack copied = CopyOut(segments_[current_], ref_, out);
   if (copied != ReadBack::kDone) return copied;
   if (mode == HarvestMode::kRunning) {
@@ -417,6 +418,7 @@ ReadBack DeviceContext::ReadRetired(HarvestMode mode, std::chrono::steady_clock:
   out->time_ns = gpu_.Now();
   out->correlation_limit = old.correlation_limit;
   out->switched = true;
+  out->running = mode == HarvestMode::kRunning;
   const ReadBack copied = CopyOut(old, old.ref, out);
   if (copied != ReadBack::kDone) return copied;
   if (!gpu_.Wait(stream_, kOwnCopyTimeout)) return FailRead(out);

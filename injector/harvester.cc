@@ -73,6 +73,10 @@ struct Harvester::ContextState {
     ClaimRates* rates = nullptr;  // the compiled function's (its launches, not a graph's)
   };
   std::unordered_map<uint64_t, Grid> recent_grids;
+  // (ship turn) Grids named after their launch calls when read running
+  // (NameRunningLaunchesLocked): a record CUPTI hands over for one later is
+  // not shipped again.
+  std::set<uint64_t> named_running;
   bool ended = false;  // (mu_) the context is gone: no GPU access
   // (mu_) The context's launch calls (from its read-backs): a final harvest,
   // which reads nothing back, decides with them which records are wanted.
@@ -440,6 +444,12 @@ void Harvester::Process(Job& job) {
     Harvester* h;
     ~ShipTurn() { h->EndTurn(&h->ship_turn_); }
   } ship_turn{this};
+  if (!state->named_running.empty()) {
+    auto& s = taken.shipped;
+    s.erase(std::remove_if(s.begin(), s.end(),
+                           [&](const Shipper::Record& r) { return state->named_running.count(r.record->grid_id) != 0; }),
+            s.end());
+  }
   if (!taken.shipped.empty()) {
     std::lock_guard<std::mutex> lock(ship_mu_);
     shipper_.SendRecords(device->facts().info.ordinal, device->facts().context_id, taken.shipped);
@@ -454,6 +464,7 @@ void Harvester::Process(Job& job) {
   TeachClaims(*state, scanner, job.snapshot.chunk_bytes);
   clock.Mark(wire::kStageDecode);
   std::lock_guard<std::mutex> lock(ship_mu_);
+  if (job.has_snapshot && job.snapshot.running) NameRunningLaunchesLocked(job, *state, scanner, taken);
   ShipHarvestLocked(job, *state, scanner, names, taken.probed, clock);
   const ArenaSnapshot& snap = job.snapshot;
   const auto& us = job.host.stage_us;
@@ -514,7 +525,50 @@ Harvester::TakenRecords Harvester::TakeRecords(Job& job, ContextState& state, bo
     }
     g.launched_warps += Warps(r);
   }
+  if (job.has_snapshot && job.snapshot.running && calls != nullptr) {
+    for (const auto& [grid, g] : state.recent_grids) taken.known_grids.insert(grid);
+    for (const KernelRecord& r : taken.records) taken.known_grids.insert(r.grid_id);
+    for (const auto& [correlation, found] : calls->After(activity_.TakenThrough(context_id))) {
+      if (found.kernel != nullptr) taken.outstanding.emplace_back(correlation, found);
+    }
+  }
   return taken;
+}
+
+// Kernels read while still running (the process about to end) have no
+// CUPTI record: their grids, which no record named, are paired with the
+// kernel launches after the last whose record came, both in launch order
+// (a context's grid ids grow with its launches), when they are as many;
+// else they stay unnamed. Each gets a record of its own (kRecordRunning).
+void Harvester::NameRunningLaunchesLocked(const Job& job, ContextState& state, const ChunkScanner& scanner,
+                                          const TakenRecords& taken) {
+  std::vector<uint64_t> grids;
+  for (const auto& [grid, warps] : scanner.TallyByGrid()) {
+    if (taken.known_grids.count(grid) == 0) grids.push_back(grid);
+  }
+  if (grids.empty()) return;
+  if (grids.size() != taken.outstanding.size()) {
+    Log().info("GPU {}: {} kernels read while running, {} launches without a record: they stay unnamed",
+               job.device->facts().info.ordinal, grids.size(), taken.outstanding.size());
+    return;
+  }
+  std::sort(grids.begin(), grids.end());
+  std::vector<KernelRecord> records(grids.size());
+  std::vector<Shipper::Record> shipped(grids.size());
+  for (size_t i = 0; i < grids.size(); ++i) {
+    const auto& [correlation, found] = taken.outstanding[i];
+    KernelRecord& r = records[i];
+    r.grid_id = grids[i];
+    r.correlation_id = correlation;
+    r.start_ns = found.call.start_ns;
+    r.end_ns = std::max(found.call.start_ns, job.snapshot.time_ns);
+    r.flags = wire::kRecordRunning;
+    r.context_id = job.device->facts().context_id;
+    r.name = found.kernel->mangled;
+    shipped[i] = Shipper::Record{&r, true, found.call};
+    state.named_running.insert(grids[i]);
+  }
+  shipper_.SendRecords(job.device->facts().info.ordinal, job.device->facts().context_id, shipped);
 }
 
 // The chunks, piece by piece as they come to host memory, each scanned (the

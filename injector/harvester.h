@@ -157,11 +157,17 @@ class Harvester {
     std::vector<KernelRecord> records;
     std::vector<Shipper::Record> shipped;  // point into `records`
     bool probed = false;                   // the clock probe ran
+    // A read of kernels still running: the grids of the records taken so
+    // far, and the kernel launches after the last whose record was taken.
+    std::set<uint64_t> known_grids;
+    std::vector<std::pair<uint64_t, HostCalls::Call>> outstanding;
   };
   void Run();
   // One job's harvest, in these stages:
   void Process(Job& job);
   TakenRecords TakeRecords(Job& job, ContextState& state, bool gone);  // take turn
+  void NameRunningLaunchesLocked(const Job& job, ContextState& state, const ChunkScanner& scanner,
+                                 const TakenRecords& taken);  // ship turn, ship_mu_ held
   void ShipChunks(Job& job, ChunkScanner* scanner, StageClock& clock);  // ship turn
   void TeachClaims(ContextState& state, const ChunkScanner& scanner, uint32_t chunk_bytes);
   void ShipHarvestLocked(Job& job, ContextState& state, const ChunkScanner& scanner,  // ship_mu_ held

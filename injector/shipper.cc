@@ -129,7 +129,7 @@ void Shipper::SendRecords(uint32_t device, uint32_t context_id, const std::vecto
       wire::KernelRecordEntry e = *rec.record;
       e.end_ns = std::max(e.start_ns, e.end_ns);
       e.kernel_id = kernel_ids[i];
-      e.flags = rec.wanted ? uint32_t{wire::kRecordWanted} : 0u;
+      e.flags = (rec.wanted ? uint32_t{wire::kRecordWanted} : 0u) | (rec.record->flags & wire::kRecordRunning);
       e.call = rec.call.api != wire::kApiNone ? rec.call : wire::HostCall{};
       std::memcpy(message + sizeof(m) + i * sizeof(e), &e, sizeof(e));
     }

@@ -330,6 +330,7 @@ enum LaunchFlags : uint32_t {
   kLaunchNoActivity = 1u << 0,   // CUPTI never reported the kernel; times are bounds from events
   kLaunchFromGraph = 1u << 1,    // a kernel node of a CUDA graph replay
   kLaunchForcedDrain = 1u << 2,  // harvested by a forced drain (buffer high-water mark)
+  kLaunchRunning = 1u << 3,      // read while still running, as the process was about to end (kRecordRunning)
 };
 
 // One profiled kernel execution. launch_id is unique within the process and
@@ -412,7 +413,9 @@ struct MarkerNameMsg {
 };
 
 enum RecordFlags : uint32_t {
-  kRecordWanted = 1u << 0,  // the launch was profiled: its events are kept (others are counted filtered)
+  kRecordWanted = 1u << 0,   // the launch was profiled: its events are kept (others are counted filtered)
+  kRecordRunning = 1u << 1,  // not CUPTI's: the kernel still ran when the process was about to end and its
+                             // arena was read; start is its launch call's, end the read; no grid or stream
 };
 
 // One CUPTI kernel record, with what the injector knew of its launch.

@@ -1142,6 +1142,26 @@ TEST_F(ProfilerTest, ATerminationReadsTheArenaWithoutWaitingForRunningKernels) {
   profiler.reset();
 }
 
+// A kernel read as it runs, the process about to end, has no CUPTI record:
+// its grid is named after the one launch whose record did not come, and the
+// launch is marked as read while running.
+TEST_F(ProfilerTest, AKernelReadWhileRunningIsNamedAfterItsLaunch) {
+  Start(MakeSettings());
+  Gemm(s1);
+  Sync();
+  sink.WaitForHarvests(1);
+  LaunchOn(other, module, kOther, s1, 8, 4, /*deliver=*/false);  // wrote its events; no record
+  profiler->Shutdown(/*terminating=*/true);
+  EXPECT_EQ(sink.launches["gemm(float*)"], 1);
+  EXPECT_EQ(sink.launches["other(float*)"], 1);
+  EXPECT_EQ(sink.events["other(float*)"], 64u);
+  EXPECT_EQ(sink.flags["other(float*)"] & wire::kLaunchRunning, uint32_t{wire::kLaunchRunning});
+  EXPECT_EQ(sink.flags["gemm(float*)"] & wire::kLaunchRunning, 0u);
+  EXPECT_EQ(sink.calls["other(float*)"], 1);  // its launch call, from the launch path
+  EXPECT_EQ(sink.stats.events_unattributed, 0u);
+  profiler.reset();
+}
+
 // Any other error of a synchronisation is the program's: profiling goes on.
 TEST_F(ProfilerTest, OtherErrorsOfASynchronisationAreNotFailures) {
   Start(MakeSettings());

@@ -565,6 +565,44 @@ TEST(StatsJsonTest, RoundTripKeepsEveryField) {
   EXPECT_EQ(compute.slowest_warp.launch_id, 7u);
   EXPECT_FALSE(back.kernels[1].regions[0].share.has_value());
   EXPECT_EQ(back.gaps.at(0).where.block[0], 1u);
+  ASSERT_EQ(back.open_ranges.size(), 1u);
+  EXPECT_EQ(back.open_ranges[0].region, "compute");
+  EXPECT_EQ(back.open_ranges[0].where.warp, 1u);
+}
+
+// Each slice without an END is listed with its warp and when it began (the
+// earliest kOpenRangesKept of the run): where the warps of a kernel still
+// running were when it was read.
+TEST(RunStatsTest, OpenRangesSayWhereWarpsWere) {
+  const RunStats run = BuildRun();
+  ASSERT_EQ(run.open_ranges.size(), 1u);
+  const OpenRange& o = run.open_ranges[0];
+  EXPECT_EQ(o.kernel, "gemm");
+  EXPECT_EQ(o.region, "compute");
+  EXPECT_EQ(o.since_ns, 1100u);
+  EXPECT_EQ(o.where.sm, 2u);
+  EXPECT_EQ(o.where.block[0], 1u);
+  EXPECT_EQ(o.where.warp, 1u);
+  EXPECT_EQ(o.where.launch_id, 7u);
+
+  StatsBuilder b;
+  const LaunchRecord l = Launch(0, "stuck", 0, 100, 3);
+  b.OnLaunch(l);
+  for (uint32_t i = 0; i < kOpenRangesKept + 5; ++i) {
+    const WarpRecord w = Warp(i, 1, i, 0);
+    b.OnWarp(l, w);
+    b.OnSlice(l, w, Unterminated("mma", 1000 - i, 2000));  // later warps began earlier
+  }
+  b.OnLaunchEnd(l);
+  const RunStats many = b.Build();
+  ASSERT_EQ(many.open_ranges.size(), kOpenRangesKept);
+  EXPECT_EQ(many.open_ranges.front().since_ns, 1000u - (kOpenRangesKept + 4));
+  EXPECT_EQ(many.open_ranges.back().since_ns, 1000u - 5);
+  const std::string text = RenderText(many);
+  EXPECT_NE(text.find("ranges never ended: where warps were when a running kernel was read, or a missing END (the "
+                      "first 32 of 37)"),
+            std::string::npos)
+      << text;
 }
 
 TEST(StatsJsonTest, ErrorsNameTheFieldAndTheFix) {
@@ -716,6 +754,9 @@ TEST(StatsTextTest, TablesOfRegionsImbalanceAndGaps) {
       << text;
   EXPECT_NE(text.find("instants: mark 1, oops 1 (1 unmatched END)\n"), std::string::npos) << text;
   EXPECT_NE(text.find("kernel saxpy: 1 launch, 1 warp recorded"), std::string::npos) << text;
+  EXPECT_NE(text.find("    0.000001 s  gemm                compute                 pid 100 #7 SM2 b(1,0,0) w1\n"),
+            std::string::npos)
+      << text;
   // The largest gap: 300 ns at 1400 ns = 0.000001 s.
   EXPECT_NE(
       text.find("    300 ns   0.000001 s  gemm                compute -> store        pid 100 #7 SM2 b(1,0,0) w0\n"),
