@@ -17,9 +17,6 @@ bool ActivityStore::Tracked(const char* mangled) const {
 }
 
 void ActivityStore::Add(KernelRecord record) {
-  // A forced flush hands over the records of kernels still running with
-  // zero times (and never their real ones): their launches have none.
-  if (record.start_ns == 0 || record.end_ns < record.start_ns) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (tracked_.count(record.name) == 0) return;
   if (records_.size() >= kMaxRecords) {

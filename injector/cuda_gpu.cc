@@ -463,7 +463,18 @@ bool CudaGpu::GraphKernels(void* graph, std::vector<GraphKernel>* kernels) {
   return true;
 }
 
-void CudaGpu::FlushActivity(bool incomplete_too) {
+void CudaGpu::FlushActivity(bool incomplete_too, bool if_free) {
+  // Flushes from several application threads at once, inside their driver
+  // API callbacks, beside launches on other threads, crashed the process
+  // (H200, CUPTI 13.0: four threads synchronising streams every 1,000
+  // launches): one at a time, and never waiting inside a callback.
+  static std::mutex flushing;
+  std::unique_lock<std::mutex> lock(flushing, std::defer_lock);
+  if (if_free) {
+    if (!lock.try_lock()) return;
+  } else {
+    lock.lock();
+  }
   cuptiActivityFlushAll(incomplete_too ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
 }
 

@@ -53,7 +53,7 @@ class CudaGpu final : public Gpu {
   std::string ReadString(DevPtr address, GpuStream stream) override;
   bool ProbeClock(uint64_t* globaltimer, uint64_t* launched_ns) override;
   bool GraphKernels(void* graph, std::vector<GraphKernel>* kernels) override;
-  void FlushActivity(bool incomplete_too) override;
+  void FlushActivity(bool incomplete_too, bool if_free = false) override;
   std::string ExecutionError(int result) override;
 
  private:

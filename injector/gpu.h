@@ -132,7 +132,9 @@ class Gpu {
   // `incomplete_too`: also buffers holding records of kernels still running
   // (CUPTI then gives them zero times, and never the real ones): only when
   // no kernel can be running any more (the final harvest).
-  virtual void FlushActivity(bool incomplete_too) = 0;
+  // One flush runs at a time; `if_free`: return at once when one runs (a
+  // flush from an application's thread, inside a driver API callback).
+  virtual void FlushActivity(bool incomplete_too, bool if_free = false) = 0;
   // What a driver call's `result` says when a kernel's execution failed
   // (an illegal address, a trap, an assert): its name and description; ""
   // for success and for any other error.

@@ -238,7 +238,7 @@ bool Harvester::Harvest(HarvestTarget target, wire::HarvestReason reason, Harves
   // complete: the program's next launch (one that runs on, or hangs) would
   // hold back the records of the kernels this synchronisation waited for.
   // Flushed now, they ship with their events, whatever the program does next.
-  if (reason == wire::kHarvestSync) gpu_.FlushActivity(/*incomplete_too=*/false);
+  if (reason == wire::kHarvestSync) gpu_.FlushActivity(/*incomplete_too=*/false, /*if_free=*/true);
   const uint64_t end = gpu_.Now();
   // A harvest cycle of the context's calls ends with each read-back (the
   // calls of this one's launches stay until the queue has shipped it).

@@ -411,7 +411,7 @@ void Profiler::ReportKernelFailure(Context& c, const std::string& error) {
   if (c.failed.exchange(true, std::memory_order_acq_rel)) return;
   // Records of the kernels that did finish come first: each one taken by a
   // harvest marks its launch, and the ones before it, as done.
-  gpu_.FlushActivity(/*incomplete_too=*/false);
+  gpu_.FlushActivity(/*incomplete_too=*/false, /*if_free=*/true);
   const uint64_t done = activity_.TakenThrough(c.device.facts().context_id);
   constexpr size_t kNamed = 8;
   std::string launches;

@@ -467,7 +467,7 @@ class FakeGpu final : public Gpu {
   std::string ExecutionError(int result) override {
     return result == kFakeIllegalAddress ? "FAKE_ERROR_ILLEGAL_ADDRESS: an illegal memory access" : "";
   }
-  void FlushActivity(bool incomplete_too) override {
+  void FlushActivity(bool incomplete_too, bool /*if_free*/) override {
     std::unique_lock<std::mutex> lock(mu_);
     if (std::this_thread::get_id() != flush_holder_) held_cv_.wait(lock, [this] { return !hold_flushes_; });
     if (incomplete_too) ++final_flushes_;

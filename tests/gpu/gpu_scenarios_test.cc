@@ -575,6 +575,14 @@ TEST(GpuScenarios, AProgramKilledAfterASynchronisationKeepsItsEvents) {
   ExpectTheSynchronisedLaunches(run);
 }
 
+// Killed 100 ms after the synchronisation: its read-back was shipped by then.
+TEST(GpuScenarios, AProgramKilled100MsAfterASynchronisationKeepsItsEvents) {
+  REQUIRE_GPU();
+  const ProfiledRun run = Profile("die kill-soon");
+  EXPECT_EQ(run.exit_code, 137) << run.stderr_text;
+  ExpectTheSynchronisedLaunches(run);
+}
+
 // A kernel that writes through a bad pointer: the synchronisation fails, the
 // program exits 3; the faulting launch is named, the earlier ones kept.
 TEST(GpuScenarios, AKernelFaultIsNamedAndTheEventsBeforeItKept) {

@@ -292,6 +292,7 @@ int ExitWhileRunning() {  // a profiled kernel still spinning when main returns
 // synchronisation ("good done" on stdout), then by `how`:
 //   fault  fault_write writes through a bad pointer; the sync fails; exit 3
 //   kill   SIGKILL two seconds later
+//   kill-soon  SIGKILL 100 ms later
 //   hang   stuck_warps (2 blocks x 3 warps) spins until killed; the program
 //          waits for it
 //   exit   returns 0 two seconds later (the reference)
@@ -321,8 +322,9 @@ int Die(const char* how) {
     CHECK(cudaDeviceSynchronize());
     return 0;
   }
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  if (!std::strcmp(how, "kill")) std::raise(SIGKILL);
+  const bool soon = !std::strcmp(how, "kill-soon");
+  std::this_thread::sleep_for(soon ? std::chrono::milliseconds(100) : std::chrono::milliseconds(2000));
+  if (soon || !std::strcmp(how, "kill")) std::raise(SIGKILL);
   return 0;
 }
 
@@ -497,7 +499,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(scenario, "recorder-cross-sm") && argc > 2) return RecorderCrossSm(argv[2]);
   std::fprintf(
       stderr,
-      "usage: %s basic|streams|filter|graph|overflow|highwater|segments [threads events]|small-warps|exit7|die fault|kill|hang|exit|destroyed-stream|threads|"
+      "usage: %s basic|streams|filter|graph|overflow|highwater|segments [threads events]|small-warps|exit7|die fault|kill|kill-soon|hang|exit|destroyed-stream|threads|"
       "many-threads [launches]|ranges|profiler-window|driver-api "
       "<fatbin>|cupti-taken|silent-big|capture-after-eager|unload-replay <fatbin>|exit-running|"
       "device-api|recorder-divergent-halves|recorder-early-exit|recorder-partial-warps|recorder-big-blocks|"
