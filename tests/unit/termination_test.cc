@@ -83,6 +83,11 @@ TEST(TerminationTest, TheProgramsOwnHandlerAndIgnoredSignalsStayTheirs) {
 
 // A process forked after Install has no thread to ship with: it ends at once.
 TEST(TerminationTest, AForkedProcessEndsAtOnce) {
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer holds signals back for delivery at its own safe points,
+  // which a process forked from a multi-threaded one may never reach.
+  GTEST_SKIP() << "signals in a process forked from a multi-threaded one under ThreadSanitizer";
+#endif
   const Ended e = RunChild([](int fd) {
     g_fd = fd;
     termination::Install([](int) { Say(g_fd, "shipped"); });
