@@ -121,8 +121,10 @@ class DeviceContext {
   bool usable() const { return !failed_.load(std::memory_order_acquire) && !ended_.load(std::memory_order_acquire); }
   // The context is being destroyed: nothing more is launched or read.
   void End() { ended_.store(true, std::memory_order_release); }
-  // Recording work outlived a forced harvest at teardown: stop using the arena.
-  void Abandon() { failed_.store(true, std::memory_order_release); }
+  // Stops using the arena (recording work outlived a forced harvest at
+  // teardown, a kernel's execution failed, or it was read while kernels ran).
+  // Returns whether this call gave it up (false: it was already).
+  bool Abandon() { return !failed_.exchange(true, std::memory_order_acq_rel); }
 
   // --- launch path (the launching thread, the context current) -----------
 

@@ -396,7 +396,7 @@ void Profiler::OnSyncExit(GpuCtx ctx, wire::HostApi api, bool context_wide, int 
   }
   t_call = CallInProgress{};
   Context* c = ContextFor(ctx, false);
-  if (c == nullptr || c->failed.load(std::memory_order_acquire)) return;
+  if (c == nullptr) return;
   if (result != 0) {
     const std::string error = gpu_.ExecutionError(result);
     if (!error.empty()) {
@@ -408,7 +408,8 @@ void Profiler::OnSyncExit(GpuCtx ctx, wire::HostApi api, bool context_wide, int 
 }
 
 void Profiler::ReportKernelFailure(Context& c, const std::string& error) {
-  if (c.failed.exchange(true, std::memory_order_acq_rel)) return;
+  // Once per context: given up, it is not found for later calls (ContextFor).
+  if (!c.device.Abandon()) return;
   // Records of the kernels that did finish come first: each one taken by a
   // harvest marks its launch, and the ones before it, as done.
   gpu_.FlushActivity(/*incomplete_too=*/false, /*if_free=*/true);
@@ -431,7 +432,6 @@ void Profiler::ReportKernelFailure(Context& c, const std::string& error) {
                        : "profiled launches that may have failed (not known to have finished): " + launches);
   Log().warn("{}", text);
   SendNotice(wire::kNoticeKernelFailed, text);
-  c.device.Abandon();
 }
 
 void Profiler::Harvest(Context& c, wire::HarvestReason reason, HarvestMode mode, const wire::HostCall& call) {

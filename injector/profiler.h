@@ -96,7 +96,6 @@ class Profiler {
     explicit Context(Gpu& gpu, GpuCtx ctx, const ArenaOptions& options) : device(gpu, ctx, options) {}
     DeviceContext device;
     HostCalls host_calls;
-    std::atomic<bool> failed{false};  // a kernel's execution failed: nothing more is read
   };
 
   // The opted-in kernel nodes of an instantiated graph.

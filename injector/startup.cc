@@ -93,7 +93,7 @@ std::string InjectingTool() {
 }
 
 void ShutdownAtExit() { Shutdown(); }
-bool ShutdownOnce(int signal = 0);
+bool ShutdownCaught(int signal);
 
 bool StartOnce() {
   OwnCalls guard;
@@ -157,13 +157,7 @@ bool StartOnce() {
   }
   g_injector = in;
   std::atexit(ShutdownAtExit);
-  termination::Install([](int signal) {
-    try {
-      ShutdownOnce(signal);
-    } catch (...) {
-      Log().error("the last harvest before a signal failed with an internal error");
-    }
-  });
+  termination::Install([](int signal) { ShutdownCaught(signal); });
   Log().info("profiling (run {}, kernels '{}')", in->config.run_id, in->config.settings.kernels_spec);
   return true;
 }
@@ -186,6 +180,16 @@ bool ShutdownOnce(int signal) {
   return true;
 }
 
+// ShutdownOnce, with an internal error logged rather than thrown.
+bool ShutdownCaught(int signal) {
+  try {
+    return ShutdownOnce(signal);
+  } catch (...) {
+    Log().error("the last harvest failed with an internal error; events since the previous one are lost");
+  }
+  return true;  // the session ended, if badly
+}
+
 }  // namespace
 
 bool Start() {
@@ -201,14 +205,7 @@ bool Start() {
   return false;
 }
 
-bool Shutdown() {
-  try {
-    return ShutdownOnce();
-  } catch (...) {
-    Log().error("the last harvest failed with an internal error; events since the previous one are lost");
-  }
-  return true;  // the session ended, if badly
-}
+bool Shutdown() { return ShutdownCaught(/*signal=*/0); }
 
 bool Stop() {
   if (!Shutdown()) return false;
