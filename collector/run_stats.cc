@@ -181,6 +181,24 @@ GapKey GapOrder(const Gap& g) {
 // do not depend on the order of equal candidates.
 bool GapBefore(const Gap& a, const Gap& b) { return GapOrder(a) < GapOrder(b); }
 
+// Earlier first.
+bool OpenRangeBefore(const OpenRange& a, const OpenRange& b) { return a.since_ns < b.since_ns; }
+
+// Keeps in `heap` (at least one kept) the `kept` items that come first by
+// `before`: a heap whose front is the one to drop next.
+template <typename T, typename Before>
+void KeepFirst(std::vector<T>* heap, size_t kept, T item, Before before) {
+  if (heap->size() < kept) {
+    heap->push_back(std::move(item));
+  } else if (before(item, heap->front())) {
+    std::pop_heap(heap->begin(), heap->end(), before);
+    heap->back() = std::move(item);
+  } else {
+    return;
+  }
+  std::push_heap(heap->begin(), heap->end(), before);
+}
+
 }  // namespace
 
 struct StatsBuilder::State {
@@ -275,28 +293,14 @@ struct StatsBuilder::State {
     if (gaps_kept == 0) return;
     const uint64_t length = begin_ns - w.top_end;
     if (gaps.size() == gaps_kept && length < gaps.front().length_ns) return;
-    Gap g{*l.kernel_name, w.where, names[w.top_name], names[after], w.top_end, length};
-    if (gaps.size() < gaps_kept) {
-      gaps.push_back(std::move(g));
-      std::push_heap(gaps.begin(), gaps.end(), GapBefore);
-    } else if (GapBefore(g, gaps.front())) {
-      std::pop_heap(gaps.begin(), gaps.end(), GapBefore);
-      gaps.back() = std::move(g);
-      std::push_heap(gaps.begin(), gaps.end(), GapBefore);
-    }
+    KeepFirst(&gaps, gaps_kept, Gap{*l.kernel_name, w.where, names[w.top_name], names[after], w.top_end, length},
+              GapBefore);
   }
 
   void OfferOpenRange(const LaunchAcc& l, const WarpAcc& w, uint32_t region, uint64_t since_ns) {
-    const auto later = [](const OpenRange& a, const OpenRange& b) { return a.since_ns < b.since_ns; };
     if (open_ranges.size() == kOpenRangesKept && since_ns >= open_ranges.front().since_ns) return;
-    OpenRange o{*l.kernel_name, w.where, names[region], since_ns};
-    if (open_ranges.size() == kOpenRangesKept) {
-      std::pop_heap(open_ranges.begin(), open_ranges.end(), later);
-      open_ranges.back() = std::move(o);
-    } else {
-      open_ranges.push_back(std::move(o));
-    }
-    std::push_heap(open_ranges.begin(), open_ranges.end(), later);
+    KeepFirst(&open_ranges, kOpenRangesKept, OpenRange{*l.kernel_name, w.where, names[region], since_ns},
+              OpenRangeBefore);
   }
 
   // Folds a launch into its kernel: its span and its warps' totals.
@@ -497,8 +501,7 @@ RunStats StatsBuilder::Build() {
   run.gaps = s.gaps;
   std::sort(run.gaps.begin(), run.gaps.end(), GapBefore);
   run.open_ranges = s.open_ranges;
-  std::stable_sort(run.open_ranges.begin(), run.open_ranges.end(),
-                   [](const OpenRange& a, const OpenRange& b) { return a.since_ns < b.since_ns; });
+  std::stable_sort(run.open_ranges.begin(), run.open_ranges.end(), OpenRangeBefore);
   return run;
 }
 
